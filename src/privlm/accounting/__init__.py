@@ -1,0 +1,56 @@
+"""Privacy accounting: stateless analysis, immutable RDP curves, DP-SGD plans, the ledger.
+
+- :mod:`privlm.accounting.analysis`: formulas only (conversion, Poisson amplification,
+  Gaussian RDP).
+- :mod:`privlm.accounting.curves`: :class:`RdpCurve`, composed by addition.
+- :mod:`privlm.accounting.dpsgd`: ε of a DP-SGD plan (RDP or PRV) and noise calibration.
+- :mod:`privlm.accounting.ledger`: :class:`PrivacyLedger`, durable and fail-closed.
+
+>>> from privlm.accounting import dpsgd_epsilon
+>>> round(dpsgd_epsilon(1.5, 0.04, 2250, 1e-5).epsilon, 3)
+7.329
+"""
+
+from privlm.accounting.analysis import (
+    DpConversion,
+    balle_epsilon,
+    classic_epsilon,
+    gaussian_rdp,
+    poisson_subsampled_rdp,
+    subsampled_gaussian_rdp,
+)
+from privlm.accounting.curves import NEIGHBOURING_RELATION, RdpCurve
+from privlm.accounting.dpsgd import (
+    ACCOUNTANTS,
+    Calibration,
+    DpSgdPlan,
+    EpsilonReport,
+    calibrate_noise_multiplier,
+    dpsgd_epsilon,
+)
+from privlm.accounting.ledger import Budget, Charge, ChargeRecord, PrivacyLedger, Spent
+from privlm.accounting.orders import DEFAULT_ORDERS, INTEGER_ORDERS
+
+__all__ = [
+    "ACCOUNTANTS",
+    "DEFAULT_ORDERS",
+    "INTEGER_ORDERS",
+    "NEIGHBOURING_RELATION",
+    "Budget",
+    "Calibration",
+    "Charge",
+    "ChargeRecord",
+    "DpConversion",
+    "DpSgdPlan",
+    "EpsilonReport",
+    "PrivacyLedger",
+    "RdpCurve",
+    "Spent",
+    "balle_epsilon",
+    "calibrate_noise_multiplier",
+    "classic_epsilon",
+    "dpsgd_epsilon",
+    "gaussian_rdp",
+    "poisson_subsampled_rdp",
+    "subsampled_gaussian_rdp",
+]

@@ -1,0 +1,380 @@
+"""The durable privacy ledger: an append-only record of charges against a budget.
+
+Each charge names its mechanism, parameters, privacy unit and cost: an RDP curve, an
+(ε, δ) pair, or both. The spent budget composes every charge: RDP curves add order by order
+(Theorem C.2 of the PMixED paper) and are converted at the best order (Theorem C.3), with
+the (ε, δ) parts added on top by basic composition. ``charge`` is fail-closed: a charge that
+would take the spent ε above the budget raises :class:`BudgetExceededError` and records
+nothing. A charge that is recorded is committed before ``charge`` returns.
+
+Storage is SQLite by default (any SQLAlchemy URL works). Every charge is one transaction
+that first takes the write lock (``BEGIN IMMEDIATE`` on SQLite, ``SELECT ... FOR UPDATE``
+elsewhere), re-reads the running totals, checks the budget, appends the charge and updates
+the totals, then commits: several processes charging one ledger never overdraw it, and a
+crash leaves either the whole charge or none of it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+from sqlalchemy import (
+    Column,
+    Engine,
+    Float,
+    ForeignKey,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    create_engine,
+    event,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.engine import Connection
+
+from privlm.accounting.analysis.conversion import balle_epsilon, check_delta
+from privlm.accounting.curves import NEIGHBOURING_RELATION, RdpCurve
+from privlm.accounting.orders import DEFAULT_ORDERS, as_orders
+from privlm.errors import AccountingError, BudgetExceededError
+
+_metadata = MetaData()
+
+ledgers_table = Table(
+    "privlm_ledgers",
+    _metadata,
+    Column("name", String(200), primary_key=True),
+    Column("epsilon_budget", Float, nullable=False),
+    Column("delta_budget", Float, nullable=False),
+    Column("orders", Text, nullable=False),
+    Column("rdp_total", Text, nullable=False),
+    Column("approx_epsilon", Float, nullable=False),
+    Column("approx_delta", Float, nullable=False),
+    Column("n_charges", Integer, nullable=False),
+    Column("relation", String(200), nullable=False),
+    Column("created_at", String(40), nullable=False),
+)
+
+charges_table = Table(
+    "privlm_charges",
+    _metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("ledger", String(200), ForeignKey("privlm_ledgers.name"), nullable=False, index=True),
+    Column("seq", Integer, nullable=False),
+    Column("mechanism", String(200), nullable=False),
+    Column("params", Text, nullable=False),
+    Column("rdp", Text, nullable=True),
+    Column("epsilon", Float, nullable=False),
+    Column("delta", Float, nullable=False),
+    Column("unit", String(200), nullable=False),
+    Column("created_at", String(40), nullable=False),
+    UniqueConstraint("ledger", "seq"),
+)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A total (ε, δ)-DP budget."""
+
+    epsilon: float
+    delta: float
+
+    def __post_init__(self) -> None:
+        if not (self.epsilon >= 0 and math.isfinite(self.epsilon)):
+            raise AccountingError(f"a budget's ε must be finite and ≥ 0, got {self.epsilon!r}")
+        check_delta(self.delta)
+
+
+@dataclass(frozen=True)
+class Charge:
+    """One cost to record: an RDP curve and/or an (ε, δ) pair, for one mechanism run."""
+
+    mechanism: str
+    rdp: RdpCurve | None = None
+    epsilon: float = 0.0
+    delta: float = 0.0
+    unit: str = "record"
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.mechanism:
+            raise AccountingError("a charge must name its mechanism")
+        if not (self.epsilon >= 0 and math.isfinite(self.epsilon)):
+            raise AccountingError(f"a charge's ε must be finite and ≥ 0, got {self.epsilon!r}")
+        if not (0.0 <= self.delta < 1.0):
+            raise AccountingError(f"a charge's δ must lie in [0, 1), got {self.delta!r}")
+        if self.rdp is None and self.epsilon == 0 and self.delta == 0:
+            raise AccountingError("a charge must carry a cost: an RDP curve or an (ε, δ) pair")
+
+
+@dataclass(frozen=True)
+class Spent:
+    """The ε spent at δ, and the Rényi order of the conversion (None if no RDP charge)."""
+
+    epsilon: float
+    delta: float
+    order: float | None
+
+
+@dataclass(frozen=True)
+class ChargeRecord:
+    """A charge as stored: what was charged, for which unit, and when."""
+
+    seq: int
+    mechanism: str
+    params: dict[str, Any]
+    rdp: list[float] | None
+    epsilon: float
+    delta: float
+    unit: str
+    created_at: str
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+def _engine_for(target: str | Path) -> Engine:
+    url = str(target)
+    if "://" not in url:
+        path = Path(url).expanduser()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        url = f"sqlite:///{path}"
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"timeout": 60}, poolclass=None)
+
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+            dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=FULL")
+            cur.execute("PRAGMA busy_timeout=60000")
+            cur.close()
+
+        @event.listens_for(engine, "begin")
+        def _on_begin(conn: Connection) -> None:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+        return engine
+    return create_engine(url)
+
+
+class PrivacyLedger:
+    """A named budget and its append-only charges, persisted in a database.
+
+    ``PrivacyLedger(path, name, budget)`` creates the ledger on first use and reopens it
+    afterwards; reopening with a different budget or order grid is refused, since a budget
+    is not something to change silently.
+    """
+
+    def __init__(
+        self,
+        target: str | Path,
+        name: str = "default",
+        budget: Budget | None = None,
+        orders: tuple[float, ...] = DEFAULT_ORDERS,
+    ) -> None:
+        self.name = name
+        self._engine = _engine_for(target)
+        _metadata.create_all(self._engine)
+        with self._engine.begin() as conn:
+            row = conn.execute(select(ledgers_table).where(ledgers_table.c.name == name)).first()
+            if row is None:
+                if budget is None:
+                    raise AccountingError(
+                        f"ledger {name!r} does not exist yet; give a Budget to create it"
+                    )
+                grid = tuple(float(a) for a in as_orders(orders))
+                conn.execute(
+                    insert(ledgers_table).values(
+                        name=name,
+                        epsilon_budget=budget.epsilon,
+                        delta_budget=budget.delta,
+                        orders=json.dumps(grid),
+                        rdp_total=json.dumps([0.0] * len(grid)),
+                        approx_epsilon=0.0,
+                        approx_delta=0.0,
+                        n_charges=0,
+                        relation=NEIGHBOURING_RELATION,
+                        created_at=_now(),
+                    )
+                )
+                self.budget, self.orders = budget, grid
+            else:
+                stored = Budget(row.epsilon_budget, row.delta_budget)
+                if budget is not None and budget != stored:
+                    raise AccountingError(
+                        f"ledger {name!r} already has budget ε={stored.epsilon}, "
+                        f"δ={stored.delta}; it cannot be reopened with ε={budget.epsilon}, "
+                        f"δ={budget.delta}"
+                    )
+                self.budget = stored
+                self.orders = tuple(json.loads(row.orders))
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def _totals(self, conn: Connection, lock: bool = False) -> tuple[NDArray[np.float64], float, float, int]:
+        query = select(ledgers_table).where(ledgers_table.c.name == self.name)
+        if lock and self._engine.dialect.name != "sqlite":
+            query = query.with_for_update()
+        row = conn.execute(query).one()
+        rdp = np.asarray(json.loads(row.rdp_total), dtype=np.float64)
+        return rdp, float(row.approx_epsilon), float(row.approx_delta), int(row.n_charges)
+
+    def _epsilon(
+        self, rdp: NDArray[np.float64], approx_eps: float, approx_delta: float, delta: float
+    ) -> Spent:
+        if not np.any(rdp > 0):
+            eps = approx_eps if approx_delta <= delta else math.inf
+            return Spent(eps, delta, None)
+        if approx_delta >= delta:
+            return Spent(math.inf, delta, None)
+        conv = balle_epsilon(self.orders, rdp, delta - approx_delta)
+        return Spent(approx_eps + conv.epsilon, delta, conv.order)
+
+    def spent(self, delta: float | None = None) -> Spent:
+        """ε spent so far at δ (default: the budget's δ)."""
+        d = self.budget.delta if delta is None else check_delta(delta)
+        with self._engine.connect() as conn:
+            rdp, ae, ad, _ = self._totals(conn)
+        return self._epsilon(rdp, ae, ad, d)
+
+    def remaining(self, delta: float | None = None) -> float:
+        """ε left before the budget is reached, at δ (default: the budget's δ)."""
+        return max(self.budget.epsilon - self.spent(delta).epsilon, 0.0)
+
+    def cost_if_charged(self, charge: Charge) -> Spent:
+        """The spent ε at the budget's δ that recording ``charge`` would lead to."""
+        with self._engine.connect() as conn:
+            rdp, ae, ad, _ = self._totals(conn)
+        return self._after(rdp, ae, ad, charge)
+
+    def _after(
+        self, rdp: NDArray[np.float64], ae: float, ad: float, charge: Charge
+    ) -> Spent:
+        extra = np.zeros_like(rdp) if charge.rdp is None else charge.rdp.at(self.orders)
+        return self._epsilon(rdp + extra, ae + charge.epsilon, ad + charge.delta, self.budget.delta)
+
+    def charges(self) -> list[ChargeRecord]:
+        """Every recorded charge, in order."""
+        with self._engine.connect() as conn:
+            rows = conn.execute(
+                select(charges_table)
+                .where(charges_table.c.ledger == self.name)
+                .order_by(charges_table.c.seq)
+            ).all()
+        return [
+            ChargeRecord(
+                seq=r.seq,
+                mechanism=r.mechanism,
+                params=json.loads(r.params),
+                rdp=None if r.rdp is None else json.loads(r.rdp),
+                epsilon=r.epsilon,
+                delta=r.delta,
+                unit=r.unit,
+                created_at=r.created_at,
+            )
+            for r in rows
+        ]
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def charge(self, charge: Charge) -> Spent:
+        """Record ``charge`` if the budget allows it, and return the new spent ε.
+
+        Raises :class:`BudgetExceededError`, recording nothing, if it would not fit.
+        The charge is committed to the database before this returns.
+        """
+        extra = None if charge.rdp is None else charge.rdp.at(self.orders)
+        with self._engine.begin() as conn:
+            rdp, ae, ad, n = self._totals(conn, lock=True)
+            after = self._after(rdp, ae, ad, charge)
+            if not after.epsilon <= self.budget.epsilon:
+                before = self._epsilon(rdp, ae, ad, self.budget.delta)
+                why = (
+                    " (its RDP curve is infinite at every order of this ledger)"
+                    if extra is not None and not np.any(np.isfinite(extra))
+                    else ""
+                )
+                raise BudgetExceededError(
+                    f"refused: charging {charge.mechanism}{why} would raise the ε spent on "
+                    f"ledger {self.name!r} from {before.epsilon:.6g} to {after.epsilon:.6g}, "
+                    f"over its budget of ε={self.budget.epsilon:g} at δ={self.budget.delta:g}; "
+                    "nothing was recorded"
+                )
+            new_rdp = rdp if extra is None else rdp + extra
+            conn.execute(
+                insert(charges_table).values(
+                    ledger=self.name,
+                    seq=n + 1,
+                    mechanism=charge.mechanism,
+                    params=json.dumps(dict(charge.params), sort_keys=True, default=str),
+                    rdp=None if extra is None else json.dumps(extra.tolist()),
+                    epsilon=charge.epsilon,
+                    delta=charge.delta,
+                    unit=charge.unit,
+                    created_at=_now(),
+                )
+            )
+            conn.execute(
+                update(ledgers_table)
+                .where(ledgers_table.c.name == self.name)
+                .values(
+                    rdp_total=json.dumps(new_rdp.tolist()),
+                    approx_epsilon=ae + charge.epsilon,
+                    approx_delta=ad + charge.delta,
+                    n_charges=n + 1,
+                )
+            )
+        return after
+
+    # -- export -----------------------------------------------------------------------------
+
+    def verify(self) -> bool:
+        """Whether the running totals equal the sum of the recorded charges."""
+        records = self.charges()
+        rdp = np.zeros(len(self.orders))
+        for r in records:
+            if r.rdp is not None:
+                rdp = rdp + np.asarray(r.rdp, dtype=np.float64)
+        with self._engine.connect() as conn:
+            t_rdp, ae, ad, n = self._totals(conn)
+        return (
+            n == len(records)
+            and bool(np.allclose(rdp, t_rdp, rtol=1e-12, atol=0.0))
+            and math.isclose(ae, sum(r.epsilon for r in records), rel_tol=1e-12, abs_tol=1e-15)
+            and math.isclose(ad, sum(r.delta for r in records), rel_tol=1e-12, abs_tol=1e-18)
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The ledger as a JSON-serialisable dict: budget, spent, and every charge."""
+        spent = self.spent()
+        return {
+            "name": self.name,
+            "relation": NEIGHBOURING_RELATION,
+            "budget": asdict(self.budget),
+            "spent": asdict(spent),
+            "remaining_epsilon": max(self.budget.epsilon - spent.epsilon, 0.0),
+            "orders": list(self.orders),
+            "charges": [asdict(c) for c in self.charges()],
+        }
+
+    def export_json(self, path: str | Path) -> None:
+        """Write :meth:`to_json` to ``path``."""
+        Path(path).write_text(json.dumps(self.to_json(), indent=2, allow_nan=True))
+
+    def close(self) -> None:
+        self._engine.dispose()
