@@ -1,0 +1,27 @@
+"""The ``privlm`` command line (Typer). Every command takes ``--json``."""
+
+from __future__ import annotations
+
+import typer
+
+from privlm.cli import account, data, ledger, models
+from privlm.cli.quickstart import quickstart
+
+app = typer.Typer(
+    help="privlm: differentially private adaptation and serving of language models.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.add_typer(account.app, name="account")
+app.add_typer(models.app, name="models")
+app.add_typer(data.app, name="data")
+app.add_typer(ledger.app, name="ledger")
+app.command("quickstart")(quickstart)
+
+
+def main() -> None:
+    app()
+
+
+__all__ = ["app", "main"]

@@ -1,0 +1,57 @@
+"""``privlm account``: privacy accounting from the command line."""
+
+from __future__ import annotations
+
+import typer
+
+from privlm.accounting import calibrate_noise_multiplier, dpsgd_epsilon
+from privlm.cli.common import JSON_OPTION, emit_json, user_errors
+
+app = typer.Typer(help="Privacy accounting: ε of a plan, σ for a target ε.", no_args_is_help=True)
+
+ACCOUNTANT_OPTION = typer.Option(
+    "rdp", "--accountant", help="rdp (Rényi DP, Theorem C.3 conversion) or prv (tighter)."
+)
+
+
+@app.command("dpsgd")
+@user_errors
+def dpsgd(
+    noise_multiplier: float = typer.Option(..., "--noise-multiplier", help="σ, noise std / clip norm."),
+    sample_rate: float = typer.Option(..., "--sample-rate", help="Poisson sampling rate q."),
+    steps: int = typer.Option(..., "--steps", help="Number of DP-SGD steps."),
+    delta: float = typer.Option(..., "--delta", help="Target δ."),
+    accountant: str = ACCOUNTANT_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """ε spent by DP-SGD (Poisson-subsampled Gaussian, add/remove-one neighbours)."""
+    report = dpsgd_epsilon(noise_multiplier, sample_rate, steps, delta, accountant)
+    if as_json:
+        emit_json(report.to_dict())
+        return
+    order = "" if report.order is None else f" (best Rényi order α = {report.order:g})"
+    typer.echo(
+        f"ε = {report.epsilon:.6g} at δ = {report.delta:g}{order}, accountant {report.accountant}"
+        f"\n  σ = {report.noise_multiplier:g}, q = {report.sample_rate:g}, steps = {report.steps}"
+    )
+
+
+@app.command("calibrate")
+@user_errors
+def calibrate(
+    epsilon: float = typer.Option(..., "--epsilon", help="Target ε."),
+    delta: float = typer.Option(..., "--delta", help="Target δ."),
+    sample_rate: float = typer.Option(..., "--sample-rate", help="Poisson sampling rate q."),
+    steps: int = typer.Option(..., "--steps", help="Number of DP-SGD steps."),
+    accountant: str = ACCOUNTANT_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """The noise multiplier σ that meets (ε, δ); its ε never exceeds the target."""
+    cal = calibrate_noise_multiplier(epsilon, delta, sample_rate, steps, accountant)
+    if as_json:
+        emit_json(cal.to_dict())
+        return
+    typer.echo(
+        f"σ = {cal.noise_multiplier:.6g} gives ε = {cal.epsilon:.6g} ≤ {cal.target_epsilon:g} "
+        f"at δ = {cal.delta:g} (q = {cal.sample_rate:g}, {cal.steps} steps, {cal.accountant})"
+    )

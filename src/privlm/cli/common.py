@@ -1,0 +1,45 @@
+"""Shared CLI plumbing: JSON or human output, and user errors without tracebacks."""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import typer
+
+from privlm.errors import PrivlmError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+JSON_OPTION = typer.Option(False, "--json", help="Print machine-readable JSON.")
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "inf" if value > 0 else ("-inf" if value < 0 else "nan")
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    return value
+
+
+def emit_json(payload: Any) -> None:
+    typer.echo(json.dumps(_clean(payload), indent=2))
+
+
+def user_errors(fn: F) -> F:
+    """Turn a :class:`PrivlmError` into ``error: <message>`` on stderr and exit code 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except PrivlmError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
+
+    return wrapper  # type: ignore[return-value]

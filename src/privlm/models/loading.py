@@ -1,0 +1,122 @@
+"""Load a public model by short name, local directory or Hugging Face hub id."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from privlm.errors import ModelLoadError
+from privlm.models.gguf_package import load_gguf_tokenizer, prepare_gguf_model
+from privlm.models.registry import DEFAULT_MODEL, KNOWN_MODELS
+from privlm.models.tiny import build_tiny_model
+
+
+@dataclass
+class LoadedModel:
+    """A causal LM in eval mode with its tokenizer, and where it came from."""
+
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    name: str
+    source: str
+
+
+def _from_directory(path: Path, dtype: torch.dtype) -> LoadedModel:
+    if not (path / "config.json").is_file():
+        raise ModelLoadError(f"{path}: not a model directory (no config.json)")
+    try:
+        tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"{path}: could not load a causal LM from it: {exc}") from exc
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return LoadedModel(model.eval(), tok, path.name, str(path))
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the Hugging Face endpoint accepts a TCP connection (saves minutes of retries)."""
+    from huggingface_hub import constants
+
+    host = urlparse(constants.ENDPOINT).hostname or "huggingface.co"
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+    except OSError:
+        return False
+    return True
+
+
+def _from_hub(model_id: str, dtype: torch.dtype) -> LoadedModel:
+    last: Exception | None = None
+    for local_only in (True, False):
+        if not local_only and not _hub_reachable():
+            last = ConnectionError("the Hugging Face hub is unreachable from this machine")
+            break
+        try:
+            tok = AutoTokenizer.from_pretrained(model_id, local_files_only=local_only)
+            model = AutoModelForCausalLM.from_pretrained(
+                model_id, dtype=dtype, local_files_only=local_only
+            )
+        except (OSError, ValueError) as exc:
+            last = exc
+            continue
+        if tok.pad_token is None:
+            tok.pad_token = tok.eos_token
+        return LoadedModel(model.eval(), tok, model_id, f"hf:{model_id}")
+    known = ", ".join(sorted(KNOWN_MODELS))
+    raise ModelLoadError(
+        f"could not fetch {model_id!r} from the Hugging Face hub, and it is not in the local "
+        f"cache ({last}). If this machine has no access to the hub, download "
+        "the model elsewhere and pass its local directory instead (a folder with config.json "
+        f"and the weights). Models privlm ships by name: {known}."
+    )
+
+
+def load_tokenizer(name: str = DEFAULT_MODEL) -> PreTrainedTokenizerBase:
+    """The tokenizer of a named model (``tiny`` shares SmolLM2's)."""
+    spec = KNOWN_MODELS.get(name)
+    if spec is None:
+        return load_public_model(name).tokenizer
+    return load_gguf_tokenizer(KNOWN_MODELS[DEFAULT_MODEL] if spec.kind == "tiny" else spec)
+
+
+def load_public_model(
+    name_or_path: str = DEFAULT_MODEL, dtype: torch.dtype = torch.float32, seed: int = 0
+) -> LoadedModel:
+    """Load the public model p₀ by short name (see ``privlm models list``), local
+    directory, or Hugging Face hub id.
+
+    >>> lm = load_public_model("tiny")
+    >>> lm.model.config.num_hidden_layers, lm.model.config.hidden_size
+    (2, 64)
+    """
+    spec = KNOWN_MODELS.get(name_or_path)
+    if spec is not None and spec.kind == "tiny":
+        tok = load_tokenizer("tiny")
+        return LoadedModel(build_tiny_model(tok, seed=seed).to(dtype), tok, "tiny", "tiny")
+    if spec is not None:
+        folder = prepare_gguf_model(spec)
+        loaded = _from_directory(folder, dtype)
+        return LoadedModel(loaded.model, loaded.tokenizer, spec.name, f"{spec.package} (GGUF)")
+    path = Path(name_or_path).expanduser()
+    if path.exists():
+        return _from_directory(path, dtype)
+    if name_or_path.startswith((".", "/", "~")):
+        raise ModelLoadError(f"{name_or_path}: no such directory")
+    return _from_hub(name_or_path, dtype)
+
+
+def prepare_model(name_or_path: str = DEFAULT_MODEL, force: bool = False) -> str:
+    """Pre-convert a model so later loads are fast; returns where it is cached."""
+    spec = KNOWN_MODELS.get(name_or_path)
+    if spec is not None and spec.kind == "gguf-package":
+        return str(prepare_gguf_model(spec, force=force))
+    if spec is not None:
+        load_tokenizer(name_or_path)
+        return "built in memory from a seed (tokenizer cached)"
+    return load_public_model(name_or_path).source
