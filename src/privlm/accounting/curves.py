@@ -71,7 +71,9 @@ class RdpCurve:
     def times(self, count: int) -> RdpCurve:
         """``count``-fold self-composition."""
         if int(count) != count or count < 0:
-            raise AccountingError(f"a composition count must be a non-negative integer, got {count}")
+            raise AccountingError(
+                f"a composition count must be a non-negative integer, got {count}"
+            )
         return RdpCurve(self.orders, tuple(float(e) * int(count) for e in self.epsilons))
 
     def to_dp(self, delta: float) -> DpConversion:

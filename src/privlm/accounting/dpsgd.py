@@ -96,13 +96,15 @@ def dpsgd_epsilon(
     """ε after ``steps`` DP-SGD steps at noise σ and Poisson sample rate q, at δ."""
     _check_accountant(accountant)
     d = check_delta(delta)
-    plan = DpSgdPlan(float(noise_multiplier), float(sample_rate), int(steps))
+    plan = DpSgdPlan(float(noise_multiplier), float(sample_rate), steps)
     if accountant == "rdp":
         conv = plan.rdp_curve().to_dp(d)
         eps, order = conv.epsilon, conv.order
     else:
         eps, order = _prv_epsilon(plan, d), None
-    return EpsilonReport(eps, d, accountant, order, plan.noise_multiplier, plan.sample_rate, plan.steps)
+    return EpsilonReport(
+        eps, d, accountant, order, plan.noise_multiplier, plan.sample_rate, int(plan.steps)
+    )
 
 
 @dataclass(frozen=True)
@@ -139,7 +141,7 @@ def calibrate_noise_multiplier(
         raise AccountingError(f"the target ε must be positive and finite, got {target_epsilon!r}")
     _check_accountant(accountant)
     d = check_delta(delta)
-    DpSgdPlan(1.0, float(sample_rate), int(steps))  # validates q and steps
+    DpSgdPlan(1.0, float(sample_rate), steps)  # validates q and steps
 
     def eps(sigma: float) -> float:
         return dpsgd_epsilon(sigma, sample_rate, steps, d, accountant).epsilon
@@ -167,4 +169,6 @@ def calibrate_noise_multiplier(
             hi, eps_hi = mid, eps_mid
         else:
             lo = mid
-    return Calibration(hi, eps_hi, float(target_epsilon), d, float(sample_rate), int(steps), accountant)
+    return Calibration(
+        hi, eps_hi, float(target_epsilon), d, float(sample_rate), int(steps), accountant
+    )

@@ -226,7 +226,9 @@ class PrivacyLedger:
 
     # -- reading ----------------------------------------------------------------------------
 
-    def _totals(self, conn: Connection, lock: bool = False) -> tuple[NDArray[np.float64], float, float, int]:
+    def _totals(
+        self, conn: Connection, lock: bool = False
+    ) -> tuple[NDArray[np.float64], float, float, int]:
         query = select(ledgers_table).where(ledgers_table.c.name == self.name)
         if lock and self._engine.dialect.name != "sqlite":
             query = query.with_for_update()
@@ -262,9 +264,7 @@ class PrivacyLedger:
             rdp, ae, ad, _ = self._totals(conn)
         return self._after(rdp, ae, ad, charge)
 
-    def _after(
-        self, rdp: NDArray[np.float64], ae: float, ad: float, charge: Charge
-    ) -> Spent:
+    def _after(self, rdp: NDArray[np.float64], ae: float, ad: float, charge: Charge) -> Spent:
         extra = np.zeros_like(rdp) if charge.rdp is None else charge.rdp.at(self.orders)
         return self._epsilon(rdp + extra, ae + charge.epsilon, ad + charge.delta, self.budget.delta)
 

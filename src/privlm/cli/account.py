@@ -17,7 +17,9 @@ ACCOUNTANT_OPTION = typer.Option(
 @app.command("dpsgd")
 @user_errors
 def dpsgd(
-    noise_multiplier: float = typer.Option(..., "--noise-multiplier", help="σ, noise std / clip norm."),
+    noise_multiplier: float = typer.Option(
+        ..., "--noise-multiplier", help="σ, noise std / clip norm."
+    ),
     sample_rate: float = typer.Option(..., "--sample-rate", help="Poisson sampling rate q."),
     steps: int = typer.Option(..., "--steps", help="Number of DP-SGD steps."),
     delta: float = typer.Option(..., "--delta", help="Target δ."),

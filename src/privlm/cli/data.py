@@ -31,7 +31,9 @@ def list_corpora(as_json: bool = JSON_OPTION) -> None:
     except Exception as exc:  # the listing still helps without a data directory
         typer.echo(f"data directory: none ({exc})")
     for r in rows:
-        typer.echo(f"  {r['name']:<10} {'present' if r['present'] else 'MISSING':<8} {r['description']}")
+        typer.echo(
+            f"  {r['name']:<10} {'present' if r['present'] else 'MISSING':<8} {r['description']}"
+        )
 
 
 @app.command("inspect")
@@ -41,12 +43,17 @@ def inspect(
     text_column: str = typer.Option("text", help="Column holding the text (.jsonl/.csv)."),
     unit_column: str = typer.Option("user_id", help="Column naming the privacy unit, if any."),
     label_column: str = typer.Option("label", help="Column holding a label, if any."),
-    records: str = typer.Option("line", help=".txt only: 'line' or 'block' (blank-line separated)."),
+    records: str = typer.Option(
+        "line", help=".txt only: 'line' or 'block' (blank-line separated)."
+    ),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Validate a data file and summarise it: records, privacy units, labels, skips."""
     ds = load_file(
-        path, text_column=text_column, unit_column=unit_column, label_column=label_column,
+        path,
+        text_column=text_column,
+        unit_column=unit_column,
+        label_column=label_column,
         records=records,
     )
     summary = ds.summary()

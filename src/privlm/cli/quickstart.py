@@ -35,8 +35,12 @@ def budget_example(n_units: int, batch_size: int = 256, epochs: int = 3) -> dict
     steps = math.ceil(epochs / q)
     delta = 1.0 / n_units**1.1
     plan: dict[str, Any] = {
-        "n_units": n_units, "batch_size": batch_size, "epochs": epochs,
-        "sample_rate": q, "steps": steps, "delta": delta,
+        "n_units": n_units,
+        "batch_size": batch_size,
+        "epochs": epochs,
+        "sample_rate": q,
+        "steps": steps,
+        "delta": delta,
     }
     plan["epsilon_at_sigma_1"] = {
         acc: dpsgd_epsilon(1.0, q, steps, delta, acc).epsilon for acc in ("rdp", "prv")
@@ -86,34 +90,47 @@ def quickstart(
     t0 = time.perf_counter()
     lm = load_public_model(model)
     n_params = sum(p.numel() for p in lm.model.parameters())
-    say(f"      {lm.name}: {n_params / 1e6:.1f}M parameters from {lm.source} "
-        f"in {time.perf_counter() - t0:.1f}s")
+    say(
+        f"      {lm.name}: {n_params / 1e6:.1f}M parameters from {lm.source} "
+        f"in {time.perf_counter() - t0:.1f}s"
+    )
 
     say(f"[2/3] perplexity on WikiText-2 validation ({blocks} blocks of {block_size} tokens)")
     valid = corpora.wikitext2("valid")
     t0 = time.perf_counter()
-    ppl = perplexity(lm.model, lm.tokenizer, valid.texts(), block_size, blocks, progress=not as_json)
+    ppl = perplexity(
+        lm.model, lm.tokenizer, valid.texts(), block_size, blocks, progress=not as_json
+    )
     ppl_seconds = time.perf_counter() - t0
-    say(f"      perplexity {ppl.perplexity:.2f} over {ppl.tokens_scored} tokens "
-        f"({ppl.tokens_scored / ppl_seconds:.0f} tokens/s)")
+    say(
+        f"      perplexity {ppl.perplexity:.2f} over {ppl.tokens_scored} tokens "
+        f"({ppl.tokens_scored / ppl_seconds:.0f} tokens/s)"
+    )
 
     say("[3/3] DP-SGD budget example on WikiText-2 train (record-level privacy)")
     train_units = len(corpora.wikitext2("train").units())
     example = budget_example(train_units)
     if as_json:
-        emit_json({
-            "model": {"name": lm.name, "source": lm.source, "parameters": n_params},
-            "perplexity": {**ppl.__dict__, "seconds": ppl_seconds, "block_size": block_size},
-            "dpsgd_example": example,
-        })
+        emit_json(
+            {
+                "model": {"name": lm.name, "source": lm.source, "parameters": n_params},
+                "perplexity": {**ppl.__dict__, "seconds": ppl_seconds, "block_size": block_size},
+                "dpsgd_example": example,
+            }
+        )
         return
     e = example
-    say(f"      {e['n_units']} records, batch {e['batch_size']} → q = {e['sample_rate']:.5f}, "
-        f"{e['epochs']} epochs = {e['steps']} steps, δ = 1/n^1.1 = {e['delta']:.3g}")
-    say(f"      at σ = 1.0: ε = {e['epsilon_at_sigma_1']['rdp']:.3f} (RDP), "
-        f"{e['epsilon_at_sigma_1']['prv']:.3f} (PRV)")
+    say(
+        f"      {e['n_units']} records, batch {e['batch_size']} → q = {e['sample_rate']:.5f}, "
+        f"{e['epochs']} epochs = {e['steps']} steps, δ = 1/n^1.1 = {e['delta']:.3g}"
+    )
+    say(
+        f"      at σ = 1.0: ε = {e['epsilon_at_sigma_1']['rdp']:.3f} (RDP), "
+        f"{e['epsilon_at_sigma_1']['prv']:.3f} (PRV)"
+    )
     for eps, sig in e["sigma_for_epsilon"].items():
         say(f"      for ε = {float(eps):g}: σ = {sig['rdp']:.4f} (RDP), {sig['prv']:.4f} (PRV)")
     led = e["ledger"]
-    say(f"      ledger (budget ε = 8): first run charged, spent ε = {led['first_run_spent_epsilon']:.4f}")
+    spent = led["first_run_spent_epsilon"]
+    say(f"      ledger (budget ε = 8): first run charged, spent ε = {spent:.4f}")
     say(f"      second run: {led['second_run_refused']}")

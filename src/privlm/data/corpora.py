@@ -163,13 +163,30 @@ class Corpus:
 BUNDLED: dict[str, Corpus] = {
     c.name: c
     for c in [
-        Corpus("wikitext2", "WikiText-2 (raw/tokens; train/valid/test)", ("wikitext2/raw/valid.txt.gz",), wikitext2),
-        Corpus("sst2", "SST-2 sentiment (train/dev/test)", ("fewshot_cbu/sst2/stsa.binary.train.gz",), sst2),
-        Corpus("trec", "TREC question classes (train/test)", ("fewshot_cbu/trec/train.txt.gz",), trec),
+        Corpus(
+            "wikitext2",
+            "WikiText-2 (raw/tokens; train/valid/test)",
+            ("wikitext2/raw/valid.txt.gz",),
+            wikitext2,
+        ),
+        Corpus(
+            "sst2",
+            "SST-2 sentiment (train/dev/test)",
+            ("fewshot_cbu/sst2/stsa.binary.train.gz",),
+            sst2,
+        ),
+        Corpus(
+            "trec", "TREC question classes (train/test)", ("fewshot_cbu/trec/train.txt.gz",), trec
+        ),
         Corpus("agnews", "AG News topics (test only)", ("fewshot_cbu/agnews/test.csv.gz",), agnews),
         Corpus("cb", "CommitmentBank NLI (train/val/test)", ("fewshot_cbu/cb/train.jsonl.gz",), cb),
         Corpus("rte", "RTE NLI (train/val/test)", ("fewshot_cbu/rte/train.jsonl.gz",), rte),
-        Corpus("conll2003", "CoNLL-2003 English NER (train/testa/testb)", ("conll2003/eng.testa.gz",), conll2003),
+        Corpus(
+            "conll2003",
+            "CoNLL-2003 English NER (train/testa/testb)",
+            ("conll2003/eng.testa.gz",),
+            conll2003,
+        ),
     ]
 }
 

@@ -16,7 +16,9 @@ from privlm.errors import DataError
 def partition_by_unit(dataset: Dataset, n_parts: int, seed: int = 0) -> list[Dataset]:
     """``n_parts`` disjoint datasets; units shuffled with ``seed`` and dealt round-robin."""
     if int(n_parts) != n_parts or n_parts < 1:
-        raise DataError(dataset.source, f"the number of parts must be a positive integer, got {n_parts!r}")
+        raise DataError(
+            dataset.source, f"the number of parts must be a positive integer, got {n_parts!r}"
+        )
     units = dataset.units()
     if n_parts > len(units):
         raise DataError(

@@ -36,10 +36,9 @@ def _read_text(path: Path) -> str:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
+        bad = raw[exc.start : exc.start + 4]
         raise DataError(
-            path,
-            f"undecodable bytes (not UTF-8) at byte {exc.start}: {raw[exc.start:exc.start + 4]!r}",
-            line,
+            path, f"undecodable bytes (not UTF-8) at byte {exc.start}: {bad!r}", line
         ) from None
 
 
@@ -135,7 +134,9 @@ def _tabular(
             skipped.append(Skip(line, f"empty {text_column!r}"))
             continue
         if not isinstance(text, str):
-            raise DataError(path, f"{text_column!r} must be a string, got {type(text).__name__}", line)
+            raise DataError(
+                path, f"{text_column!r} must be a string, got {type(text).__name__}", line
+            )
         _check_size(path, line, text, limit)
         if by_user:
             user = row.get(unit_column)
@@ -153,9 +154,7 @@ def _tabular(
         extra = {
             k: str(v) for k, v in row.items() if k not in (text_column, unit_column, label_column)
         }
-        out.append(
-            Record(text, unit, None if label in (None, "") else str(label), line, extra)
-        )
+        out.append(Record(text, unit, None if label in (None, "") else str(label), line, extra))
     return Dataset(out, str(path), "user" if by_user else "record", skipped)
 
 

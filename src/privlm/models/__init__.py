@@ -14,6 +14,6 @@ __all__ = [
     "build_tiny_model",
     "load_public_model",
     "load_tokenizer",
-    "prepare_model",
     "perplexity",
+    "prepare_model",
 ]

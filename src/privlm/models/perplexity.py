@@ -20,7 +20,10 @@ class PerplexityResult:
 
 
 def token_blocks(
-    tokenizer: PreTrainedTokenizerBase, texts: Iterable[str], block_size: int, max_blocks: int | None
+    tokenizer: PreTrainedTokenizerBase,
+    texts: Iterable[str],
+    block_size: int,
+    max_blocks: int | None,
 ) -> torch.Tensor:
     """Concatenate ``texts`` (newline-joined), tokenize, and cut into full blocks."""
     ids: list[int] = []

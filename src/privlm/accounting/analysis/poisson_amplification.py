@@ -34,7 +34,9 @@ def _integer_orders(orders: ArrayLike) -> NDArray[np.int64]:
     return arr.astype(np.int64)
 
 
-def _base_curve(base_rdp: RdpFunction | Sequence[float] | ArrayLike, k_max: int) -> NDArray[np.float64]:
+def _base_curve(
+    base_rdp: RdpFunction | Sequence[float] | ArrayLike, k_max: int
+) -> NDArray[np.float64]:
     """ε(k) for k = 2..k_max, from a function of k or an array indexed from k = 2."""
     if callable(base_rdp):
         values = np.array([float(base_rdp(k)) for k in range(2, k_max + 1)], dtype=np.float64)

@@ -1,0 +1,193 @@
+"""The durable ledger: composition, fail-closed refusal, persistence, concurrency, crashes."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from privlm.accounting import (
+    DEFAULT_ORDERS,
+    Budget,
+    Charge,
+    DpSgdPlan,
+    PrivacyLedger,
+    RdpCurve,
+    balle_epsilon,
+)
+from privlm.errors import AccountingError, BudgetExceededError
+
+
+@pytest.fixture
+def db(tmp_path):
+    return tmp_path / "ledger.db"
+
+
+def test_rdp_charges_compose_and_convert_at_best_order(db):
+    ledger = PrivacyLedger(db, "m", Budget(10.0, 1e-5))
+    a = DpSgdPlan(1.2, 0.01, 300).rdp_curve()
+    b = DpSgdPlan(0.9, 0.02, 100).rdp_curve()
+    ledger.charge(Charge("dpsgd", rdp=a))
+    spent = ledger.charge(Charge("dpsgd", rdp=b))
+    expected = balle_epsilon(DEFAULT_ORDERS, np.asarray(a.epsilons) + np.asarray(b.epsilons), 1e-5)
+    assert spent.epsilon == pytest.approx(expected.epsilon, rel=1e-12)
+    assert spent.order == expected.order
+    assert ledger.spent().epsilon == pytest.approx(expected.epsilon, rel=1e-12)
+    assert ledger.remaining() == pytest.approx(10.0 - expected.epsilon, rel=1e-12)
+
+
+def test_single_order_charges_like_pmixed(db):
+    """A mechanism accounted at one order only (PMixED at α = 3): ∞ elsewhere."""
+    ledger = PrivacyLedger(db, "pmixed", Budget(8.0, 1e-5))
+    per_token = RdpCurve.from_mapping({3.0: 0.002})
+    for _ in range(100):
+        ledger.charge(Charge("pmixed-token", rdp=per_token, unit="ensemble member"))
+    spent = ledger.spent()
+    assert spent.order == 3.0
+    expected = 0.2 + math.log(2 / 3) - (math.log(1e-5) + math.log(3)) / 2
+    assert spent.epsilon == pytest.approx(expected, rel=1e-12)
+
+
+def test_approximate_dp_charges_add_up(db):
+    ledger = PrivacyLedger(db, "approx", Budget(1.0, 1e-5))
+    ledger.charge(Charge("laplace", epsilon=0.25))
+    ledger.charge(Charge("gauss", epsilon=0.25, delta=1e-6))
+    assert ledger.spent().epsilon == 0.5
+    # mixing with RDP: the RDP part converts at δ minus the approximate δ already spent
+    ledger.charge(Charge("rdp", rdp=RdpCurve.from_mapping({20.0: 0.01})))
+    conv = balle_epsilon([20.0], [0.01], 1e-5 - 1e-6)
+    assert ledger.spent().epsilon == pytest.approx(0.5 + conv.epsilon, rel=1e-12)
+
+
+def test_refusal_records_nothing_and_says_why(db):
+    ledger = PrivacyLedger(db, "r", Budget(1.0, 1e-5))
+    ledger.charge(Charge("m", epsilon=0.75))
+    with pytest.raises(BudgetExceededError) as err:
+        ledger.charge(Charge("big-mechanism", epsilon=0.5))
+    msg = str(err.value)
+    assert (
+        "big-mechanism" in msg and "1.25" in msg and "ε=1" in msg and "nothing was recorded" in msg
+    )
+    assert len(ledger.charges()) == 1
+    assert ledger.spent().epsilon == 0.75
+    ledger.charge(Charge("m", epsilon=0.25))  # exactly the budget still fits
+    assert ledger.remaining() == 0.0
+
+
+def test_charge_at_orders_the_ledger_lacks_is_refused(db):
+    ledger = PrivacyLedger(db, "o", Budget(100.0, 1e-5))
+    with pytest.raises(BudgetExceededError, match="infinite at every order"):
+        ledger.charge(Charge("odd", rdp=RdpCurve.from_mapping({2.55: 0.1})))
+    assert ledger.charges() == []
+
+
+def test_delta_exhaustion_is_refused(db):
+    ledger = PrivacyLedger(db, "d", Budget(5.0, 1e-5))
+    with pytest.raises(BudgetExceededError):
+        ledger.charge(Charge("m", epsilon=0.1, delta=2e-5))
+
+
+def test_persisted_across_reopen_and_budget_cannot_change(db):
+    ledger = PrivacyLedger(db, "p", Budget(2.0, 1e-6))
+    ledger.charge(Charge("m", epsilon=0.5, unit="user", params={"k": 1}))
+    ledger.close()
+    again = PrivacyLedger(db, "p")
+    assert again.budget == Budget(2.0, 1e-6)
+    [rec] = again.charges()
+    assert (rec.mechanism, rec.epsilon, rec.unit, rec.params) == ("m", 0.5, "user", {"k": 1})
+    assert rec.created_at.endswith("+00:00")
+    with pytest.raises(AccountingError, match="cannot be reopened"):
+        PrivacyLedger(db, "p", Budget(3.0, 1e-6))
+    with pytest.raises(AccountingError, match="does not exist"):
+        PrivacyLedger(db, "other")
+
+
+def test_ledgers_in_one_file_are_independent(db):
+    a = PrivacyLedger(db, "a", Budget(1.0, 1e-5))
+    b = PrivacyLedger(db, "b", Budget(1.0, 1e-5))
+    a.charge(Charge("m", epsilon=1.0))
+    assert b.spent().epsilon == 0.0
+
+
+def test_export_json(db, tmp_path):
+    ledger = PrivacyLedger(db, "j", Budget(8.0, 1e-5))
+    ledger.charge(Charge("dpsgd", rdp=DpSgdPlan(1.0, 0.01, 100).rdp_curve(), params={"s": 1.0}))
+    out = tmp_path / "ledger.json"
+    ledger.export_json(out)
+    data = json.loads(out.read_text())
+    assert data["budget"] == {"epsilon": 8.0, "delta": 1e-5}
+    assert data["charges"][0]["mechanism"] == "dpsgd"
+    assert data["spent"]["epsilon"] == pytest.approx(ledger.spent().epsilon)
+    assert data["relation"] == "add or remove one privacy unit"
+
+
+def test_invalid_charges_refused():
+    with pytest.raises(AccountingError, match="carry a cost"):
+        Charge("nothing")
+    with pytest.raises(AccountingError):
+        Charge("neg", epsilon=-1.0)
+    with pytest.raises(AccountingError):
+        Budget(float("inf"), 1e-5)
+
+
+WORKER = textwrap.dedent(
+    """
+    import sys
+    from privlm.accounting import Budget, Charge, PrivacyLedger
+    from privlm.errors import BudgetExceededError
+    ledger = PrivacyLedger(sys.argv[1], "shared")
+    ok = refused = 0
+    for _ in range(int(sys.argv[2])):
+        try:
+            ledger.charge(Charge("worker", epsilon=0.25))
+            ok += 1
+        except BudgetExceededError:
+            refused += 1
+    print(ok, refused)
+    """
+)
+
+
+def test_concurrent_processes_never_overdraw(db):
+    """Four processes race 30 charges each at a budget that fits exactly 36."""
+    PrivacyLedger(db, "shared", Budget(9.0, 1e-5)).close()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER, str(db), "30"], stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(4)
+    ]
+    results = [tuple(map(int, p.communicate(timeout=300)[0].split())) for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert sum(ok for ok, _ in results) == 36
+    assert sum(r for _, r in results) == 4 * 30 - 36
+    ledger = PrivacyLedger(db, "shared")
+    assert len(ledger.charges()) == 36
+    assert ledger.spent().epsilon == 9.0
+    assert ledger.verify()
+
+
+def test_sigkill_mid_charging_leaves_a_consistent_ledger(db):
+    PrivacyLedger(db, "shared", Budget(1e9, 1e-5)).close()
+    proc = subprocess.Popen([sys.executable, "-c", WORKER, str(db), "1000000"])
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        time.sleep(0.5)
+        if len(PrivacyLedger(db, "shared").charges()) >= 20:
+            break
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    ledger = PrivacyLedger(db, "shared")
+    n = len(ledger.charges())
+    assert n >= 20
+    assert ledger.verify()
+    assert ledger.spent().epsilon == 0.25 * n
+    assert [c.seq for c in ledger.charges()] == list(range(1, n + 1))

@@ -1,0 +1,219 @@
+"""The CLI: JSON output, the accounting acceptance figure, errors without tracebacks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from opacus.accountants import RDPAccountant
+from typer.testing import CliRunner
+
+from privlm.accounting import Budget, Charge, PrivacyLedger
+from privlm.cli import app
+from tests.conftest import requires_data
+
+runner = CliRunner()
+
+
+def run_json(*args):
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_account_dpsgd_agrees_with_opacus():
+    out = run_json(
+        "account",
+        "dpsgd",
+        "--noise-multiplier",
+        "1.5",
+        "--sample-rate",
+        "0.04",
+        "--steps",
+        "2250",
+        "--delta",
+        "1e-5",
+    )
+    acc = RDPAccountant()
+    acc.history = [(1.5, 0.04, 2250)]
+    eps, order = acc.get_privacy_spent(delta=1e-5)
+    assert out["epsilon"] == pytest.approx(eps, rel=1e-4)
+    assert out["order"] == order and out["accountant"] == "rdp"
+
+
+def test_account_dpsgd_prv_and_human_output():
+    out = run_json(
+        "account",
+        "dpsgd",
+        "--noise-multiplier",
+        "1.5",
+        "--sample-rate",
+        "0.04",
+        "--steps",
+        "2250",
+        "--delta",
+        "1e-5",
+        "--accountant",
+        "prv",
+    )
+    assert 6.5 < out["epsilon"] < 7.0 and out["order"] is None
+    human = runner.invoke(
+        app,
+        [
+            "account",
+            "dpsgd",
+            "--noise-multiplier",
+            "1.5",
+            "--sample-rate",
+            "0.04",
+            "--steps",
+            "2250",
+            "--delta",
+            "1e-5",
+        ],
+    )
+    assert "best Rényi order α = 3.9" in human.stdout
+
+
+def test_account_calibrate():
+    out = run_json(
+        "account",
+        "calibrate",
+        "--epsilon",
+        "8",
+        "--delta",
+        "1e-5",
+        "--sample-rate",
+        "0.04",
+        "--steps",
+        "2250",
+    )
+    assert out["epsilon"] <= 8.0 and 1.3 < out["noise_multiplier"] < 1.5
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            [
+                "account",
+                "dpsgd",
+                "--noise-multiplier",
+                "0",
+                "--sample-rate",
+                "0.1",
+                "--steps",
+                "5",
+                "--delta",
+                "1e-5",
+            ],
+            "noise multiplier",
+        ),
+        (
+            [
+                "account",
+                "dpsgd",
+                "--noise-multiplier",
+                "1",
+                "--sample-rate",
+                "0.1",
+                "--steps",
+                "5",
+                "--delta",
+                "2",
+            ],
+            "δ must lie",
+        ),
+        (
+            [
+                "account",
+                "calibrate",
+                "--epsilon",
+                "-1",
+                "--delta",
+                "1e-5",
+                "--sample-rate",
+                "0.1",
+                "--steps",
+                "5",
+            ],
+            "target ε",
+        ),
+        (
+            [
+                "account",
+                "dpsgd",
+                "--noise-multiplier",
+                "1",
+                "--sample-rate",
+                "0.1",
+                "--steps",
+                "5",
+                "--delta",
+                "1e-5",
+                "--accountant",
+                "gdp",
+            ],
+            "unknown accountant",
+        ),
+        (["data", "inspect", "/no/such/file.txt"], "file not found"),
+    ],
+)
+def test_user_errors_exit_2_with_a_message_and_no_traceback(args, message):
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.output + result.stderr
+
+
+def test_data_inspect(tmp_path):
+    p = tmp_path / "notes.jsonl"
+    p.write_text(
+        '{"text": "a", "user_id": 1}\n{"text": "", "user_id": 1}\n{"text": "b", "user_id": 2}\n'
+    )
+    out = run_json("data", "inspect", str(p))
+    assert out["records"] == 2 and out["units"] == 2 and out["privacy_unit"] == "user"
+    assert out["skipped"] == 1
+    human = runner.invoke(app, ["data", "inspect", str(p)])
+    assert "user (2 units)" in human.stdout
+
+
+@requires_data
+def test_data_list():
+    rows = run_json("data", "list")
+    assert {r["name"] for r in rows} >= {
+        "wikitext2",
+        "sst2",
+        "trec",
+        "agnews",
+        "cb",
+        "rte",
+        "conll2003",
+    }
+    assert all(r["present"] for r in rows)
+
+
+def test_models_list_and_prepare_tiny():
+    rows = run_json("models", "list")
+    assert [r["name"] for r in rows if r["default"]] == ["smollm2-135m"]
+    assert run_json("models", "prepare", "tiny")["name"] == "tiny"
+
+
+def test_ledger_show(tmp_path):
+    db = tmp_path / "l.db"
+    PrivacyLedger(db, "svc", Budget(4.0, 1e-6)).charge(Charge("m", epsilon=1.5))
+    out = run_json("ledger", "show", str(db), "--name", "svc")
+    assert out["spent"]["epsilon"] == 1.5 and out["remaining_epsilon"] == 2.5
+    missing = runner.invoke(app, ["ledger", "show", str(tmp_path / "nope.db")])
+    assert missing.exit_code == 2 and "no such ledger" in missing.stderr
+
+
+@requires_data
+def test_quickstart_runs_with_the_tiny_model():
+    out = run_json("quickstart", "--model", "tiny", "--blocks", "2", "--block-size", "32")
+    assert out["model"]["name"] == "tiny"
+    assert out["perplexity"]["blocks"] == 2 and out["perplexity"]["perplexity"] > 1
+    ex = out["dpsgd_example"]
+    assert ex["ledger"]["charges_recorded"] == 1
+    assert "refused" in ex["ledger"]["second_run_refused"]
+    assert ex["sigma_for_epsilon"]["3.0"]["rdp"] > ex["sigma_for_epsilon"]["8.0"]["rdp"]

@@ -1,0 +1,20 @@
+"""Shared fixtures. Tests use the ``tiny`` model; real-model checks are marked ``slow``."""
+
+from __future__ import annotations
+
+import pytest
+
+from privlm.data import corpora
+
+
+@pytest.fixture(scope="session")
+def tiny():
+    from privlm.models import load_public_model
+
+    return load_public_model("tiny")
+
+
+requires_data = pytest.mark.skipif(
+    not all(corpora.available().values()),
+    reason="the bundled corpora (PRIVLM_DATA or ../shared/data) are not present",
+)

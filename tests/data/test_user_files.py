@@ -1,0 +1,111 @@
+"""User files: formats, privacy units, and errors that name the file, the line and the problem."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from privlm.data import load_file
+from privlm.errors import DataError
+
+
+def write(tmp_path, name, content, mode="w"):
+    p = tmp_path / name
+    if mode == "wb":
+        p.write_bytes(content)
+    else:
+        p.write_text(content, encoding="utf-8")
+    return p
+
+
+def test_txt_lines_skip_blank_lines_and_report_them(tmp_path):
+    ds = load_file(write(tmp_path, "a.txt", "first\n\nsecond\n   \nthird\n"))
+    assert ds.texts() == ["first", "second", "third"]
+    assert [r.line for r in ds] == [1, 3, 5]
+    assert ds.unit_kind == "record" and len(ds.units()) == 3
+    assert [(s.line, s.reason) for s in ds.skipped] == [(2, "blank line"), (4, "blank line")]
+    assert ds.summary()["skipped"] == 2
+
+
+def test_txt_blocks(tmp_path):
+    ds = load_file(write(tmp_path, "b.txt", "a1\na2\n\n\nb1\n\nc1\nc2\nc3"), records="block")
+    assert ds.texts() == ["a1\na2", "b1", "c1\nc2\nc3"]
+    assert [r.line for r in ds] == [1, 5, 7]
+
+
+def test_jsonl_with_users_and_labels(tmp_path):
+    rows = [
+        {"text": "hello", "user_id": "u1", "label": "pos"},
+        {"text": "again", "user_id": "u1", "label": "neg"},
+        {"text": "", "user_id": "u2"},
+        {"text": "other", "user_id": 7},
+    ]
+    ds = load_file(write(tmp_path, "d.jsonl", "\n".join(json.dumps(r) for r in rows)))
+    assert ds.unit_kind == "user"
+    assert [r.unit for r in ds] == ["user-u1", "user-u1", "user-7"]
+    assert ds.units() == ["user-u1", "user-7"]
+    assert [r.label for r in ds] == ["pos", "neg", None]
+    assert [(s.line, s.reason) for s in ds.skipped] == [(3, "empty 'text'")]
+
+
+def test_csv_with_custom_text_column(tmp_path):
+    p = write(tmp_path, "d.csv", 'body,label\n"hello, world",a\nsecond,b\n')
+    ds = load_file(p, text_column="body")
+    assert ds.texts() == ["hello, world", "second"]
+    assert [r.line for r in ds] == [2, 3]
+    assert ds.unit_kind == "record"
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "pattern", "line"),
+    [
+        ("empty.txt", "", "no records", None),
+        ("blank.txt", "\n\n  \n", "no records", None),
+        ("nocol.csv", "body,label\nx,y\n", r"no 'text' column; columns found: body, label", None),
+        ("nocol.jsonl", '{"body": "x"}\n', r"no 'text' column", None),
+        ("badjson.jsonl", '{"text": "ok"}\n{"text": \n', "invalid JSON", 2),
+        ("notobj.jsonl", '{"text": "ok"}\n["x"]\n', "JSON object", 2),
+        ("extra.csv", "text\nok\na,b\n", "more fields", 3),
+        ("onlyheader.csv", "text\n", "no data rows", None),
+        ("nonstr.jsonl", '{"text": 5}\n', "must be a string", 1),
+        (
+            "nouser.jsonl",
+            '{"text": "a", "user_id": "u"}\n{"text": "b", "user_id": ""}\n',
+            "empty 'user_id'",
+            2,
+        ),
+        ("data.parquet", "x", "unsupported file type", None),
+    ],
+)
+def test_bad_files_name_file_line_and_problem(tmp_path, name, content, pattern, line):
+    p = write(tmp_path, name, content)
+    with pytest.raises(DataError, match=pattern) as err:
+        load_file(p)
+    assert err.value.path == str(p)
+    assert err.value.line == line
+    assert str(err.value).startswith(str(p) if line is None else f"{p}:{line}:")
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(DataError, match="file not found"):
+        load_file(tmp_path / "nope.txt")
+
+
+def test_undecodable_bytes_name_the_line(tmp_path):
+    p = write(tmp_path, "latin.txt", b"fine\nalso fine\ncaf\xe9\n", mode="wb")
+    with pytest.raises(DataError, match="undecodable bytes") as err:
+        load_file(p)
+    assert err.value.line == 3
+
+
+def test_oversized_record(tmp_path):
+    p = write(tmp_path, "big.txt", "short\n" + "x" * 101 + "\n")
+    with pytest.raises(DataError, match="101 characters exceeds the limit of 100") as err:
+        load_file(p, max_record_chars=100)
+    assert err.value.line == 2
+
+
+def test_utf8_bom_is_accepted(tmp_path):
+    p = write(tmp_path, "bom.csv", "\ufefftext\nhello\n")
+    assert load_file(p).texts() == ["hello"]
