@@ -22,6 +22,7 @@ from privlm.accounting import (
     PrivacyLedger,
     RdpCurve,
     balle_epsilon,
+    charge_together,
 )
 from privlm.errors import AccountingError, BudgetExceededError
 
@@ -123,7 +124,7 @@ def test_export_json(db, tmp_path):
     out = tmp_path / "ledger.json"
     ledger.export_json(out)
     data = json.loads(out.read_text())
-    assert data["budget"] == {"epsilon": 8.0, "delta": 1e-5}
+    assert data["budget"] == {"epsilon": 8.0, "delta": 1e-5, "order": None}
     assert data["charges"][0]["mechanism"] == "dpsgd"
     assert data["spent"]["epsilon"] == pytest.approx(ledger.spent().epsilon)
     assert data["relation"] == "add or remove one privacy unit"
@@ -191,3 +192,43 @@ def test_sigkill_mid_charging_leaves_a_consistent_ledger(db):
     assert ledger.verify()
     assert ledger.spent().epsilon == 0.25 * n
     assert [c.seq for c in ledger.charges()] == list(range(1, n + 1))
+
+
+def test_rdp_budget_at_one_order(db):
+    """SubMix keeps (α, ε_i)-RDP budgets per part: spent is the raw RDP at that order."""
+    ledger = PrivacyLedger(db, "part-0", Budget(1.0, 1e-5, order=2.0))
+    ledger.charge(Charge("submix", rdp=RdpCurve.from_mapping({2.0: 0.75})))
+    assert ledger.spent().epsilon == 0.75 and ledger.spent().order == 2.0
+    with pytest.raises(BudgetExceededError, match="RDP ε=1 at order α=2"):
+        ledger.charge(Charge("submix", rdp=RdpCurve.from_mapping({2.0: 0.5})))
+    ledger.charge(Charge("submix", rdp=RdpCurve.from_mapping({2.0: 0.25})))
+    assert ledger.remaining() == 0.0
+    odd = PrivacyLedger(db, "odd-order", Budget(1.0, 1e-5, order=2.55))
+    assert 2.55 in odd.orders
+
+
+def test_charge_together_is_all_or_nothing(db):
+    a, b, c = PrivacyLedger.family(db, ["a", "b", "c"], Budget(1.0, 1e-5, order=2.0))
+    curve = lambda e: RdpCurve.from_mapping({2.0: e})  # noqa: E731
+    charge_together([(a, Charge("m", rdp=curve(0.5))), (b, Charge("m", rdp=curve(0.9)))])
+    with pytest.raises(BudgetExceededError, match="'b'"):
+        charge_together(
+            [
+                (a, Charge("m", rdp=curve(0.1))),
+                (b, Charge("m", rdp=curve(0.2))),
+                (c, Charge("m", rdp=curve(0.1))),
+            ]
+        )
+    assert (a.count(), b.count(), c.count()) == (1, 1, 0)
+    assert a.spent().epsilon == 0.5
+    other = PrivacyLedger(db, "other", Budget(1.0, 1e-5))
+    with pytest.raises(AccountingError, match="family"):
+        charge_together([(a, Charge("m", epsilon=0.1)), (other, Charge("m", epsilon=0.1))])
+
+
+def test_flags_are_durable(db):
+    ledger = PrivacyLedger(db, "f", Budget(1.0, 1e-5))
+    assert ledger.flag("stop") is None
+    ledger.set_flag("stop", "issued at query 7")
+    ledger.set_flag("stop", "issued at query 8")
+    assert PrivacyLedger(db, "f").flag("stop") == "issued at query 8"

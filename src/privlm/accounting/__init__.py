@@ -28,7 +28,14 @@ from privlm.accounting.dpsgd import (
     calibrate_noise_multiplier,
     dpsgd_epsilon,
 )
-from privlm.accounting.ledger import Budget, Charge, ChargeRecord, PrivacyLedger, Spent
+from privlm.accounting.ledger import (
+    Budget,
+    Charge,
+    ChargeRecord,
+    PrivacyLedger,
+    Spent,
+    charge_together,
+)
 from privlm.accounting.orders import DEFAULT_ORDERS, INTEGER_ORDERS
 
 __all__ = [
@@ -48,6 +55,7 @@ __all__ = [
     "Spent",
     "balle_epsilon",
     "calibrate_noise_multiplier",
+    "charge_together",
     "classic_epsilon",
     "dpsgd_epsilon",
     "gaussian_rdp",

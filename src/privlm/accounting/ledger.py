@@ -52,12 +52,22 @@ from privlm.errors import AccountingError, BudgetExceededError
 
 _metadata = MetaData()
 
+flags_table = Table(
+    "privlm_ledger_flags",
+    _metadata,
+    Column("ledger", String(200), ForeignKey("privlm_ledgers.name"), primary_key=True),
+    Column("key", String(200), primary_key=True),
+    Column("value", Text, nullable=False),
+    Column("created_at", String(40), nullable=False),
+)
+
 ledgers_table = Table(
     "privlm_ledgers",
     _metadata,
     Column("name", String(200), primary_key=True),
     Column("epsilon_budget", Float, nullable=False),
     Column("delta_budget", Float, nullable=False),
+    Column("order_budget", Float, nullable=True),
     Column("orders", Text, nullable=False),
     Column("rdp_total", Text, nullable=False),
     Column("approx_epsilon", Float, nullable=False),
@@ -86,15 +96,27 @@ charges_table = Table(
 
 @dataclass(frozen=True)
 class Budget:
-    """A total (ε, δ)-DP budget."""
+    """A total budget: (ε, δ)-DP, or, with ``order``, (order, ε)-RDP.
+
+    An RDP budget is what SubMix's Algorithm 2 keeps per part (ε_i at a fixed order α);
+    its δ is only what the ledger reports conversions at.
+    """
 
     epsilon: float
     delta: float
+    order: float | None = None
 
     def __post_init__(self) -> None:
         if not (self.epsilon >= 0 and math.isfinite(self.epsilon)):
             raise AccountingError(f"a budget's ε must be finite and ≥ 0, got {self.epsilon!r}")
         check_delta(self.delta)
+        if self.order is not None and not (self.order > 1 and math.isfinite(self.order)):
+            raise AccountingError(f"an RDP budget's order must be > 1, got {self.order!r}")
+
+    def describe(self) -> str:
+        if self.order is None:
+            return f"ε={self.epsilon:g} at δ={self.delta:g}"
+        return f"RDP ε={self.epsilon:g} at order α={self.order:g}"
 
 
 @dataclass(frozen=True)
@@ -182,13 +204,13 @@ class PrivacyLedger:
 
     def __init__(
         self,
-        target: str | Path,
+        target: str | Path | Engine,
         name: str = "default",
         budget: Budget | None = None,
         orders: tuple[float, ...] = DEFAULT_ORDERS,
     ) -> None:
         self.name = name
-        self._engine = _engine_for(target)
+        self._engine = target if isinstance(target, Engine) else _engine_for(target)
         _metadata.create_all(self._engine)
         with self._engine.begin() as conn:
             row = conn.execute(select(ledgers_table).where(ledgers_table.c.name == name)).first()
@@ -198,11 +220,14 @@ class PrivacyLedger:
                         f"ledger {name!r} does not exist yet; give a Budget to create it"
                     )
                 grid = tuple(float(a) for a in as_orders(orders))
+                if budget.order is not None and budget.order not in grid:
+                    grid = tuple(sorted({*grid, float(budget.order)}))
                 conn.execute(
                     insert(ledgers_table).values(
                         name=name,
                         epsilon_budget=budget.epsilon,
                         delta_budget=budget.delta,
+                        order_budget=budget.order,
                         orders=json.dumps(grid),
                         rdp_total=json.dumps([0.0] * len(grid)),
                         approx_epsilon=0.0,
@@ -214,15 +239,27 @@ class PrivacyLedger:
                 )
                 self.budget, self.orders = budget, grid
             else:
-                stored = Budget(row.epsilon_budget, row.delta_budget)
+                stored = Budget(row.epsilon_budget, row.delta_budget, row.order_budget)
                 if budget is not None and budget != stored:
                     raise AccountingError(
-                        f"ledger {name!r} already has budget ε={stored.epsilon}, "
-                        f"δ={stored.delta}; it cannot be reopened with ε={budget.epsilon}, "
-                        f"δ={budget.delta}"
+                        f"ledger {name!r} already has budget {stored.describe()}; it cannot "
+                        f"be reopened with {budget.describe()}"
                     )
                 self.budget = stored
                 self.orders = tuple(json.loads(row.orders))
+
+    @classmethod
+    def family(
+        cls,
+        target: str | Path,
+        names: list[str],
+        budget: Budget | None = None,
+        orders: tuple[float, ...] = DEFAULT_ORDERS,
+    ) -> list[PrivacyLedger]:
+        """Ledgers in one database sharing one connection pool, so that
+        :func:`charge_together` can charge several of them in one transaction."""
+        engine = _engine_for(target)
+        return [cls(engine, n, budget, orders) for n in names]
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -239,6 +276,13 @@ class PrivacyLedger:
     def _epsilon(
         self, rdp: NDArray[np.float64], approx_eps: float, approx_delta: float, delta: float
     ) -> Spent:
+        if self.budget.order is not None:
+            at = rdp[self.orders.index(float(self.budget.order))]
+            return Spent(
+                float(at) + (math.inf if approx_eps or approx_delta else 0.0),
+                delta,
+                self.budget.order,
+            )
         if not np.any(rdp > 0):
             eps = approx_eps if approx_delta <= delta else math.inf
             return Spent(eps, delta, None)
@@ -248,7 +292,8 @@ class PrivacyLedger:
         return Spent(approx_eps + conv.epsilon, delta, conv.order)
 
     def spent(self, delta: float | None = None) -> Spent:
-        """ε spent so far at δ (default: the budget's δ)."""
+        """ε spent so far at δ (default: the budget's δ); for an RDP budget, the RDP at its
+        order."""
         d = self.budget.delta if delta is None else check_delta(delta)
         with self._engine.connect() as conn:
             rdp, ae, ad, _ = self._totals(conn)
@@ -298,48 +343,88 @@ class PrivacyLedger:
         Raises :class:`BudgetExceededError`, recording nothing, if it would not fit.
         The charge is committed to the database before this returns.
         """
-        extra = None if charge.rdp is None else charge.rdp.at(self.orders)
         with self._engine.begin() as conn:
-            rdp, ae, ad, n = self._totals(conn, lock=True)
-            after = self._after(rdp, ae, ad, charge)
-            if not after.epsilon <= self.budget.epsilon:
-                before = self._epsilon(rdp, ae, ad, self.budget.delta)
-                why = (
-                    " (its RDP curve is infinite at every order of this ledger)"
-                    if extra is not None and not np.any(np.isfinite(extra))
-                    else ""
-                )
-                raise BudgetExceededError(
-                    f"refused: charging {charge.mechanism}{why} would raise the ε spent on "
-                    f"ledger {self.name!r} from {before.epsilon:.6g} to {after.epsilon:.6g}, "
-                    f"over its budget of ε={self.budget.epsilon:g} at δ={self.budget.delta:g}; "
-                    "nothing was recorded"
-                )
-            new_rdp = rdp if extra is None else rdp + extra
-            conn.execute(
-                insert(charges_table).values(
-                    ledger=self.name,
-                    seq=n + 1,
-                    mechanism=charge.mechanism,
-                    params=json.dumps(dict(charge.params), sort_keys=True, default=str),
-                    rdp=None if extra is None else json.dumps(extra.tolist()),
-                    epsilon=charge.epsilon,
-                    delta=charge.delta,
-                    unit=charge.unit,
-                    created_at=_now(),
-                )
+            return self._apply(conn, charge)
+
+    def count(self) -> int:
+        """How many charges are recorded."""
+        with self._engine.connect() as conn:
+            return self._totals(conn)[3]
+
+    def _apply(self, conn: Connection, charge: Charge) -> Spent:
+        """Check and record ``charge`` inside the caller's (locked) transaction."""
+        extra = None if charge.rdp is None else charge.rdp.at(self.orders)
+        rdp, ae, ad, n = self._totals(conn, lock=True)
+        after = self._after(rdp, ae, ad, charge)
+        if not after.epsilon <= self.budget.epsilon:
+            before = self._epsilon(rdp, ae, ad, self.budget.delta)
+            why = (
+                " (its RDP curve is infinite at every order of this ledger)"
+                if extra is not None and not np.any(np.isfinite(extra))
+                else ""
             )
-            conn.execute(
-                update(ledgers_table)
-                .where(ledgers_table.c.name == self.name)
-                .values(
-                    rdp_total=json.dumps(new_rdp.tolist()),
-                    approx_epsilon=ae + charge.epsilon,
-                    approx_delta=ad + charge.delta,
-                    n_charges=n + 1,
-                )
+            raise BudgetExceededError(
+                f"refused: charging {charge.mechanism}{why} would raise the ε spent on "
+                f"ledger {self.name!r} from {before.epsilon:.6g} to {after.epsilon:.6g}, "
+                f"over its budget of {self.budget.describe()}; nothing was recorded"
             )
+        new_rdp = rdp if extra is None else rdp + extra
+        conn.execute(
+            insert(charges_table).values(
+                ledger=self.name,
+                seq=n + 1,
+                mechanism=charge.mechanism,
+                params=json.dumps(dict(charge.params), sort_keys=True, default=str),
+                rdp=None if extra is None else json.dumps(extra.tolist()),
+                epsilon=charge.epsilon,
+                delta=charge.delta,
+                unit=charge.unit,
+                created_at=_now(),
+            )
+        )
+        conn.execute(
+            update(ledgers_table)
+            .where(ledgers_table.c.name == self.name)
+            .values(
+                rdp_total=json.dumps(new_rdp.tolist()),
+                approx_epsilon=ae + charge.epsilon,
+                approx_delta=ad + charge.delta,
+                n_charges=n + 1,
+            )
+        )
         return after
+
+    # -- flags --------------------------------------------------------------------------------
+
+    def set_flag(self, key: str, value: str) -> None:
+        """Durably record a fact about this ledger's mechanism (e.g. SubMix's STOP)."""
+        with self._engine.begin() as conn:
+            exists = conn.execute(
+                select(flags_table.c.key).where(
+                    (flags_table.c.ledger == self.name) & (flags_table.c.key == key)
+                )
+            ).first()
+            if exists is None:
+                conn.execute(
+                    insert(flags_table).values(
+                        ledger=self.name, key=key, value=value, created_at=_now()
+                    )
+                )
+            else:
+                conn.execute(
+                    update(flags_table)
+                    .where((flags_table.c.ledger == self.name) & (flags_table.c.key == key))
+                    .values(value=value)
+                )
+
+    def flag(self, key: str) -> str | None:
+        with self._engine.connect() as conn:
+            row = conn.execute(
+                select(flags_table.c.value).where(
+                    (flags_table.c.ledger == self.name) & (flags_table.c.key == key)
+                )
+            ).first()
+        return None if row is None else str(row.value)
 
     # -- export -----------------------------------------------------------------------------
 
@@ -378,3 +463,15 @@ class PrivacyLedger:
 
     def close(self) -> None:
         self._engine.dispose()
+
+
+def charge_together(items: list[tuple[PrivacyLedger, Charge]]) -> list[Spent]:
+    """Charge several ledgers of one :meth:`PrivacyLedger.family` in one transaction:
+    all the charges are recorded, or, if any would exceed its budget, none is."""
+    if not items:
+        return []
+    engine = items[0][0]._engine
+    if any(ledger._engine is not engine for ledger, _ in items):
+        raise AccountingError("charge_together needs ledgers from one PrivacyLedger.family")
+    with engine.begin() as conn:
+        return [ledger._apply(conn, charge) for ledger, charge in items]

@@ -1,0 +1,196 @@
+"""The batched ensemble engine: public model and LoRA adapters in one forward pass.
+
+Every adapted projection of the base model is wrapped by :class:`StackedLoRA`, which holds
+the A and B matrices of all N adapters stacked as (N, r, in) and (N, out, r). A batch row
+names its adapter (−1 = none, the public model); the wrapper adds
+``scaling · (x A_row^T) B_row^T`` to the base output for the rows that have one, with
+batched matmuls. So one forward pass over the shared base weights evaluates the public model
+and any set of adapters, with no ``set_adapter`` loop. KV caching works as for the base
+model, since the wrapped model is the base model.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+from torch import nn
+from transformers import DynamicCache, PreTrainedModel
+
+from privlm.errors import ModelLoadError
+
+
+class RowRouter:
+    """Which adapter each batch row uses, shared by all wrapped projections."""
+
+    def __init__(self) -> None:
+        self.rows: torch.Tensor | None = None
+        self.active: torch.Tensor | None = None
+
+    def set(self, rows: torch.Tensor) -> None:
+        self.rows = rows
+        self.active = torch.nonzero(rows >= 0).flatten()
+
+
+class StackedLoRA(nn.Module):
+    """A base projection plus a per-row LoRA delta chosen from a stack of adapters."""
+
+    def __init__(
+        self, base: nn.Module, a: torch.Tensor, b: torch.Tensor, scaling: float, router: RowRouter
+    ) -> None:
+        super().__init__()
+        self.base = base
+        self.register_buffer("lora_a", a, persistent=False)  # (N, r, in)
+        self.register_buffer("lora_b", b, persistent=False)  # (N, out, r)
+        self.scaling = scaling
+        self.router = router
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.base(x)
+        rows, active = self.router.rows, self.router.active
+        if rows is None or active is None or active.numel() == 0:
+            return y
+        idx = rows[active]
+        xa = x[active]  # (R, T, in)
+        delta = torch.bmm(
+            torch.bmm(xa, self.lora_a[idx].transpose(1, 2)), self.lora_b[idx].transpose(1, 2)
+        )
+        y = y.clone() if y.requires_grad else y
+        y[active] += self.scaling * delta.to(y.dtype)
+        return y
+
+
+@dataclass(frozen=True)
+class AdapterSpec:
+    rank: int
+    alpha: float
+    targets: tuple[str, ...]
+
+    @property
+    def scaling(self) -> float:
+        return self.alpha / self.rank
+
+
+def read_adapter(path: Path) -> tuple[AdapterSpec, dict[str, tuple[torch.Tensor, torch.Tensor]]]:
+    """A PEFT LoRA adapter directory → its spec and {module name: (A, B)}."""
+    cfg_path, weights_path = path / "adapter_config.json", path / "adapter_model.safetensors"
+    if not cfg_path.is_file() or not weights_path.is_file():
+        raise ModelLoadError(
+            f"{path}: not a PEFT adapter (needs adapter_config.json and adapter_model.safetensors)"
+        )
+    cfg = json.loads(cfg_path.read_text())
+    if cfg.get("peft_type") != "LORA" or cfg.get("use_rslora") or cfg.get("use_dora"):
+        raise ModelLoadError(f"{path}: only plain LoRA adapters are supported")
+    targets = cfg["target_modules"]
+    spec = AdapterSpec(
+        int(cfg["r"]),
+        float(cfg["lora_alpha"]),
+        tuple(sorted(targets if isinstance(targets, list) else [targets])),
+    )
+    tensors = load_file(str(weights_path))
+    pairs: dict[str, list[torch.Tensor | None]] = {}
+    for key, value in tensors.items():
+        name = key.removeprefix("base_model.model.")
+        for part, slot in ((".lora_A.weight", 0), (".lora_B.weight", 1)):
+            if name.endswith(part):
+                pairs.setdefault(name[: -len(part)], [None, None])[slot] = value
+    out = {}
+    for name, (a, b) in pairs.items():
+        if a is None or b is None:
+            raise ModelLoadError(f"{path}: LoRA weights of {name} are incomplete")
+        out[name] = (a, b)
+    return spec, out
+
+
+class EnsembleEngine:
+    """A base causal LM with N LoRA adapters stacked for row-wise batched evaluation."""
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        adapters: list[dict[str, tuple[torch.Tensor, torch.Tensor]]],
+        spec: AdapterSpec,
+    ) -> None:
+        if not adapters:
+            raise ModelLoadError("an ensemble needs at least one adapter")
+        names = set(adapters[0])
+        if any(set(a) != names for a in adapters):
+            raise ModelLoadError("the adapters do not adapt the same modules")
+        self.model = model.eval()
+        self.spec = spec
+        self.n_adapters = len(adapters)
+        self.router = RowRouter()
+        dtype = next(model.parameters()).dtype
+        for name in sorted(names):
+            parent_name, _, child = name.rpartition(".")
+            parent = model.get_submodule(parent_name)
+            base = getattr(parent, child)
+            a = torch.stack([ad[name][0] for ad in adapters]).to(dtype)
+            b = torch.stack([ad[name][1] for ad in adapters]).to(dtype)
+            setattr(parent, child, StackedLoRA(base, a, b, spec.scaling, self.router))
+
+    @classmethod
+    def from_directories(cls, model: PreTrainedModel, paths: list[Path]) -> EnsembleEngine:
+        specs, weights = zip(*(read_adapter(Path(p)) for p in paths), strict=True)
+        if len(set(specs)) != 1:
+            raise ModelLoadError(f"the adapters differ in rank, alpha or targets: {set(specs)}")
+        return cls(model, list(weights), specs[0])
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @torch.no_grad()
+    def logits(
+        self,
+        input_ids: torch.Tensor,
+        rows: torch.Tensor,
+        past_key_values: DynamicCache | None = None,
+        attention_mask: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, DynamicCache | None]:
+        """Logits (B, T, V) for batch rows that each use adapter ``rows[b]`` (−1: none)."""
+        if rows.shape[0] != input_ids.shape[0]:
+            raise ValueError("one adapter index per batch row")
+        if int(rows.max()) >= self.n_adapters or int(rows.min()) < -1:
+            raise ValueError(f"adapter indices must lie in [-1, {self.n_adapters - 1}]")
+        self.router.set(rows.to(self.device))
+        try:
+            out = self.model(
+                input_ids=input_ids,
+                past_key_values=past_key_values,
+                attention_mask=attention_mask,
+                use_cache=past_key_values is not None,
+            )
+        finally:
+            self.router.set(torch.empty(0, dtype=torch.long))
+        return out.logits, out.past_key_values if past_key_values is not None else None
+
+    def log_probs(self, context: list[int], rows: list[int]) -> torch.Tensor:
+        """Next-token log-probabilities (len(rows), V) after ``context``, one batched pass."""
+        ids = torch.tensor([context] * len(rows), dtype=torch.long)
+        logits, _ = self.logits(ids, torch.tensor(rows, dtype=torch.long))
+        return torch.log_softmax(logits[:, -1].float(), dim=-1)
+
+
+class CachedDecoder:
+    """Incremental decoding of one context for a fixed set of rows, with a KV cache."""
+
+    def __init__(self, engine: EnsembleEngine, prompt: list[int], rows: list[int]) -> None:
+        if not prompt:
+            raise ValueError("the prompt must have at least one token")
+        self.engine = engine
+        self.rows = torch.tensor(rows, dtype=torch.long)
+        self.cache = DynamicCache()
+        ids = torch.tensor([prompt] * len(rows), dtype=torch.long)
+        logits, _ = engine.logits(ids, self.rows, self.cache)
+        self.last = torch.log_softmax(logits[:, -1].float(), dim=-1)
+
+    def advance(self, token: int) -> torch.Tensor:
+        """Append ``token`` to every row; return the next-token log-probs (rows, V)."""
+        ids = torch.full((len(self.rows), 1), token, dtype=torch.long)
+        logits, _ = self.engine.logits(ids, self.rows, self.cache)
+        self.last = torch.log_softmax(logits[:, -1].float(), dim=-1)
+        return self.last

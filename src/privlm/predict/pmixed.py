@@ -1,0 +1,189 @@
+"""PMixED private next-token prediction (Algorithm 1 of the PMixED paper), with its ledger.
+
+Per query: Poisson-sample the ensemble (rate q), evaluate the public model and the sampled
+adapters in one batched pass, mollify each toward the public model (Eq. 5, order-2α ball of
+radius ρ*), average and sample. The cost of every query is the per-query RDP curve of
+:mod:`privlm.accounting.analysis.pmixed` and is charged to the ledger, durably, before the
+token is released. The budget (ε_G, δ) is spent over T queries: ε_G is converted to an RDP
+budget at α by Theorem C.3, and ρ* is chosen so one query costs at most that over T.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from privlm.accounting import Budget, Charge, PrivacyLedger, RdpCurve
+from privlm.accounting.analysis import pmixed as analysis
+from privlm.errors import BudgetExceededError, PrivlmError
+from privlm.predict.engine import CachedDecoder, EnsembleEngine
+from privlm.predict.pmixed_rule import pmixed_mixture, sample_subset
+from privlm.predict.sampling import check_ancestral, make_generator, sample
+
+
+def rdp_budget_for(epsilon: float, delta: float, alpha: int) -> float:
+    """The (α, ε_RDP) budget that Theorem C.3 converts to exactly (ε, δ)-DP."""
+    a = float(alpha)
+    return epsilon - math.log((a - 1) / a) + (math.log(delta) + math.log(a)) / (a - 1)
+
+
+@dataclass(frozen=True)
+class PMixEDConfig:
+    """Privacy hyperparameters; defaults are Table 1 of the PMixED paper."""
+
+    epsilon: float = 8.0
+    delta: float = 1e-5
+    alpha: int = 3
+    queries: int = 1024
+    sample_rate: float = 0.03
+
+    def __post_init__(self) -> None:
+        analysis.check_alpha(self.alpha)
+        if self.queries < 1:
+            raise PrivlmError("the query budget T must be at least 1")
+        if not (0 < self.sample_rate <= 1):
+            raise PrivlmError(f"the sample rate q must lie in (0, 1], got {self.sample_rate}")
+        if rdp_budget_for(self.epsilon, self.delta, self.alpha) <= 0:
+            raise PrivlmError(
+                f"ε={self.epsilon} at δ={self.delta} leaves no RDP budget at order α={self.alpha}; "
+                "raise ε or δ, or change α"
+            )
+
+    @property
+    def per_query_rdp(self) -> float:
+        return rdp_budget_for(self.epsilon, self.delta, self.alpha) / self.queries
+
+
+@dataclass
+class Generation:
+    """Released tokens and what they cost."""
+
+    text: str
+    token_ids: list[int]
+    epsilon_spent: float
+    queries_used: int
+    queries_left: int
+    stopped: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class PMixED:
+    """Private prediction over an ensemble of LoRA adapters. One ledger per deployment."""
+
+    mechanism = "pmixed"
+
+    def __init__(
+        self,
+        engine: EnsembleEngine,
+        tokenizer: PreTrainedTokenizerBase,
+        ledger: PrivacyLedger,
+        config: PMixEDConfig | None = None,
+        seed: int | None = None,
+    ) -> None:
+        self.engine, self.tokenizer, self.ledger = engine, tokenizer, ledger
+        self.config = cfg = config or PMixEDConfig()
+        if ledger.budget != Budget(cfg.epsilon, cfg.delta):
+            raise PrivlmError(
+                f"ledger {ledger.name!r} has budget {ledger.budget.describe()}, not ε={cfg.epsilon} at δ={cfg.delta}"
+            )
+        n = engine.n_adapters
+        self.radius = analysis.solve_radius(cfg.per_query_rdp, cfg.alpha, n, cfg.sample_rate)
+        self.query_curve = RdpCurve.from_mapping(
+            analysis.query_rdp_curve(self.radius, cfg.alpha, n, cfg.sample_rate)
+        )
+        self.generator = make_generator(seed)
+
+    # -- budget ------------------------------------------------------------------------------
+
+    def queries_used(self) -> int:
+        return self.ledger.count()
+
+    def queries_left(self) -> int:
+        return max(self.config.queries - self.queries_used(), 0)
+
+    def _charge_one(self) -> None:
+        """Charge one query, durably, or refuse. Called before a token leaves."""
+        used = self.queries_used()
+        if used >= self.config.queries:
+            raise BudgetExceededError(
+                f"refused: all T={self.config.queries} private queries of ledger {self.ledger.name!r} "
+                f"are used (ε={self.config.epsilon}, δ={self.config.delta}); no further private tokens"
+            )
+        self.ledger.charge(
+            Charge(
+                self.mechanism,
+                rdp=self.query_curve,
+                unit="ensemble member (one part of the data)",
+                params={"query": used + 1, "radius": self.radius, "q": self.config.sample_rate},
+            )
+        )
+
+    # -- one query ---------------------------------------------------------------------------
+
+    def _mix(self, log_probs_all: torch.Tensor) -> torch.Tensor:
+        """Row 0 public, rows 1..N adapters: the PMixED release distribution (unreleased)."""
+        subset = sample_subset(self.generator, self.engine.n_adapters, self.config.sample_rate)
+        mix = pmixed_mixture(
+            log_probs_all[1:][subset], log_probs_all[0], self.config.alpha, self.radius
+        )
+        return mix.log_probs
+
+    def generate(self, prompt: str, max_new_tokens: int = 32, **sampling: Any) -> Generation:
+        """Sample up to ``max_new_tokens`` private tokens after ``prompt``."""
+        check_ancestral(sampling)
+        if max_new_tokens < 1:
+            raise PrivlmError("max_new_tokens must be at least 1")
+        if self.queries_left() < 1:
+            self._charge_one()  # raises with the reason
+        ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"] or [
+            self.tokenizer.eos_token_id
+        ]
+        decoder = CachedDecoder(self.engine, ids, [-1, *range(self.engine.n_adapters)])
+        out: list[int] = []
+        stopped = None
+        log_probs = decoder.last
+        for _ in range(max_new_tokens):
+            token = sample(self._mix(log_probs), self.generator)
+            try:
+                self._charge_one()
+            except BudgetExceededError as exc:
+                stopped = str(exc)
+                break
+            out.append(token)  # released only now that its cost is committed
+            if token == self.tokenizer.eos_token_id:
+                break
+            log_probs = decoder.advance(token)
+        return Generation(
+            self.tokenizer.decode(out),
+            out,
+            self.ledger.spent().epsilon,
+            self.queries_used(),
+            self.queries_left(),
+            stopped,
+        )
+
+    def score(self, token_ids: list[int]) -> torch.Tensor:
+        """Teacher-forced: log-probability of each token given its prefix, every position one
+        charged query (the papers' perplexity protocol). Returns len(token_ids) − 1 values."""
+        if len(token_ids) < 2:
+            raise PrivlmError("scoring needs at least two tokens")
+        need = len(token_ids) - 1
+        if self.queries_left() < need:
+            raise BudgetExceededError(
+                f"refused: scoring {need} tokens needs {need} queries, {self.queries_left()} are left "
+                f"of T={self.config.queries}"
+            )
+        rows = torch.tensor([-1, *range(self.engine.n_adapters)])
+        ids = torch.tensor([token_ids] * len(rows))
+        logits, _ = self.engine.logits(ids, rows)
+        log_probs = torch.log_softmax(logits.float(), dim=-1)
+        out = torch.empty(need, dtype=torch.float64)
+        for t in range(need):
+            mixed = self._mix(log_probs[:, t])
+            self._charge_one()
+            out[t] = mixed[token_ids[t + 1]]
+        return out

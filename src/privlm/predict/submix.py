@@ -1,0 +1,140 @@
+"""SubMix private next-token prediction (Algorithm 2 of SubMix), with per-part budgets.
+
+The ensemble holds two adapters per part (halves a and b). Each query computes the release
+distribution and the leakage of every part (:func:`privlm.predict.submix_rule.submix_step`).
+If every part can afford its leakage (ε_i − leak_i > 0), all the part ledgers are charged in
+one transaction, then the token is released. Otherwise SubMix issues STOP (recorded durably):
+this and every later query is answered by the public model alone, and the caller is told.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from privlm.accounting import Budget, Charge, PrivacyLedger, RdpCurve, charge_together
+from privlm.errors import BudgetExceededError, PrivlmError
+from privlm.predict.engine import CachedDecoder, EnsembleEngine
+from privlm.predict.pmixed import Generation
+from privlm.predict.sampling import check_ancestral, make_generator, sample
+from privlm.predict.submix_rule import submix_step
+
+STOP_FLAG = "submix-stop"
+
+
+@dataclass(frozen=True)
+class SubMixConfig:
+    """ε: the (α, ε) operational-privacy budget of every part; β: target leakage (Eq. 2)."""
+
+    epsilon: float = 2.0
+    alpha: float = 2.0
+    beta: float = 2.0 / 1024
+    delta: float = 1e-5  # only for reporting conversions
+
+    def __post_init__(self) -> None:
+        if not (self.epsilon > 0 and self.beta > 0 and self.alpha > 1):
+            raise PrivlmError("SubMix needs ε > 0, β > 0 and α > 1")
+
+
+def part_ledgers(target: Any, name: str, n_parts: int, config: SubMixConfig) -> list[PrivacyLedger]:
+    """One RDP ledger per part, in one database, chargeable together."""
+    budget = Budget(config.epsilon, config.delta, order=config.alpha)
+    return PrivacyLedger.family(target, [f"{name}/part-{i:03d}" for i in range(n_parts)], budget)
+
+
+class SubMix:
+    mechanism = "submix"
+
+    def __init__(
+        self,
+        engine: EnsembleEngine,
+        tokenizer: PreTrainedTokenizerBase,
+        ledgers: list[PrivacyLedger],
+        config: SubMixConfig | None = None,
+        seed: int | None = None,
+    ) -> None:
+        if engine.n_adapters % 2:
+            raise PrivlmError("a SubMix ensemble has two adapters per part")
+        self.k = engine.n_adapters // 2
+        if len(ledgers) != self.k:
+            raise PrivlmError(
+                f"SubMix over {self.k} parts needs {self.k} part ledgers, got {len(ledgers)}"
+            )
+        self.engine, self.tokenizer, self.ledgers = engine, tokenizer, ledgers
+        self.config = config or SubMixConfig()
+        self.generator = make_generator(seed)
+
+    @property
+    def stopped(self) -> bool:
+        return self.ledgers[0].flag(STOP_FLAG) is not None
+
+    def _stop(self, why: str) -> None:
+        self.ledgers[0].set_flag(STOP_FLAG, why)
+
+    def _query(self, log_probs_all: torch.Tensor) -> tuple[int, bool]:
+        """One query: (token, private?). Charges before returning a private token."""
+        public = log_probs_all[0]
+        if self.stopped:
+            return sample(public, self.generator), False
+        step = submix_step(
+            log_probs_all[1::2], log_probs_all[2::2], public, self.config.alpha, self.config.beta
+        )
+        remaining = [lg.remaining() for lg in self.ledgers]
+        leak = step.leakage.tolist()
+        if not all(r - x > 0 for r, x in zip(remaining, leak, strict=True)):
+            worst = min(range(self.k), key=lambda i: remaining[i] - leak[i])
+            self._stop(
+                f"part {worst} would exceed ε={self.config.epsilon} at order α={self.config.alpha}"
+            )
+            return sample(public, self.generator), False
+        token = sample(step.log_probs, self.generator)
+        try:
+            charge_together(
+                [
+                    (
+                        lg,
+                        Charge(
+                            self.mechanism,
+                            rdp=RdpCurve.from_mapping({self.config.alpha: x}),
+                            unit="part",
+                            params={"lambda_star": step.lambda_star},
+                        ),
+                    )
+                    for lg, x in zip(self.ledgers, leak, strict=True)
+                ]
+            )
+        except BudgetExceededError as exc:  # a concurrent query spent the budget first
+            self._stop(str(exc))
+            return sample(public, self.generator), False
+        return token, True
+
+    def generate(self, prompt: str, max_new_tokens: int = 32, **sampling: Any) -> Generation:
+        check_ancestral(sampling)
+        ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"] or [
+            self.tokenizer.eos_token_id
+        ]
+        decoder = CachedDecoder(self.engine, ids, [-1, *range(self.engine.n_adapters)])
+        out: list[int] = []
+        private = 0
+        log_probs = decoder.last
+        for _ in range(max_new_tokens):
+            token, was_private = self._query(log_probs)
+            private += was_private
+            out.append(token)
+            if token == self.tokenizer.eos_token_id:
+                break
+            log_probs = decoder.advance(token)
+        spent = [lg.spent().epsilon for lg in self.ledgers]
+        stop = self.ledgers[0].flag(STOP_FLAG)
+        return Generation(
+            self.tokenizer.decode(out),
+            out,
+            max(spent),
+            sum(lg.count() for lg in self.ledgers[:1]),
+            0,
+            None if stop is None else f"STOP: {stop}; later tokens come from the public model only",
+            {"private_tokens": private, "public_tokens": len(out) - private, "part_spent": spent},
+        )

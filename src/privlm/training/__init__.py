@@ -1,0 +1,1 @@
+"""Training: LoRA target discovery, ensemble fine-tuning (PMixED / SubMix)."""

@@ -1,0 +1,54 @@
+"""The batched engine equals PEFT adapter by adapter, in one pass, with and without cache."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from peft import PeftModel
+
+from privlm.errors import ModelLoadError
+from privlm.models import load_public_model
+from privlm.predict.engine import CachedDecoder, EnsembleEngine
+
+
+def peft_log_probs(path, context):
+    model = PeftModel.from_pretrained(load_public_model("tiny").model, path).eval()
+    with torch.no_grad():
+        return torch.log_softmax(model(torch.tensor([context])).logits[0, -1], -1)
+
+
+def test_each_row_equals_its_peft_adapter_in_one_pass(engine, adapter_dirs):
+    eng, _ = engine
+    ctx = [5, 17, 300, 42, 7]
+    calls = []
+    handle = eng.model.register_forward_hook(lambda *a: calls.append(1))
+    lp = eng.log_probs(ctx, [-1, 0, 1, 2, 3, 2])
+    handle.remove()
+    assert len(calls) == 1  # one forward pass for public + every adapter
+    base = load_public_model("tiny").model
+    with torch.no_grad():
+        ref0 = torch.log_softmax(base(torch.tensor([ctx])).logits[0, -1], -1)
+    assert torch.allclose(lp[0], ref0, atol=1e-5)
+    for i, path in enumerate(adapter_dirs):
+        assert torch.allclose(lp[i + 1], peft_log_probs(path, ctx), atol=1e-5)
+    assert torch.equal(lp[3], lp[5])
+    assert not torch.allclose(lp[1], lp[2])
+
+
+def test_kv_cached_decoding_matches_recomputation(engine):
+    eng, _ = engine
+    rows = [-1, 0, 1, 2, 3]
+    dec = CachedDecoder(eng, [1, 2, 3], rows)
+    ctx = [1, 2, 3]
+    for tok in (9, 99, 999):
+        got = dec.advance(tok)
+        ctx.append(tok)
+        assert torch.allclose(got, eng.log_probs(ctx, rows), atol=1e-5)
+
+
+def test_bad_rows_and_adapters_refused(engine, tmp_path):
+    eng, _ = engine
+    with pytest.raises(ValueError, match="adapter indices"):
+        eng.log_probs([1, 2], [4])
+    with pytest.raises(ModelLoadError, match="not a PEFT adapter"):
+        EnsembleEngine.from_directories(load_public_model("tiny").model, [tmp_path])

@@ -1,0 +1,86 @@
+"""PMixED end to end on the tiny ensemble: budget, charge-before-release, refusals."""
+
+from __future__ import annotations
+
+import pytest
+
+from privlm.accounting import Budget, PrivacyLedger
+from privlm.accounting.analysis import pmixed as analysis
+from privlm.errors import BudgetExceededError, PrivlmError
+from privlm.predict.pmixed import PMixED, PMixEDConfig, rdp_budget_for
+from privlm.predict.sampling import UnsupportedSamplingError
+
+
+def make(engine, tmp_path, **cfg):
+    eng, tok = engine
+    config = PMixEDConfig(
+        **{"epsilon": 8.0, "delta": 1e-5, "alpha": 3, "queries": 12, "sample_rate": 0.5, **cfg}
+    )
+    ledger = PrivacyLedger(tmp_path / "l.db", "deploy", Budget(config.epsilon, config.delta))
+    return PMixED(eng, tok, ledger, config, seed=0), ledger
+
+
+def test_rdp_budget_round_trips_through_theorem_c3():
+    from privlm.accounting import balle_epsilon
+
+    rdp = rdp_budget_for(8.0, 1e-5, 3)
+    assert balle_epsilon([3.0], [rdp], 1e-5).epsilon == pytest.approx(8.0, rel=1e-12)
+
+
+def test_every_token_is_charged_and_t_queries_spend_at_most_the_budget(engine, tmp_path):
+    pm, ledger = make(engine, tmp_path)
+    gen = pm.generate("Hello", max_new_tokens=5)
+    assert len(gen.token_ids) == ledger.count() <= 5
+    assert pm.query_curve.at([3.0])[0] <= pm.config.per_query_rdp
+    more = pm.generate("again", max_new_tokens=50)
+    assert ledger.count() == 12 and pm.queries_left() == 0
+    assert more.stopped and "T=12" in more.stopped
+    assert ledger.spent().epsilon <= 8.0
+    with pytest.raises(BudgetExceededError, match="all T=12 private queries"):
+        pm.generate("one more", max_new_tokens=1)
+    assert ledger.count() == 12
+
+
+def test_a_refused_charge_releases_nothing(engine, tmp_path, monkeypatch):
+    pm, ledger = make(engine, tmp_path)
+
+    def refuse(charge):
+        raise BudgetExceededError("refused: test")
+
+    monkeypatch.setattr(ledger, "charge", refuse)
+    gen = pm.generate("Hello", max_new_tokens=3)
+    assert gen.token_ids == [] and gen.text == "" and "refused" in gen.stopped
+
+
+@pytest.mark.parametrize(
+    "option",
+    [{"greedy": True}, {"temperature": 0.7}, {"top_k": 5}, {"top_p": 0.9}, {"num_beams": 2}],
+)
+def test_non_ancestral_sampling_is_refused_with_a_reason(engine, tmp_path, option):
+    pm, ledger = make(engine, tmp_path)
+    with pytest.raises(UnsupportedSamplingError, match="refused"):
+        pm.generate("Hello", max_new_tokens=2, **option)
+    assert ledger.count() == 0
+
+
+def test_radius_is_the_largest_that_fits_the_per_query_budget(engine, tmp_path):
+    pm, _ = make(engine, tmp_path)
+    n, cfg = 4, pm.config
+    assert analysis.query_rdp(pm.radius, 3, n, cfg.sample_rate) <= cfg.per_query_rdp
+    assert analysis.query_rdp(pm.radius * 1.001, 3, n, cfg.sample_rate) > cfg.per_query_rdp
+
+
+def test_scoring_charges_one_query_per_position(engine, tmp_path):
+    pm, ledger = make(engine, tmp_path)
+    scores = pm.score([1, 2, 3, 4, 5])
+    assert scores.shape == (4,) and (scores <= 0).all()
+    assert ledger.count() == 4
+    with pytest.raises(BudgetExceededError, match="needs 10 queries"):
+        pm.score(list(range(11)))
+
+
+def test_ledger_must_match_the_configuration(engine, tmp_path):
+    eng, tok = engine
+    ledger = PrivacyLedger(tmp_path / "x.db", "d", Budget(3.0, 1e-5))
+    with pytest.raises(PrivlmError, match="not ε=8.0"):
+        PMixED(eng, tok, ledger, PMixEDConfig())
