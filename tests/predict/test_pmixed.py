@@ -82,5 +82,5 @@ def test_scoring_charges_one_query_per_position(engine, tmp_path):
 def test_ledger_must_match_the_configuration(engine, tmp_path):
     eng, tok = engine
     ledger = PrivacyLedger(tmp_path / "x.db", "d", Budget(3.0, 1e-5))
-    with pytest.raises(PrivlmError, match="not ε=8.0"):
+    with pytest.raises(PrivlmError, match=r"not ε=8\.0"):
         PMixED(eng, tok, ledger, PMixEDConfig())

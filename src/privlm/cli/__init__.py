@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import typer
 
-from privlm.cli import account, data, ledger, models
+from privlm.cli import account, data, ensemble, ledger, models, plan
+from privlm.cli.common import user_errors
+from privlm.cli.predict import eval_app, generate
 from privlm.cli.quickstart import quickstart
 
 app = typer.Typer(
@@ -17,6 +19,10 @@ app.add_typer(account.app, name="account")
 app.add_typer(models.app, name="models")
 app.add_typer(data.app, name="data")
 app.add_typer(ledger.app, name="ledger")
+app.add_typer(ensemble.app, name="ensemble")
+app.add_typer(plan.app, name="plan")
+app.add_typer(eval_app, name="eval")
+app.command("generate")(user_errors(generate))
 app.command("quickstart")(quickstart)
 
 

@@ -82,6 +82,13 @@ class SubMix:
         step = submix_step(
             log_probs_all[1::2], log_probs_all[2::2], public, self.config.alpha, self.config.beta
         )
+        token = sample(step.log_probs, self.generator)
+        if not self._charge_or_stop(step):
+            return sample(public, self.generator), False
+        return token, True
+
+    def _charge_or_stop(self, step: Any) -> bool:
+        """Charge every part its leakage, all or nothing; on failure issue STOP."""
         remaining = [lg.remaining() for lg in self.ledgers]
         leak = step.leakage.tolist()
         if not all(r - x > 0 for r, x in zip(remaining, leak, strict=True)):
@@ -89,8 +96,7 @@ class SubMix:
             self._stop(
                 f"part {worst} would exceed ε={self.config.epsilon} at order α={self.config.alpha}"
             )
-            return sample(public, self.generator), False
-        token = sample(step.log_probs, self.generator)
+            return False
         try:
             charge_together(
                 [
@@ -108,8 +114,27 @@ class SubMix:
             )
         except BudgetExceededError as exc:  # a concurrent query spent the budget first
             self._stop(str(exc))
-            return sample(public, self.generator), False
-        return token, True
+            return False
+        return True
+
+    def score(self, token_ids: list[int]) -> tuple[torch.Tensor, int]:
+        """Teacher-forced log-probabilities of each next token (one query each); returns
+        them and how many were answered privately (the rest by the public model, after STOP)."""
+        rows = torch.tensor([-1, *range(self.engine.n_adapters)])
+        logits, _ = self.engine.logits(torch.tensor([token_ids] * len(rows)), rows)
+        log_probs = torch.log_softmax(logits.float(), dim=-1)
+        out = torch.empty(len(token_ids) - 1, dtype=torch.float64)
+        private = 0
+        for t in range(len(token_ids) - 1):
+            lp = log_probs[:, t]
+            if not self.stopped:
+                step = submix_step(lp[1::2], lp[2::2], lp[0], self.config.alpha, self.config.beta)
+                if self._charge_or_stop(step):
+                    out[t] = step.log_probs[token_ids[t + 1]]
+                    private += 1
+                    continue
+            out[t] = lp[0, token_ids[t + 1]].double()
+        return out, private
 
     def generate(self, prompt: str, max_new_tokens: int = 32, **sampling: Any) -> Generation:
         check_ancestral(sampling)

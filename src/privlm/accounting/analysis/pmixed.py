@@ -128,3 +128,30 @@ def paper_theorem51_beta(epsilon_per_query: float, alpha: float, n_models: int) 
         return epsilon_per_query / a
     inner = n_models * math.exp((a - 1) * epsilon_per_query) + 1 - n_models
     return math.log(inner) / (4 * (a - 1) * a)
+
+
+def paper_realised_size_beta(
+    epsilon_per_query: float, alpha: float, subset_size: int, sample_rate: float
+) -> float:
+    """β* as §5.2 of the paper computes it at a realised subset size (order-α ball, the
+    paper's ε(k) with k substituted for α). Shown by ``privlm plan pmixed`` for comparison
+    only; privlm does not release tokens with it (see the module docstring)."""
+    a = check_alpha(alpha)
+
+    def eps_k(beta: float, k: int) -> float:
+        if subset_size <= 1:
+            return beta * k
+        x = (k - 1) * 4 * beta * k
+        return float((np.logaddexp(math.log(subset_size - 1), x) - math.log(subset_size)) / (k - 1))
+
+    def cost(beta: float) -> float:
+        curve = [eps_k(beta, k) for k in range(2, a + 1)]
+        return float(poisson_subsampled_rdp(curve, sample_rate, [a])[0])
+
+    lo, hi = 0.0, epsilon_per_query
+    while cost(hi) <= epsilon_per_query:
+        lo, hi = hi, hi * 2
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if cost(mid) <= epsilon_per_query else (lo, mid)
+    return lo

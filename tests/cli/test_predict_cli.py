@@ -1,0 +1,174 @@
+"""The private-prediction CLI on the tiny model: train, plan, generate, evaluate."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from privlm.accounting import PrivacyLedger
+from privlm.cli import app
+from tests.conftest import requires_data
+
+runner = CliRunner()
+
+
+def ok(*args):
+    result = runner.invoke(app, list(args))
+    assert result.exit_code == 0, result.output + str(result.exception)
+    return result
+
+
+@pytest.fixture(scope="module")
+def ensembles(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ens")
+    common = ["--model", "tiny", "--epochs", "1", "--block-size", "32", "--lr", "0.01"]
+    data = root / "notes.jsonl"
+    data.write_text(
+        "\n".join(
+            json.dumps({"text": f"note {i} about case {i % 7}", "user_id": i % 12})
+            for i in range(60)
+        )
+    )
+    ok("ensemble", "train", str(data), "--out", str(root / "pm"), "--parts", "4", *common, "--json")
+    ok(
+        "ensemble",
+        "train",
+        str(data),
+        "--out",
+        str(root / "sm"),
+        "--parts",
+        "2",
+        "--protocol",
+        "submix",
+        *common,
+    )
+    return root
+
+
+def test_train_manifest(ensembles):
+    manifest = json.loads((ensembles / "pm" / "manifest.json").read_text())
+    assert manifest["privacy_unit"] == "user" and manifest["units"] == 12
+    assert "note" not in (ensembles / "pm" / "manifest.json").read_text()
+
+
+def test_generate_charges_the_ledger(ensembles, tmp_path):
+    db = tmp_path / "l.db"
+    out = json.loads(
+        ok(
+            "generate",
+            str(ensembles / "pm"),
+            "--prompt",
+            "note",
+            "--ledger",
+            str(db),
+            "--queries",
+            "10",
+            "--sample-rate",
+            "0.5",
+            "--max-new-tokens",
+            "4",
+            "--seed",
+            "1",
+            "--json",
+        ).stdout
+    )
+    assert len(out["token_ids"]) == out["queries_used"] == PrivacyLedger(db, "default").count()
+    refused = runner.invoke(
+        app,
+        [
+            "generate",
+            str(ensembles / "pm"),
+            "--prompt",
+            "x",
+            "--ledger",
+            str(db),
+            "--temperature",
+            "0.5",
+        ],
+    )
+    assert refused.exit_code == 2 and "temperature" in refused.stderr
+    wrong = runner.invoke(
+        app, ["generate", str(ensembles / "sm"), "--prompt", "x", "--ledger", str(db)]
+    )
+    assert wrong.exit_code == 2 and "submix ensemble" in wrong.stderr
+
+
+def test_generate_submix(ensembles, tmp_path):
+    out = json.loads(
+        ok(
+            "generate",
+            str(ensembles / "sm"),
+            "--method",
+            "submix",
+            "--prompt",
+            "note",
+            "--ledger",
+            str(tmp_path / "s.db"),
+            "--epsilon",
+            "1",
+            "--alpha",
+            "2",
+            "--max-new-tokens",
+            "3",
+            "--json",
+        ).stdout
+    )
+    assert out["extra"]["private_tokens"] + out["extra"]["public_tokens"] == len(out["token_ids"])
+
+
+@requires_data
+@pytest.mark.parametrize("method", ["public", "finetuned", "ensemble", "pmixed"])
+def test_eval_ppl(ensembles, method):
+    out = json.loads(
+        ok(
+            "eval",
+            "ppl",
+            "--method",
+            method,
+            "--ensemble",
+            str(ensembles / "pm"),
+            "--blocks",
+            "1",
+            "--block-size",
+            "16",
+            "--sample-rate",
+            "0.5",
+            "--runs",
+            "2",
+            "--seed",
+            "0",
+            "--json",
+        ).stdout
+    )
+    assert out["queries_per_run"] == 15 and len(out["runs"]) == 2 and out["perplexity"] > 1
+    spent = out["runs"][0]["epsilon_spent"]
+    assert (spent == 0.0) == (method != "pmixed")
+    if method == "pmixed":
+        assert 0 < spent <= 8.0
+
+
+def test_plan_pmixed():
+    out = json.loads(
+        ok(
+            "plan",
+            "pmixed",
+            "--epsilon",
+            "8",
+            "--delta",
+            "1e-5",
+            "--alpha",
+            "3",
+            "--queries",
+            "1024",
+            "--sample-rate",
+            "0.03",
+            "--ensemble-size",
+            "80",
+            "--json",
+        ).stdout
+    )
+    assert len(out["subset_sizes"]) == 10 and out["ball_order"] == 6.0
+    assert out["per_query_rdp_charged"] <= out["per_query_rdp_budget"]
+    assert out["rdp_budget"] == pytest.approx(3.198, abs=1e-3)
