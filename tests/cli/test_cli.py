@@ -210,10 +210,28 @@ def test_ledger_show(tmp_path):
 
 @requires_data
 def test_quickstart_runs_with_the_tiny_model():
-    out = run_json("quickstart", "--model", "tiny", "--blocks", "2", "--block-size", "32")
+    out = run_json(
+        "quickstart",
+        "--model",
+        "tiny",
+        "--blocks",
+        "2",
+        "--block-size",
+        "32",
+        "--ensemble-size",
+        "4",
+        "--train-records",
+        "40",
+        "--new-tokens",
+        "4",
+    )
     assert out["model"]["name"] == "tiny"
     assert out["perplexity"]["blocks"] == 2 and out["perplexity"]["perplexity"] > 1
     ex = out["dpsgd_example"]
     assert ex["ledger"]["charges_recorded"] == 1
     assert "refused" in ex["ledger"]["second_run_refused"]
     assert ex["sigma_for_epsilon"]["3.0"]["rdp"] > ex["sigma_for_epsilon"]["8.0"]["rdp"]
+    pp = out["private_prediction"]
+    assert pp["n_models"] == 4 and 1 <= pp["generated_tokens"] <= 4
+    assert 0 < pp["generation_epsilon"] <= 8.0 and 0 < pp["eval_epsilon"] <= 8.0
+    assert set(pp["perplexity"]) == {"public", "ensemble", "pmixed"}

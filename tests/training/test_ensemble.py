@@ -8,8 +8,8 @@ import pytest
 
 from privlm.data import Dataset, Record
 from privlm.errors import PrivlmError
-from privlm.predict.engine import EnsembleEngine
 from privlm.models import load_public_model
+from privlm.predict.engine import EnsembleEngine
 from privlm.training import ensemble as ens
 from privlm.training.lora_finetune import LoraTrainingConfig
 

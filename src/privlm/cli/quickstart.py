@@ -1,9 +1,12 @@
-"""``privlm quickstart``: the main job for now (what ``make demo`` runs).
+"""``privlm quickstart``: the main job (what ``make demo`` runs).
 
 1. Load the default public model (converting its GGUF once).
 2. Its perplexity on a WikiText-2 validation slice, with a progress bar.
 3. A DP-SGD budget example on WikiText-2 train: ε of a plan under both accountants, the σ
    for target ε, and a ledger that charges the run and refuses a second one.
+4. Private prediction: train a small PMixED ensemble (N = 8 LoRA adapters on disjoint
+   slices of WikiText-2 train; cached and resumable), generate privately from a prompt with
+   every token charged to a ledger, and compare public and PMixED perplexity on validation.
 """
 
 from __future__ import annotations
@@ -27,6 +30,13 @@ from privlm.cli.common import JSON_OPTION, emit_json, user_errors
 from privlm.data import corpora
 from privlm.errors import BudgetExceededError
 from privlm.models import DEFAULT_MODEL, load_public_model, perplexity
+from privlm.models.perplexity import token_blocks
+from privlm.predict import PMixED, PMixEDConfig
+from privlm.predict.evaluate import evaluate
+from privlm.predict.loading import load_ensemble
+from privlm.settings import cache_dir
+from privlm.training.ensemble import train_ensemble
+from privlm.training.lora_finetune import LoraTrainingConfig
 
 
 def budget_example(n_units: int, batch_size: int = 256, epochs: int = 3) -> dict[str, Any]:
@@ -77,16 +87,106 @@ def budget_example(n_units: int, batch_size: int = 256, epochs: int = 3) -> dict
     return plan
 
 
+def private_pipeline(
+    model: str,
+    n_models: int,
+    records: int,
+    prompt: str,
+    new_tokens: int,
+    eval_blocks: int,
+    eval_block_size: int,
+    say: Any,
+    progress: bool,
+) -> dict[str, Any]:
+    """Train an N-model PMixED ensemble, generate privately, compare perplexities."""
+    train = corpora.wikitext2("train")
+    train.records = train.records[:records]
+    out_dir = cache_dir() / "quickstart" / f"{model.replace('/', '_')}-pmixed-{n_models}-{records}"
+    cfg = LoraTrainingConfig(
+        epochs=1, block_size=128, batch_size=4, learning_rate=2e-3, max_blocks=16
+    )
+    t0 = time.perf_counter()
+    manifest = train_ensemble(model, train, n_models, out_dir, "pmixed", cfg, progress=progress)
+    train_seconds = sum(a["seconds"] for a in manifest["adapters"].values())
+    say(
+        f"      {n_models} adapters (rank {cfg.rank}, α {cfg.alpha:g}) on {records} records in {out_dir}"
+    )
+    say(
+        f"      training time {train_seconds:.0f}s (this run: {time.perf_counter() - t0:.0f}s; reruns reuse it)"
+    )
+
+    lm, engine, _ = load_ensemble(out_dir)
+    q = min(1.0, 2.4 / n_models)  # about as many models per query as the paper's N=80, q=0.03
+    config = PMixEDConfig(epsilon=8.0, delta=1e-5, alpha=3, queries=1024, sample_rate=q)
+    with tempfile.TemporaryDirectory() as tmp:
+        ledger = PrivacyLedger(
+            Path(tmp) / "deploy.db", "quickstart", Budget(config.epsilon, config.delta)
+        )
+        pm = PMixED(engine, lm.tokenizer, ledger, config)
+        t0 = time.perf_counter()
+        gen = pm.generate(prompt, max_new_tokens=new_tokens)
+        gen_seconds = time.perf_counter() - t0
+        say(f"      prompt: {prompt!r}")
+        say(f"      PMixED: {prompt}{gen.text}")
+        say(
+            f"      {len(gen.token_ids)} private tokens in {gen_seconds:.1f}s; ledger: {gen.queries_used} "
+            f"of T={config.queries} queries, ε spent {gen.epsilon_spent:.3f} of {config.epsilon:g} "
+            f"(δ={config.delta:g})"
+        )
+
+        blocks = token_blocks(
+            lm.tokenizer, corpora.wikitext2("valid").texts(), eval_block_size, eval_blocks
+        ).tolist()
+        public = evaluate("public", blocks, engine, progress=progress)
+        ensemble = evaluate("ensemble", blocks, engine, progress=progress)
+        eval_ledger = PrivacyLedger(
+            Path(tmp) / "eval.db", "eval", Budget(config.epsilon, config.delta)
+        )
+        scorer = PMixED(engine, lm.tokenizer, eval_ledger, config)
+        private = evaluate("pmixed", blocks, engine, scorer, progress=progress)
+        eval_spent = eval_ledger.spent().epsilon
+    say(
+        f"      validation perplexity over {public.tokens} tokens: public {public.perplexity:.2f}, "
+        f"ensemble (non-private) {ensemble.perplexity:.2f}, PMixED {private.perplexity:.2f} "
+        f"(ε {eval_spent:.3f}, q = {q:.2f}, N = {n_models})"
+    )
+    return {
+        "ensemble_dir": str(out_dir),
+        "n_models": n_models,
+        "train_records": records,
+        "train_seconds": train_seconds,
+        "sample_rate": q,
+        "prompt": prompt,
+        "generation": gen.text,
+        "generated_tokens": len(gen.token_ids),
+        "generation_seconds": gen_seconds,
+        "generation_epsilon": gen.epsilon_spent,
+        "eval_tokens": public.tokens,
+        "perplexity": {
+            "public": public.perplexity,
+            "ensemble": ensemble.perplexity,
+            "pmixed": private.perplexity,
+        },
+        "eval_epsilon": eval_spent,
+    }
+
+
 @user_errors
 def quickstart(
     model: str = typer.Option(DEFAULT_MODEL, help="Public model: name, HF id or directory."),
     blocks: int = typer.Option(16, help="WikiText-2 validation blocks to score."),
     block_size: int = typer.Option(512, help="Tokens per block."),
+    private: bool = typer.Option(True, help="Run the private-prediction pipeline (step 4)."),
+    ensemble_size: int = typer.Option(8, help="Step 4: N adapters."),
+    train_records: int = typer.Option(480, help="Step 4: WikiText-2 train records to split."),
+    prompt: str = typer.Option("The history of the", help="Step 4: prompt for private generation."),
+    new_tokens: int = typer.Option(24, help="Step 4: tokens to generate privately."),
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Load the public model, report its WikiText-2 perplexity, show a DP-SGD budget."""
+    """Public model and perplexity, a DP-SGD budget, then private prediction with PMixED."""
     say = (lambda *_: None) if as_json else typer.echo
-    say(f"[1/3] loading public model {model!r} (the first run converts and caches it)")
+    steps = 4 if private else 3
+    say(f"[1/{steps}] loading public model {model!r} (the first run converts and caches it)")
     t0 = time.perf_counter()
     lm = load_public_model(model)
     n_params = sum(p.numel() for p in lm.model.parameters())
@@ -95,7 +195,7 @@ def quickstart(
         f"in {time.perf_counter() - t0:.1f}s"
     )
 
-    say(f"[2/3] perplexity on WikiText-2 validation ({blocks} blocks of {block_size} tokens)")
+    say(f"[2/{steps}] perplexity on WikiText-2 validation ({blocks} blocks of {block_size} tokens)")
     valid = corpora.wikitext2("valid")
     t0 = time.perf_counter()
     ppl = perplexity(
@@ -107,18 +207,9 @@ def quickstart(
         f"({ppl.tokens_scored / ppl_seconds:.0f} tokens/s)"
     )
 
-    say("[3/3] DP-SGD budget example on WikiText-2 train (record-level privacy)")
+    say(f"[3/{steps}] DP-SGD budget example on WikiText-2 train (record-level privacy)")
     train_units = len(corpora.wikitext2("train").units())
     example = budget_example(train_units)
-    if as_json:
-        emit_json(
-            {
-                "model": {"name": lm.name, "source": lm.source, "parameters": n_params},
-                "perplexity": {**ppl.__dict__, "seconds": ppl_seconds, "block_size": block_size},
-                "dpsgd_example": example,
-            }
-        )
-        return
     e = example
     say(
         f"      {e['n_units']} records, batch {e['batch_size']} → q = {e['sample_rate']:.5f}, "
@@ -134,3 +225,17 @@ def quickstart(
     spent = led["first_run_spent_epsilon"]
     say(f"      ledger (budget ε = 8): first run charged, spent ε = {spent:.4f}")
     say(f"      second run: {led['second_run_refused']}")
+    result: dict[str, Any] = {
+        "model": {"name": lm.name, "source": lm.source, "parameters": n_params},
+        "perplexity": {**ppl.__dict__, "seconds": ppl_seconds, "block_size": block_size},
+        "dpsgd_example": example,
+    }
+    if private:
+        say(
+            f"[4/{steps}] private prediction: PMixED over an ensemble of {ensemble_size} LoRA adapters"
+        )
+        result["private_prediction"] = private_pipeline(
+            model, ensemble_size, train_records, prompt, new_tokens, 2, 128, say, not as_json
+        )
+    if as_json:
+        emit_json(result)
