@@ -84,3 +84,38 @@ def test_ledger_must_match_the_configuration(engine, tmp_path):
     ledger = PrivacyLedger(tmp_path / "x.db", "d", Budget(3.0, 1e-5))
     with pytest.raises(PrivlmError, match=r"not ε=8\.0"):
         PMixED(eng, tok, ledger, PMixEDConfig())
+
+
+def test_lazy_rows_give_exactly_the_distributions_of_a_full_recomputation(
+    engine, tmp_path, monkeypatch
+):
+    """Subsets drawn up front, unsampled adapters skipped, rows dropped after last use: every
+    step must still mix exactly the sampled adapters' distributions given the full context."""
+    import torch
+
+    from privlm.predict import pmixed as module
+
+    pm, _ = make(engine, tmp_path, sample_rate=0.4, queries=50)
+    seen = []
+    real = module.pmixed_mixture
+
+    def record(sampled, public, alpha, radius):
+        seen.append((sampled.clone(), public.clone()))
+        return real(sampled, public, alpha, radius)
+
+    drawn = []
+    real_subset = module.sample_subset
+    monkeypatch.setattr(
+        module, "sample_subset", lambda *a: drawn.append(real_subset(*a)) or drawn[-1]
+    )
+    monkeypatch.setattr(module, "pmixed_mixture", record)
+    gen = pm.generate("Hello there", max_new_tokens=8)
+    eng, tok = engine
+    context = tok("Hello there", add_special_tokens=False)["input_ids"]
+    for t, (sampled, public) in enumerate(seen):
+        full = eng.log_probs(context, [-1, *drawn[t].tolist()])
+        assert torch.allclose(public, full[0], atol=1e-5)
+        assert torch.allclose(sampled, full[1:], atol=1e-5)
+        if t < len(gen.token_ids):
+            context = [*context, gen.token_ids[t]]
+    assert len(seen) == len(gen.token_ids)

@@ -188,6 +188,13 @@ class CachedDecoder:
         logits, _ = engine.logits(ids, self.rows, self.cache)
         self.last = torch.log_softmax(logits[:, -1].float(), dim=-1)
 
+    def keep(self, positions: list[int]) -> None:
+        """Keep only the rows at ``positions`` (in their current order), cache included."""
+        idx = torch.tensor(positions, dtype=torch.long)
+        self.cache.batch_select_indices(idx)
+        self.rows = self.rows[idx]
+        self.last = self.last[idx]
+
     def advance(self, token: int) -> torch.Tensor:
         """Append ``token`` to every row; return the next-token log-probs (rows, V)."""
         ids = torch.full((len(self.rows), 1), token, dtype=torch.long)

@@ -133,30 +133,43 @@ class PMixED:
         return mix.log_probs
 
     def generate(self, prompt: str, max_new_tokens: int = 32, **sampling: Any) -> Generation:
-        """Sample up to ``max_new_tokens`` private tokens after ``prompt``."""
+        """Sample up to ``max_new_tokens`` private tokens after ``prompt``.
+
+        The Poisson subsets of every step are drawn up front: they are data-independent
+        randomness, so this changes nothing in the output distribution, but adapters that no
+        step samples are never evaluated, and each row leaves the KV cache after its last use.
+        """
         check_ancestral(sampling)
         if max_new_tokens < 1:
             raise PrivlmError("max_new_tokens must be at least 1")
         if self.queries_left() < 1:
             self._charge_one()  # raises with the reason
+        n, q = self.engine.n_adapters, self.config.sample_rate
+        subsets = [sample_subset(self.generator, n, q).tolist() for _ in range(max_new_tokens)]
+        last_use = {a: t for t, s in enumerate(subsets) for a in s}
         ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"] or [
             self.tokenizer.eos_token_id
         ]
-        decoder = CachedDecoder(self.engine, ids, [-1, *range(self.engine.n_adapters)])
+        decoder = CachedDecoder(self.engine, ids, [-1, *sorted(last_use)])
         out: list[int] = []
         stopped = None
-        log_probs = decoder.last
-        for _ in range(max_new_tokens):
-            token = sample(self._mix(log_probs), self.generator)
+        for t in range(max_new_tokens):
+            position = {int(a): i for i, a in enumerate(decoder.rows.tolist())}
+            sampled = decoder.last[[position[a] for a in subsets[t]]]
+            mix = pmixed_mixture(sampled, decoder.last[0], self.config.alpha, self.radius)
+            token = sample(mix.log_probs, self.generator)
             try:
                 self._charge_one()
             except BudgetExceededError as exc:
                 stopped = str(exc)
                 break
             out.append(token)  # released only now that its cost is committed
-            if token == self.tokenizer.eos_token_id:
+            if token == self.tokenizer.eos_token_id or t == max_new_tokens - 1:
                 break
-            log_probs = decoder.advance(token)
+            still = [i for i, a in enumerate(decoder.rows.tolist()) if a < 0 or last_use[a] > t]
+            if len(still) < len(decoder.rows):
+                decoder.keep(still)
+            decoder.advance(token)
         return Generation(
             self.tokenizer.decode(out),
             out,

@@ -1,0 +1,179 @@
+"""Speed and memory of private generation with the batched ensemble engine (SmolLM2-135M).
+
+Measured in one run, so every figure has its baseline beside it:
+- public: the public model alone, KV-cached decoding (the floor);
+- engine: PMixED through privlm's batched engine (public + adapters in one forward pass);
+- loop: the same adapters evaluated one by one (PEFT ``set_adapter`` + a forward pass each,
+  each adapter with its own KV cache), the way reference implementations do it.
+
+Adapters are randomly initialised LoRA (rank 4, every projection): speed does not depend on
+what they learned. Each configuration decodes the same prompt for ``--tokens`` steps.
+
+Usage: python bench/bench_prediction.py [--tokens 16] [--loop-n 16]
+Writes bench/results/prediction.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model
+from transformers import DynamicCache
+
+from privlm.accounting import Budget, PrivacyLedger
+from privlm.models import load_public_model
+from privlm.predict import EnsembleEngine, PMixED, PMixEDConfig
+from privlm.settings import cache_dir
+from privlm.training.lora_targets import discover_lora_targets
+
+RESULTS = Path(__file__).parent / "results"
+MODEL = "smollm2-135m"
+PROMPT = "The history of the city begins in the early medieval period, when a small settlement grew"
+
+
+def adapters(n: int) -> list[Path]:
+    root = cache_dir() / "bench" / "random-adapters"
+    paths = [root / f"a{i:03d}" for i in range(n)]
+    for i, p in enumerate(paths):
+        if not (p / "adapter_config.json").is_file():
+            lm = load_public_model(MODEL)
+            torch.manual_seed(i)
+            cfg = LoraConfig(
+                r=4,
+                lora_alpha=32,
+                target_modules=discover_lora_targets(lm.model),
+                init_lora_weights=False,
+            )
+            get_peft_model(lm.model, cfg).save_pretrained(p)
+    return paths
+
+
+def time_public(tokens: int) -> float:
+    lm = load_public_model(MODEL)
+    ids = lm.tokenizer(PROMPT, return_tensors="pt").input_ids
+    cache = DynamicCache()
+    with torch.no_grad():
+        out = lm.model(input_ids=ids, past_key_values=cache, use_cache=True)
+        t = time.perf_counter()
+        for _ in range(tokens):
+            tok = torch.multinomial(torch.softmax(out.logits[:, -1], -1), 1)
+            out = lm.model(input_ids=tok, past_key_values=cache, use_cache=True)
+    return (time.perf_counter() - t) / tokens
+
+
+def time_engine(n: int, q: float, tokens: int) -> dict[str, float]:
+    lm = load_public_model(MODEL)
+    engine = EnsembleEngine.from_directories(load_public_model(MODEL).model, adapters(n))
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = PMixEDConfig(epsilon=8.0, delta=1e-5, alpha=3, queries=10_000, sample_rate=q)
+        ledger = PrivacyLedger(Path(tmp) / "l.db", "bench", Budget(8.0, 1e-5))
+        pm = PMixED(engine, lm.tokenizer, ledger, cfg, seed=0)
+        pm.generate(PROMPT, max_new_tokens=2)  # warm-up
+        t = time.perf_counter()
+        gen = pm.generate(PROMPT, max_new_tokens=tokens)
+        per_token = (time.perf_counter() - t) / len(gen.token_ids)
+    return {"per_token_s": per_token, "tokens": len(gen.token_ids)}
+
+
+def time_loop(n: int, tokens: int) -> float:
+    """Per-token time of evaluating public + n adapters one by one (set_adapter + forward)."""
+    lm = load_public_model(MODEL)
+    paths = adapters(n)
+    model = PeftModel.from_pretrained(
+        load_public_model(MODEL).model, paths[0], adapter_name="a0"
+    ).eval()
+    for i, p in enumerate(paths[1:], start=1):
+        model.load_adapter(p, adapter_name=f"a{i}")
+    ids = lm.tokenizer(PROMPT, return_tensors="pt").input_ids
+    caches = [DynamicCache() for _ in range(n + 1)]
+    with torch.no_grad():
+
+        def step(inp: torch.Tensor) -> list[torch.Tensor]:
+            outs = []
+            with model.disable_adapter():
+                outs.append(
+                    model(input_ids=inp, past_key_values=caches[0], use_cache=True).logits[:, -1]
+                )
+            for i in range(n):
+                model.set_adapter(f"a{i}")
+                outs.append(
+                    model(input_ids=inp, past_key_values=caches[i + 1], use_cache=True).logits[
+                        :, -1
+                    ]
+                )
+            return outs
+
+        step(ids)
+        t = time.perf_counter()
+        for _ in range(tokens):
+            step(torch.tensor([[42]]))
+    return (time.perf_counter() - t) / tokens
+
+
+def peak_rss_mb(n: int) -> float:
+    code = (
+        "import resource; from privlm.models import load_public_model; "
+        "from privlm.predict import EnsembleEngine; import sys; from pathlib import Path; "
+        f"paths=[Path(p) for p in {[str(p) for p in adapters(n)]!r}]; "
+        "e=EnsembleEngine.from_directories(load_public_model('smollm2-135m').model, paths); "
+        "e.log_probs([1,2,3], [-1, *range(len(paths))]); "
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return int(out.stdout.strip().splitlines()[-1]) / 1024
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tokens", type=int, default=16)
+    ap.add_argument("--loop-n", type=int, default=16)
+    args = ap.parse_args()
+    torch.set_num_threads(2)
+    adapters(80)
+    public = time_public(args.tokens)
+    res = {
+        "model": MODEL,
+        "tokens": args.tokens,
+        "threads": torch.get_num_threads(),
+        "public_per_token_s": public,
+        "engine_n16_all": time_engine(16, 1.0, args.tokens),
+        "engine_n80_q003": time_engine(80, 0.03, args.tokens),
+        "loop_n16_per_token_s": time_loop(args.loop_n, max(4, args.tokens // 4)),
+        "loop_n80_per_token_s": time_loop(80, 2),
+        "peak_rss_mb_n80": peak_rss_mb(80),
+    }
+    e16, e80 = res["engine_n16_all"]["per_token_s"], res["engine_n80_q003"]["per_token_s"]
+    res["ratios"] = {
+        "n16_engine_over_public": e16 / public,
+        "n16_loop_over_engine": res["loop_n16_per_token_s"] / e16,
+        "n80_engine_over_public": e80 / public,
+        "n80_loop_over_engine": res["loop_n80_per_token_s"] / e80,
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "prediction.json").write_text(json.dumps(res, indent=2))
+    r = res["ratios"]
+    print(f"public model alone: {public * 1e3:.1f} ms/token ({1 / public:.1f} tokens/s)")
+    print(
+        f"PMixED N=16, all active: {e16 * 1e3:.1f} ms/token ({1 / e16:.2f} tokens/s) = "
+        f"{r['n16_engine_over_public']:.1f}× public; sequential loop {res['loop_n16_per_token_s'] * 1e3:.0f} ms "
+        f"→ engine {r['n16_loop_over_engine']:.1f}× faster"
+    )
+    print(
+        f"PMixED N=80, q=0.03: {e80 * 1e3:.1f} ms/token ({1 / e80:.2f} tokens/s) = "
+        f"{r['n80_engine_over_public']:.1f}× public; sequential loop {res['loop_n80_per_token_s'] * 1e3:.0f} ms "
+        f"→ engine {r['n80_loop_over_engine']:.1f}× faster"
+    )
+    print(f"peak RSS with N=80 adapters loaded: {res['peak_rss_mb_n80']:.0f} MB")
+    print(f"wrote {RESULTS / 'prediction.json'}")
+
+
+if __name__ == "__main__":
+    main()
