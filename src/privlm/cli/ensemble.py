@@ -52,6 +52,9 @@ def train(
     batch_size: int = typer.Option(8, help="Blocks per step."),
     max_blocks: int | None = typer.Option(None, help="Cap on blocks per adapter (quick runs)."),
     seed: int = typer.Option(0, help="Partition and training seed."),
+    ray: str | None = typer.Option(
+        None, "--ray", help="Ray cluster ADDRESS (or 'local'): one task per adapter."
+    ),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Partition the data by privacy unit and fine-tune one LoRA adapter per (sub)part."""
@@ -67,7 +70,9 @@ def train(
         max_blocks=max_blocks,
         seed=seed,
     )
-    manifest = train_ensemble(model, ds, parts, out, protocol, cfg, progress=not as_json)
+    manifest = train_ensemble(
+        model, ds, parts, out, protocol, cfg, progress=not as_json, ray_address=ray
+    )
     if as_json:
         emit_json(manifest)
         return

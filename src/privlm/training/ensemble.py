@@ -67,8 +67,10 @@ def train_ensemble(
     protocol: str = "pmixed",
     config: LoraTrainingConfig | None = None,
     progress: bool = True,
+    ray_address: str | None = None,
 ) -> dict[str, Any]:
-    """Train (or resume) an ensemble; returns the manifest."""
+    """Train (or resume) an ensemble; returns the manifest. With ``ray_address``, one Ray
+    task per adapter ('local' starts a Ray instance in this process)."""
     cfg = config or LoraTrainingConfig()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -113,14 +115,25 @@ def train_ensemble(
         unit="adapter",
         disable=not progress,
     )
-    for name, data in todo:
-        stats = finetune_lora(
-            model_name, data.texts(), cfg, out / name, desc=name, progress=progress
-        )
+
+    def record(name: str, stats: dict[str, Any]) -> None:
         manifest["adapters"][name] = {"status": "done", "path": name, **stats}
         manifest["targets"] = stats["targets"]
         _write_json(manifest_path, manifest)
         bar.update(1)
+
+    if ray_address is not None and todo:
+        from privlm.training.distributed import train_on_ray
+
+        jobs = [(name, data.texts(), out / name) for name, data in todo]
+        for name, stats in train_on_ray(ray_address, model_name, jobs, cfg):
+            record(name, {**stats, "ray": True})
+    else:
+        for name, data in todo:
+            stats = finetune_lora(
+                model_name, data.texts(), cfg, out / name, desc=name, progress=progress
+            )
+            record(name, stats)
     bar.close()
     return manifest
 
