@@ -37,6 +37,7 @@ class LoraTrainingConfig:
     block_size: int = 256
     batch_size: int = 8
     max_blocks: int | None = None  # cap per adapter, for quick runs
+    pack: bool = True  # False: every record is its own sequence (padded), not packed in blocks
     seed: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -68,6 +69,26 @@ def token_blocks(
     return torch.tensor(ids[: n * block_size], dtype=torch.long).view(n, block_size)
 
 
+def record_sequences(
+    tokenizer: PreTrainedTokenizerBase, texts: list[str], block_size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each text its own sequence (+EOS, cut at ``block_size``), right-padded; returns the
+    ids and the labels, which ignore (-100) the padding."""
+    seqs = [
+        (tokenizer(t, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id])[
+            :block_size
+        ]
+        for t in texts
+    ]
+    width = max(len(x) for x in seqs)
+    ids = torch.full((len(seqs), width), tokenizer.pad_token_id, dtype=torch.long)
+    labels = torch.full((len(seqs), width), -100, dtype=torch.long)
+    for i, x in enumerate(seqs):
+        ids[i, : len(x)] = torch.tensor(x)
+        labels[i, : len(x)] = torch.tensor(x)
+    return ids, labels
+
+
 def finetune_lora(
     model_name: str,
     texts: list[str],
@@ -81,9 +102,13 @@ def finetune_lora(
     lm = load_public_model(model_name)
     targets = config.targets or discover_lora_targets(lm.model)
     check_targets(lm.model, targets)
-    blocks = token_blocks(lm.tokenizer, texts, config.block_size)
+    if config.pack:
+        blocks = token_blocks(lm.tokenizer, texts, config.block_size)
+        labels_all = blocks
+    else:
+        blocks, labels_all = record_sequences(lm.tokenizer, texts, config.block_size)
     if config.max_blocks is not None:
-        blocks = blocks[: config.max_blocks]
+        blocks, labels_all = blocks[: config.max_blocks], labels_all[: config.max_blocks]
     gen = torch.Generator().manual_seed(config.seed)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
@@ -108,8 +133,10 @@ def finetune_lora(
     for _ in range(config.epochs):
         order = torch.randperm(len(blocks), generator=gen)
         for start in range(0, len(blocks), config.batch_size):
-            batch = blocks[order[start : start + config.batch_size]]
-            loss = model(input_ids=batch, labels=batch).loss
+            pick = order[start : start + config.batch_size]
+            batch, labels = blocks[pick], labels_all[pick]
+            mask = (labels != -100).long() if not config.pack else None
+            loss = model(input_ids=batch, labels=labels, attention_mask=mask).loss
             loss.backward()
             opt.step()
             sched.step()

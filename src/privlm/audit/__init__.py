@@ -1,0 +1,1 @@
+"""Attacks and audits that measure leakage empirically."""

@@ -1,0 +1,147 @@
+"""The random-code text-extraction attack of SubMix §4.2.
+
+m users, each with one record "My number is: <ℓ random digits>". A non-private fine-tuned
+model, a PMixED ensemble and a SubMix ensemble are trained on them; the attacker prompts
+"My number is:" g times and counts the generations whose code exactly matches a secret one.
+The hit rate is that count over g. One user per model (PMixED: N = m parts; SubMix: k = m/2
+parts, one user per half) makes every ensemble member memorise its code, the worst case.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from privlm.accounting import Budget, PrivacyLedger
+from privlm.data import Dataset, Record
+from privlm.predict import PMixED, PMixEDConfig, SubMix, SubMixConfig, part_ledgers
+from privlm.predict.engine import CachedDecoder, EnsembleEngine
+from privlm.predict.loading import load_ensemble
+from privlm.predict.sampling import make_generator, sample
+from privlm.training.ensemble import train_ensemble
+from privlm.training.lora_finetune import LoraTrainingConfig
+
+PREFIX = "My number is:"
+
+
+def make_codes(m: int, length: int, seed: int | None) -> list[str]:
+    """m distinct random ℓ-digit codes (leading zeros allowed)."""
+    rng = secrets.SystemRandom() if seed is None else __import__("random").Random(seed)
+    codes: set[str] = set()
+    while len(codes) < m:
+        codes.add("".join(rng.choice("0123456789") for _ in range(length)))
+    return sorted(codes)
+
+
+def code_corpus(codes: list[str]) -> Dataset:
+    recs = [Record(f"{PREFIX} {c}", f"user-{i}", line=i + 1) for i, c in enumerate(codes)]
+    return Dataset(recs, "extraction-codes", "user")
+
+
+def extract_code(text: str, length: int) -> str | None:
+    """The first run of digits in a generation, if it has exactly ℓ digits."""
+    m = re.search(r"\d+", text)
+    return m.group(0) if m and len(m.group(0)) == length else None
+
+
+@dataclass
+class AttackResult:
+    method: str
+    hits: int
+    generations: int
+    epsilon_spent: float | None
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hits / self.generations
+
+
+def _sample_plain(
+    engine: EnsembleEngine, tokenizer: Any, row: int, n_tokens: int, gen: torch.Generator
+) -> str:
+    ids = tokenizer(PREFIX, add_special_tokens=False)["input_ids"]
+    dec = CachedDecoder(engine, ids, [row])
+    out = []
+    for _ in range(n_tokens):
+        tok = sample(dec.last[0], gen)
+        if tok == tokenizer.eos_token_id:
+            break
+        out.append(tok)
+        dec.advance(tok)
+    return tokenizer.decode(out)
+
+
+def run_extraction(
+    model: str,
+    n_codes: int = 8,
+    length: int = 4,
+    generations: int = 100,
+    epsilon_pmixed: float = 8.0,
+    epsilon_submix: float = 2.0,
+    sample_rate: float = 0.3,
+    training: LoraTrainingConfig | None = None,
+    workdir: str | Path | None = None,
+    seed: int | None = 0,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Train the three models on fresh random codes and attack each; returns the results."""
+    if n_codes < 2 or n_codes % 2:
+        raise ValueError("use an even number of codes ≥ 2 (SubMix puts one user per half-part)")
+    cfg = training or LoraTrainingConfig(
+        epochs=60, learning_rate=3e-3, batch_size=4, block_size=32, pack=False, rank=8
+    )
+    codes = make_codes(n_codes, length, seed)
+    secret = set(codes)
+    data = code_corpus(codes)
+    root = Path(workdir or tempfile.mkdtemp(prefix="privlm-extraction-"))
+    tokens = length + 3  # room for a space and the digits
+    queries = generations * tokens
+    gen = make_generator(seed)
+    results: list[AttackResult] = []
+
+    train_ensemble(model, data, 1, root / "finetuned", "pmixed", cfg, progress=progress)
+    lm, eng, _ = load_ensemble(root / "finetuned")
+    hits = sum(
+        extract_code(_sample_plain(eng, lm.tokenizer, 0, tokens, gen), length) in secret
+        for _ in tqdm(range(generations), desc="attack finetuned", disable=not progress)
+    )
+    results.append(AttackResult("finetuned", hits, generations, None))
+
+    train_ensemble(model, data, n_codes, root / "pmixed", "pmixed", cfg, progress=progress)
+    lm, eng, _ = load_ensemble(root / "pmixed")
+    pcfg = PMixEDConfig(epsilon_pmixed, 1e-5, 3, queries, sample_rate)
+    led = PrivacyLedger(root / "ledger.db", "pmixed", Budget(epsilon_pmixed, 1e-5))
+    pm = PMixED(eng, lm.tokenizer, led, pcfg, seed)
+    hits = 0
+    for _ in tqdm(range(generations), desc="attack pmixed", disable=not progress):
+        hits += extract_code(pm.generate(PREFIX, tokens).text, length) in secret
+    results.append(AttackResult("pmixed", hits, generations, led.spent().epsilon))
+
+    train_ensemble(model, data, n_codes // 2, root / "submix", "submix", cfg, progress=progress)
+    lm, eng, _ = load_ensemble(root / "submix")
+    scfg = SubMixConfig(epsilon_submix, 2.0, epsilon_submix / queries)
+    ledgers = part_ledgers(root / "ledger.db", "submix", n_codes // 2, scfg)
+    sm = SubMix(eng, lm.tokenizer, ledgers, scfg, seed)
+    hits = 0
+    for _ in tqdm(range(generations), desc="attack submix", disable=not progress):
+        hits += extract_code(sm.generate(PREFIX, tokens).text, length) in secret
+    results.append(
+        AttackResult("submix", hits, generations, max(lg.spent().epsilon for lg in ledgers))
+    )
+
+    return {
+        "model": model,
+        "codes": n_codes,
+        "length": length,
+        "generations": generations,
+        "chance_hit_rate": n_codes / 10**length,
+        "workdir": str(root),
+        "results": [{**r.__dict__, "hit_rate": r.hit_rate} for r in results],
+    }
