@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.privlm-installed
 
-.PHONY: setup demo test lint typecheck unit bench-accounting clean
+.PHONY: setup demo test lint typecheck unit bench bench-accounting bench-prediction bench-utility bench-extraction clean
 
 setup: $(STAMP)
 
@@ -37,8 +37,19 @@ unit: setup
 
 test: lint typecheck unit
 
+bench: bench-accounting bench-prediction bench-utility bench-extraction
+
 bench-accounting: setup
 	$(PY) bench/bench_accounting.py
+
+bench-prediction: setup
+	$(PY) bench/bench_prediction.py --tokens 16
+
+bench-utility: setup
+	$(PY) bench/bench_utility.py --records 1200 --n 16 --k 8 --blocks 8
+
+bench-extraction: setup
+	bash bench/bench_extraction.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

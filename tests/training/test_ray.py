@@ -33,9 +33,21 @@ def ray_cluster(tmp_path_factory):
     temp = tmp_path_factory.mktemp("ray")
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     subprocess.run(
-        [str(RAY), "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1", "--num-cpus=2",
-         "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp}"],
-        check=True, env=env, capture_output=True, timeout=180,
+        [
+            str(RAY),
+            "start",
+            "--head",
+            f"--port={port}",
+            "--node-ip-address=127.0.0.1",
+            "--num-cpus=2",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+            f"--temp-dir={temp}",
+        ],
+        check=True,
+        env=env,
+        capture_output=True,
+        timeout=180,
     )
     yield f"127.0.0.1:{port}"
     import ray
@@ -47,7 +59,9 @@ def ray_cluster(tmp_path_factory):
 
 def test_one_ray_task_per_adapter_gives_the_same_ensemble(ray_cluster, tmp_path):
     ds = users_dataset()
-    manifest = ens.train_ensemble("tiny", ds, 4, tmp_path / "ray", "pmixed", CFG, progress=False, ray_address=ray_cluster)
+    manifest = ens.train_ensemble(
+        "tiny", ds, 4, tmp_path / "ray", "pmixed", CFG, progress=False, ray_address=ray_cluster
+    )
     assert all(a["ray"] and a["status"] == "done" for a in manifest["adapters"].values())
     assert len(manifest["adapters"]) == 4
     local = ens.train_ensemble("tiny", ds, 4, tmp_path / "local", "pmixed", CFG, progress=False)
