@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import tempfile
 import time
@@ -101,10 +103,12 @@ def private_pipeline(
     """Train an N-model PMixED ensemble, generate privately, compare perplexities."""
     train = corpora.wikitext2("train")
     train.records = train.records[:records]
-    out_dir = cache_dir() / "quickstart" / f"{model.replace('/', '_')}-pmixed-{n_models}-{records}"
     cfg = LoraTrainingConfig(
         epochs=1, block_size=128, batch_size=4, learning_rate=2e-3, max_blocks=16
     )
+    key = hashlib.sha256(json.dumps(cfg.to_dict(), sort_keys=True).encode()).hexdigest()[:8]
+    name = f"{model.replace('/', '_')}-pmixed-{n_models}-{records}-{key}"
+    out_dir = cache_dir() / "quickstart" / name
     t0 = time.perf_counter()
     manifest = train_ensemble(model, train, n_models, out_dir, "pmixed", cfg, progress=progress)
     train_seconds = sum(a["seconds"] for a in manifest["adapters"].values())
