@@ -11,9 +11,6 @@ is found through the distribution's metadata, without importing the package.
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from importlib import metadata
 from pathlib import Path
 
@@ -22,6 +19,7 @@ from filelock import FileLock
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from privlm.errors import ModelLoadError
+from privlm.fsutil import write_directory_atomically
 from privlm.models.registry import ModelSpec
 from privlm.settings import cache_dir
 
@@ -58,21 +56,6 @@ def _finalise_tokenizer(tok: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase
     return tok
 
 
-def _atomic_write(target: Path, write: object) -> None:
-    """Run ``write(tmpdir)`` and move the result into place only once it is complete."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    try:
-        write(tmp)  # type: ignore[operator]
-        tmp.chmod(0o755)
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-
-
 def load_gguf_tokenizer(spec: ModelSpec) -> PreTrainedTokenizerBase:
     """The tokenizer of a GGUF-packaged model, converted once and cached."""
     target = tokenizer_dir(spec)
@@ -80,7 +63,9 @@ def load_gguf_tokenizer(spec: ModelSpec) -> PreTrainedTokenizerBase:
         if not (target / "tokenizer_config.json").is_file():
             path = gguf_path(spec)
             tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-            _atomic_write(target, lambda d: _finalise_tokenizer(tok).save_pretrained(d))
+            write_directory_atomically(
+                target, lambda d: _finalise_tokenizer(tok).save_pretrained(d)
+            )
     return _finalise_tokenizer(AutoTokenizer.from_pretrained(str(target)))
 
 
@@ -107,5 +92,5 @@ def prepare_gguf_model(spec: ModelSpec, force: bool = False) -> Path:
                 fresh.save_pretrained(d, safe_serialization=True)
                 tok.save_pretrained(d)
 
-            _atomic_write(target, write)
+            write_directory_atomically(target, write)
     return target

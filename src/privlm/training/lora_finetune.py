@@ -8,9 +8,6 @@ and blocks of 256 tokens instead of 512.
 from __future__ import annotations
 
 import math
-import os
-import shutil
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -22,6 +19,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase, get_linear_schedule_with_warmup
 
 from privlm.errors import PrivlmError
+from privlm.fsutil import write_directory_atomically
 from privlm.models import load_public_model
 from privlm.training.lora_targets import check_targets, discover_lora_targets
 
@@ -145,16 +143,7 @@ def finetune_lora(
             bar.update(1)
             bar.set_postfix(loss=f"{last_loss:.3f}")
     bar.close()
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=out_dir.parent))
-    try:
-        model.save_pretrained(tmp)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    write_directory_atomically(out_dir, model.save_pretrained)
     return {
         "blocks": len(blocks),
         "tokens": int(blocks.numel()),

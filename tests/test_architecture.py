@@ -1,0 +1,62 @@
+"""The layering of docs/architecture.md, enforced: each layer imports only those below it."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "privlm"
+BASE = {"errors", "settings", "fsutil"}
+ALLOWED = {
+    "errors": set(),
+    "settings": {"errors"},
+    "fsutil": set(),
+    "accounting": {"errors", "accounting"},
+    "data": BASE | {"data"},
+    "models": BASE | {"models"},
+    "training": BASE | {"accounting", "data", "models", "training"},
+    "predict": BASE | {"accounting", "data", "models", "training", "predict"},
+    "prompting": BASE | {"accounting", "data", "models", "training", "prompting"},
+    "audit": BASE | {"accounting", "data", "models", "training", "predict", "prompting", "audit"},
+}
+FORBIDDEN_IN_ACCOUNTING = {"torch", "transformers", "peft"}
+
+
+def layer_of(path: Path) -> str:
+    rel = path.relative_to(SRC)
+    return rel.parts[0].removesuffix(".py")
+
+
+def imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            out.add(node.module)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+    return out
+
+
+MODULES = [p for p in SRC.rglob("*.py") if layer_of(p) in ALLOWED]
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(SRC)))
+def test_layer_imports_only_what_it_may(path):
+    layer = layer_of(path)
+    used = {
+        m.split(".")[1] for m in imports(path) if m.startswith("privlm.") and len(m.split(".")) > 1
+    }
+    bad = used - ALLOWED[layer]
+    assert not bad, f"{path.relative_to(SRC)} ({layer}) imports {sorted(bad)}"
+    if layer == "accounting":
+        heavy = {m.split(".")[0] for m in imports(path)} & FORBIDDEN_IN_ACCOUNTING
+        assert not heavy, f"accounting must stay free of {sorted(heavy)}"
+
+
+def test_nothing_imports_the_cli():
+    for path in SRC.rglob("*.py"):
+        if layer_of(path) != "cli":
+            assert not any(m.startswith("privlm.cli") for m in imports(path)), path
