@@ -32,3 +32,12 @@ def test_large_budget_answers_privately(engine, tmp_path):
     sm = SubMix(eng, tok, part_ledgers(tmp_path / "s.db", "big", 2, cfg), cfg, seed=0)
     gen = sm.generate("Hello", max_new_tokens=4)
     assert gen.extra["public_tokens"] == 0 and gen.stopped is None
+
+
+def test_ledger_records_no_data_dependent_parameters(engine, tmp_path):
+    eng, tok = engine
+    cfg = SubMixConfig(epsilon=100.0, alpha=2.0, beta=0.5)
+    ledgers = part_ledgers(tmp_path / "s.db", "p", 2, cfg)
+    SubMix(eng, tok, ledgers, cfg, seed=0).generate("Hello", max_new_tokens=2)
+    for record in ledgers[0].charges():
+        assert record.params == {"alpha": 2.0, "beta": 0.5}

@@ -106,7 +106,8 @@ class SubMix:
                             self.mechanism,
                             rdp=RdpCurve.from_mapping({self.config.alpha: x}),
                             unit="part",
-                            params={"lambda_star": step.lambda_star},
+                            # no data-dependent values beyond the charge itself (λ* is one)
+                            params={"alpha": self.config.alpha, "beta": self.config.beta},
                         ),
                     )
                     for lg, x in zip(self.ledgers, leak, strict=True)
