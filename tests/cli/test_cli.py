@@ -13,6 +13,11 @@ from privlm.cli import app
 from tests.conftest import requires_data
 
 runner = CliRunner()
+# the DP-SGD plan the foundation issue pins: σ=1.5, q=0.04, 2250 steps, δ=1e-5
+PINNED_PLAN = (
+    "account", "dpsgd", "--noise-multiplier", "1.5", "--sample-rate", "0.04",
+    "--steps", "2250", "--delta", "1e-5",
+)  # fmt: skip
 
 
 def run_json(*args):
@@ -22,18 +27,7 @@ def run_json(*args):
 
 
 def test_account_dpsgd_agrees_with_opacus():
-    out = run_json(
-        "account",
-        "dpsgd",
-        "--noise-multiplier",
-        "1.5",
-        "--sample-rate",
-        "0.04",
-        "--steps",
-        "2250",
-        "--delta",
-        "1e-5",
-    )
+    out = run_json(*PINNED_PLAN)
     acc = RDPAccountant()
     acc.history = [(1.5, 0.04, 2250)]
     eps, order = acc.get_privacy_spent(delta=1e-5)
@@ -42,36 +36,9 @@ def test_account_dpsgd_agrees_with_opacus():
 
 
 def test_account_dpsgd_prv_and_human_output():
-    out = run_json(
-        "account",
-        "dpsgd",
-        "--noise-multiplier",
-        "1.5",
-        "--sample-rate",
-        "0.04",
-        "--steps",
-        "2250",
-        "--delta",
-        "1e-5",
-        "--accountant",
-        "prv",
-    )
+    out = run_json(*PINNED_PLAN, "--accountant", "prv")
     assert 6.5 < out["epsilon"] < 7.0 and out["order"] is None
-    human = runner.invoke(
-        app,
-        [
-            "account",
-            "dpsgd",
-            "--noise-multiplier",
-            "1.5",
-            "--sample-rate",
-            "0.04",
-            "--steps",
-            "2250",
-            "--delta",
-            "1e-5",
-        ],
-    )
+    human = runner.invoke(app, list(PINNED_PLAN))
     assert "best Rényi order α = 3.9" in human.stdout
 
 

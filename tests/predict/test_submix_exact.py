@@ -63,8 +63,8 @@ def test_lambda_is_the_largest_within_beta():
     a, b = random_pmf(rng, 5, 0.2), random_pmf(rng, 5, 0.2)
     beta = 0.05
     [lam] = submix_lambdas(
-        torch.log(torch.tensor([a])),
-        torch.log(torch.tensor([b])),
+        torch.log(torch.tensor(np.array([a]))),
+        torch.log(torch.tensor(np.array([b]))),
         torch.log(torch.tensor(h0)),
         ALPHA,
         beta,
