@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from privlm.cli import account, audit, data, ensemble, ledger, models, plan
+from privlm.cli import account, audit, data, ensemble, ledger, models, plan, train
 from privlm.cli.common import user_errors
 from privlm.cli.predict import eval_app, generate
 from privlm.cli.quickstart import quickstart
@@ -23,6 +23,7 @@ app.add_typer(ensemble.app, name="ensemble")
 app.add_typer(plan.app, name="plan")
 app.add_typer(eval_app, name="eval")
 app.add_typer(audit.app, name="audit")
+app.add_typer(train.app, name="train")
 app.command("generate")(user_errors(generate))
 app.command("quickstart")(quickstart)
 

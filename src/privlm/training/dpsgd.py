@@ -1,0 +1,236 @@
+"""DP-SGD fine-tuning of LoRA adapters through Opacus (blog post 003; JFT's phase 2).
+
+- Poisson sampling (Opacus's DP data loader), per-sample clipping to ``max_grad_norm``, and
+  Gaussian noise with the σ that privlm's accountant calibrates for the target (ε, δ) over the
+  planned steps (never overshooting ε). δ defaults to 1/n^1.1, n the number of privacy units.
+- One training example per privacy unit: a record, or, with user ids, all of a user's records
+  joined (and truncated to the block size), so one user's influence is clipped jointly.
+- Logical batches larger than memory run as physical batches (Opacus's BatchMemoryManager);
+  the accounting depends only on the logical sampling rate and the number of logical steps.
+- No silent failure (a known Opacus + PEFT trap): after the first backward pass every
+  trainable parameter must hold a per-sample gradient, and after the first step every one
+  must have moved; otherwise training stops with the parameter's name. Layers Opacus cannot
+  handle are refused up front.
+
+Output: a PEFT adapter and ``privacy.json``: ε, δ, σ, q, steps, accountant, unit.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from opacus import PrivacyEngine
+from opacus.utils.batch_memory_manager import BatchMemoryManager
+from opacus.validators import ModuleValidator
+from peft import LoraConfig, get_peft_model
+from torch.utils.data import DataLoader, TensorDataset
+from tqdm.auto import tqdm
+
+from privlm.accounting import calibrate_noise_multiplier, dpsgd_epsilon
+from privlm.data import Dataset
+from privlm.errors import PrivlmError
+from privlm.fsutil import write_directory_atomically
+from privlm.models import load_public_model
+from privlm.training.lora_finetune import record_sequences
+from privlm.training.lora_targets import check_targets, discover_lora_targets
+
+
+@dataclass
+class DpSgdConfig:
+    """Defaults: Table 2 of PMixED for DP-SGD (lr 4e-4, clip 1.0, rank 4, α 32), scaled."""
+
+    target_epsilon: float | None = 3.0
+    delta: float | None = None  # default 1/n^1.1
+    noise_multiplier: float | None = None  # given instead of a target ε
+    max_grad_norm: float = 1.0
+    batch_size: int = 64  # expected logical batch (Poisson): q = batch_size / n
+    physical_batch_size: int = 8
+    epochs: int = 1
+    learning_rate: float = 4e-4
+    rank: int = 4
+    alpha: float = 32.0
+    targets: list[str] | None = None
+    block_size: int = 128
+    accountant: str = "rdp"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if (self.target_epsilon is None) == (self.noise_multiplier is None):
+            raise PrivlmError("give exactly one of a target ε or a noise multiplier σ")
+        if self.batch_size < 1 or self.physical_batch_size < 1 or self.epochs < 1:
+            raise PrivlmError("batch sizes and epochs must be at least 1")
+        if not (self.max_grad_norm > 0):
+            raise PrivlmError("the clipping norm must be positive")
+
+
+@dataclass(frozen=True)
+class PrivacyStatement:
+    epsilon: float
+    delta: float
+    noise_multiplier: float
+    sample_rate: float
+    steps: int
+    accountant: str
+    unit: str
+    units: int
+    max_grad_norm: float
+    mechanism: str = (
+        "DP-SGD (Poisson-subsampled Gaussian, per-example clipping), LoRA parameters only"
+    )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def examples_per_unit(dataset: Dataset) -> tuple[list[str], str]:
+    """One training text per privacy unit (a user's records joined by newlines)."""
+    if dataset.unit_kind == "record":
+        return dataset.texts(), "record"
+    by_unit: dict[str, list[str]] = {}
+    for r in dataset.records:
+        by_unit.setdefault(r.unit, []).append(r.text)
+    return ["\n".join(v) for v in by_unit.values()], dataset.unit_kind
+
+
+def plan(n_units: int, cfg: DpSgdConfig) -> tuple[float, int, float, float]:
+    """(q, steps, δ, σ) for ``n_units`` examples: Opacus's q = 1/len(loader)."""
+    batches = max(1, math.ceil(n_units / cfg.batch_size))
+    q = 1.0 / batches
+    steps = cfg.epochs * batches
+    delta = cfg.delta if cfg.delta is not None else 1.0 / n_units**1.1
+    if cfg.noise_multiplier is not None:
+        sigma = cfg.noise_multiplier
+    else:
+        assert cfg.target_epsilon is not None
+        sigma = calibrate_noise_multiplier(
+            cfg.target_epsilon, delta, q, steps, cfg.accountant
+        ).noise_multiplier
+    return q, steps, delta, sigma
+
+
+def _per_sample_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean over each example's own tokens, then mean over the batch (Opacus 'mean')."""
+    tok = torch.nn.functional.cross_entropy(
+        logits[:, :-1].reshape(-1, logits.size(-1)),
+        labels[:, 1:].reshape(-1),
+        ignore_index=-100,
+        reduction="none",
+    ).view(labels.size(0), -1)
+    counts = (labels[:, 1:] != -100).sum(1).clamp_min(1)
+    return (tok.sum(1) / counts).mean()
+
+
+def train_dpsgd(
+    model_name: str,
+    dataset: Dataset,
+    out_dir: str | Path,
+    cfg: DpSgdConfig | None = None,
+    progress: bool = True,
+) -> PrivacyStatement:
+    """Fine-tune a LoRA adapter with DP-SGD; save it and its privacy statement."""
+    cfg = cfg or DpSgdConfig()
+    texts, unit = examples_per_unit(dataset)
+    n = len(texts)
+    q, steps, delta, sigma = plan(n, cfg)
+    lm = load_public_model(model_name)
+    targets = cfg.targets or discover_lora_targets(lm.model)
+    check_targets(lm.model, targets)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)
+        model = get_peft_model(
+            lm.model,
+            LoraConfig(
+                r=cfg.rank,
+                lora_alpha=cfg.alpha,
+                target_modules=targets,
+                lora_dropout=0.0,
+                bias="none",
+            ),
+        )
+    errors = ModuleValidator.validate(model, strict=False)
+    if errors:
+        raise PrivlmError(f"layers DP-SGD cannot train here: {[str(e) for e in errors][:5]}")
+    ids, labels = record_sequences(lm.tokenizer, texts, cfg.block_size)
+    loader = DataLoader(TensorDataset(ids, labels), batch_size=cfg.batch_size)
+    optimizer = torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad], lr=cfg.learning_rate, weight_decay=0.0
+    )
+    engine = PrivacyEngine(accountant="rdp", secure_mode=False)
+    torch.manual_seed(cfg.seed)
+    dp_model, dp_opt, dp_loader = engine.make_private(
+        module=model,
+        optimizer=optimizer,
+        data_loader=loader,
+        noise_multiplier=sigma,
+        max_grad_norm=cfg.max_grad_norm,
+        poisson_sampling=True,
+    )
+    trainable = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+    before = {name: p.detach().clone() for name, p in trainable}
+    checked_grads = checked_moves = False
+    dp_model.train()
+    bar = tqdm(total=steps, desc="dp-sgd", unit="step", disable=not progress)
+    t0 = time.perf_counter()
+    for _ in range(cfg.epochs):
+        with BatchMemoryManager(
+            data_loader=dp_loader, max_physical_batch_size=cfg.physical_batch_size, optimizer=dp_opt
+        ) as mem:
+            for x, y in mem:
+                dp_opt.zero_grad(set_to_none=True)
+                if len(x) == 0:  # an empty Poisson batch: the step is noise only
+                    for _, p in trainable:
+                        p.grad_sample = torch.zeros((0, *p.shape), dtype=p.dtype)
+                else:
+                    mask = (y != -100).long()
+                    loss = _per_sample_loss(dp_model(input_ids=x, attention_mask=mask).logits, y)
+                    loss.backward()
+                    if not checked_grads:
+                        missing = [
+                            name for name, p in trainable if getattr(p, "grad_sample", None) is None
+                        ]
+                        if missing:
+                            raise PrivlmError(
+                                f"no per-sample gradient for {missing[:5]}: DP-SGD would silently skip them"
+                            )
+                        checked_grads = True
+                dp_opt.step()
+                if not dp_opt._is_last_step_skipped:
+                    bar.update(1)
+                    if not checked_moves:
+                        frozen = [
+                            name for name, p in trainable if torch.equal(p.detach(), before[name])
+                        ]
+                        if frozen:
+                            raise PrivlmError(
+                                f"parameters did not change after a DP-SGD step: {frozen[:5]}"
+                            )
+                        checked_moves = True
+    bar.close()
+    report = dpsgd_epsilon(sigma, q, steps, delta, cfg.accountant)
+    statement = PrivacyStatement(
+        report.epsilon, delta, sigma, q, steps, cfg.accountant, unit, n, cfg.max_grad_norm
+    )
+    out = Path(out_dir)
+
+    def write(d: Path) -> None:
+        model.save_pretrained(d)
+        (d / "privacy.json").write_text(
+            json.dumps(
+                {
+                    **statement.to_dict(),
+                    "training": asdict(cfg),
+                    "model": model_name,
+                    "seconds": time.perf_counter() - t0,
+                },
+                indent=2,
+            )
+        )
+
+    write_directory_atomically(out, write)
+    return statement

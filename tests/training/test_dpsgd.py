@@ -1,0 +1,169 @@
+"""DP-SGD on LoRA: per-sample gradients, calibration, no silent failure, the statement."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from opacus import GradSampleModule
+from peft import LoraConfig, get_peft_model
+
+from privlm.accounting import dpsgd_epsilon
+from privlm.data import Dataset, Record
+from privlm.errors import PrivlmError
+from privlm.models import load_public_model
+from privlm.training import dpsgd as dp
+from privlm.training.lora_finetune import record_sequences
+from privlm.training.lora_targets import discover_lora_targets
+
+CFG = dict(batch_size=16, physical_batch_size=4, epochs=2, block_size=24, learning_rate=1e-2)
+
+
+def dataset(n=48, users=None):
+    recs = [
+        Record(
+            f"record {i} says the value is {i * 7 % 13}",
+            f"user-{i % users}" if users else f"record-{i}",
+            line=i,
+        )
+        for i in range(n)
+    ]
+    return Dataset(recs, "mem", "user" if users else "record")
+
+
+def peft_tiny():
+    lm = load_public_model("tiny")
+    torch.manual_seed(0)
+    cfg = LoraConfig(
+        r=4, lora_alpha=32, target_modules=discover_lora_targets(lm.model), init_lora_weights=False
+    )
+    return lm, get_peft_model(lm.model, cfg)
+
+
+def test_per_sample_gradients_equal_a_batch_size_one_loop():
+    lm, model = peft_tiny()
+    ids, labels = record_sequences(
+        lm.tokenizer, ["a short one", "a somewhat longer example here", "x y z w"], 16
+    )
+    gsm = GradSampleModule(model)
+    loss = dp._per_sample_loss(
+        gsm(input_ids=ids, attention_mask=(labels != -100).long()).logits, labels
+    )
+    loss.backward()
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    batched = {n: p.grad_sample.clone() for n, p in params}
+    gsm._close()
+    for i in range(len(ids)):
+        model.zero_grad(set_to_none=True)
+        one = dp._per_sample_loss(
+            model(
+                input_ids=ids[i : i + 1], attention_mask=(labels[i : i + 1] != -100).long()
+            ).logits,
+            labels[i : i + 1],
+        )
+        one.backward()
+        for n, p in params:
+            assert torch.allclose(batched[n][i], p.grad, atol=1e-6, rtol=1e-4), n
+
+
+def test_training_meets_the_target_and_moves_only_lora(tmp_path):
+    base = {k: v.clone() for k, v in load_public_model("tiny").model.state_dict().items()}
+    st = dp.train_dpsgd(
+        "tiny", dataset(), tmp_path / "a", dp.DpSgdConfig(target_epsilon=3.0, **CFG), progress=False
+    )
+    assert st.epsilon <= 3.0 and st.unit == "record" and st.units == 48
+    again = dpsgd_epsilon(st.noise_multiplier, st.sample_rate, st.steps, st.delta, "rdp")
+    assert again.epsilon == st.epsilon
+    assert st.delta == pytest.approx(1 / 48**1.1)
+    assert st.sample_rate == pytest.approx(1 / 3) and st.steps == 6
+    saved = json.loads((tmp_path / "a" / "privacy.json").read_text())
+    assert saved["epsilon"] == st.epsilon and saved["noise_multiplier"] == st.noise_multiplier
+    from peft import PeftModel
+
+    trained = PeftModel.from_pretrained(load_public_model("tiny").model, tmp_path / "a")
+    merged_base = {
+        k.removeprefix("base_model.model."): v
+        for k, v in trained.state_dict().items()
+        if "lora" not in k
+    }
+    for k, v in base.items():  # the public weights never change
+        key = (
+            k.replace(".weight", ".base_layer.weight")
+            if f"{k.rsplit('.', 1)[0]}.base_layer.weight" in merged_base
+            else k
+        )
+        assert torch.equal(merged_base[key], v), k
+
+
+def test_user_level_unit_clips_each_user_jointly(tmp_path):
+    st = dp.train_dpsgd(
+        "tiny",
+        dataset(48, users=12),
+        tmp_path / "u",
+        dp.DpSgdConfig(target_epsilon=5.0, **CFG),
+        progress=False,
+    )
+    assert st.unit == "user" and st.units == 12
+
+
+def test_a_parameter_without_per_sample_gradients_stops_training(tmp_path, monkeypatch):
+    real = dp.get_peft_model
+
+    def with_stray(model, cfg):
+        peft_model = real(model, cfg)
+        peft_model.stray = torch.nn.Linear(3, 3)  # trainable, never used in forward
+        return peft_model
+
+    monkeypatch.setattr(dp, "get_peft_model", with_stray)
+    with pytest.raises(PrivlmError, match="no per-sample gradient"):
+        dp.train_dpsgd(
+            "tiny",
+            dataset(),
+            tmp_path / "s",
+            dp.DpSgdConfig(target_epsilon=3.0, **CFG),
+            progress=False,
+        )
+    assert not (tmp_path / "s").exists()
+
+
+def test_config_errors():
+    with pytest.raises(PrivlmError, match="exactly one"):
+        dp.DpSgdConfig(target_epsilon=3.0, noise_multiplier=1.0)
+    q, steps, delta, sigma = dp.plan(
+        1000, dp.DpSgdConfig(target_epsilon=None, noise_multiplier=1.3, batch_size=100, epochs=3)
+    )
+    assert (q, steps, sigma) == (0.1, 30, 1.3) and delta == pytest.approx(1000**-1.1)
+
+
+def test_cli(tmp_path):
+    from typer.testing import CliRunner
+
+    from privlm.cli import app
+
+    data = tmp_path / "d.txt"
+    data.write_text("\n".join(f"line {i} of private notes" for i in range(40)))
+    res = CliRunner().invoke(
+        app,
+        [
+            "train",
+            "dpsgd",
+            str(data),
+            "--out",
+            str(tmp_path / "o"),
+            "--epsilon",
+            "4",
+            "--model",
+            "tiny",
+            "--batch-size",
+            "10",
+            "--physical-batch-size",
+            "5",
+            "--block-size",
+            "16",
+            "--json",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["epsilon"] <= 4.0 and out["units"] == 40 and out["steps"] == 4
