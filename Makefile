@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.privlm-installed
 
-.PHONY: setup demo test lint typecheck unit bench bench-accounting bench-prediction bench-utility bench-extraction clean
+.PHONY: setup demo test lint typecheck unit bench bench-accounting bench-prediction bench-utility bench-extraction bench-dpsgd clean
 
 setup: $(STAMP)
 
@@ -37,7 +37,7 @@ unit: setup
 
 test: lint typecheck unit
 
-bench: bench-accounting bench-prediction bench-utility bench-extraction
+bench: bench-accounting bench-prediction bench-utility bench-extraction bench-dpsgd
 
 bench-accounting: setup
 	$(PY) bench/bench_accounting.py
@@ -50,6 +50,9 @@ bench-utility: setup
 
 bench-extraction: setup
 	bash bench/bench_extraction.sh
+
+bench-dpsgd: setup
+	$(PY) bench/bench_dpsgd_step.py --batch 8 --length 128 --steps 4
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
