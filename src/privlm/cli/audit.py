@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from privlm.audit.exposure import DEFAULT_PREFIX, measure_exposure
 from privlm.audit.extraction import run_extraction
 from privlm.cli.common import JSON_OPTION, emit_json, user_errors
 from privlm.models import DEFAULT_MODEL
@@ -59,3 +60,33 @@ def extraction(
         typer.echo(
             f"  {r['method']:<10} hit rate {r['hit_rate']:.2f} ({r['hits']}/{r['generations']}), {eps}"
         )
+
+
+@app.command("exposure")
+@user_errors
+def exposure(
+    canary: str = typer.Option(..., help="The canary's digits, e.g. 123456."),
+    model: str = typer.Option(DEFAULT_MODEL, help="Public model."),
+    adapter: Path | None = typer.Option(
+        None, help="A PEFT adapter to audit (default: the public model)."
+    ),
+    prefix: str = typer.Option(DEFAULT_PREFIX, help="Text before the digits."),
+    max_rows: int = typer.Option(
+        10_000, help="Largest batch of candidate prefixes per forward pass."
+    ),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Exposure of a digit canary: log2|R| − log2 rank among all 10^d candidates (exact)."""
+    from peft import PeftModel
+
+    from privlm.models import load_public_model
+
+    lm = load_public_model(model)
+    net = lm.model if adapter is None else PeftModel.from_pretrained(lm.model, adapter).eval()
+    e = measure_exposure(net, lm.tokenizer, canary, prefix, max_rows, progress=not as_json)
+    if as_json:
+        emit_json(e.__dict__)
+        return
+    typer.echo(
+        f"canary {prefix}{canary}: rank {e.rank:,} of {e.candidates:,}; exposure {e.exposure:.2f} (max {e.max_exposure:.2f})"
+    )

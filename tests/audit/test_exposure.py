@@ -1,0 +1,93 @@
+"""Canary exposure: the prefix-tree scores equal brute-force scoring of every candidate."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from privlm.audit.exposure import (
+    DEFAULT_PREFIX,
+    candidate_log_likelihoods,
+    exposure_from_scores,
+    insert_canary,
+    measure_exposure,
+)
+from privlm.data import Dataset, Record
+from privlm.models import load_public_model
+from privlm.training.lora_finetune import LoraTrainingConfig, finetune_lora
+
+
+def brute_force(model, tokenizer, n_digits):
+    """Every candidate as its own full sequence, scored token by token."""
+    seqs = [
+        tokenizer(DEFAULT_PREFIX + str(i).zfill(n_digits), add_special_tokens=False)["input_ids"]
+        for i in range(10**n_digits)
+    ]
+    ids = torch.tensor(seqs)
+    with torch.no_grad():
+        logp = torch.log_softmax(model(input_ids=ids).logits.double(), -1)
+    n_prefix = ids.shape[1] - n_digits
+    picked = logp[:, n_prefix - 1 : -1].gather(2, ids[:, n_prefix:, None]).squeeze(-1)
+    return picked.sum(1).numpy()
+
+
+@pytest.mark.parametrize("max_rows", [10_000, 10])  # one batch per level, or split subtrees
+def test_tree_scores_equal_brute_force(tiny, max_rows):
+    tree = candidate_log_likelihoods(
+        tiny.model, tiny.tokenizer, 3, max_rows=max_rows, progress=False
+    )
+    exact = brute_force(tiny.model, tiny.tokenizer, 3)
+    np.testing.assert_allclose(tree, exact, rtol=0, atol=2e-5)
+    for canary in ("000", "417", "999"):
+        assert exposure_from_scores(tree, canary).rank == exposure_from_scores(exact, canary).rank
+
+
+def test_rank_and_exposure_definition():
+    scores = np.array([-1.0, -3.0, -2.0, -2.0, -0.5])
+    e = exposure_from_scores(scores, "2")  # candidates 0 and 4 are strictly more likely
+    assert (e.rank, e.candidates) == (3, 5)
+    assert e.exposure == pytest.approx(math.log2(5) - math.log2(3))
+    assert exposure_from_scores(scores, "4").exposure == pytest.approx(math.log2(5))
+
+
+def test_insert_canary():
+    ds = Dataset([Record(f"r{i}", f"record-{i}") for i in range(10)], "mem")
+    out = insert_canary(ds, "123456", 3, seed=1)
+    assert len(out) == 13 and sum(r.text == "My ID is 123456" for r in out) == 3
+    assert len(out.units()) == 13  # each copy is its own record
+
+
+def test_memorising_the_canary_raises_exposure(tmp_path):
+    lm = load_public_model("tiny")
+    before = measure_exposure(lm.model, lm.tokenizer, "417", progress=False)
+    texts = [DEFAULT_PREFIX + "417"] * 8
+    cfg = LoraTrainingConfig(
+        rank=8, epochs=40, learning_rate=2e-2, batch_size=8, block_size=16, pack=False
+    )
+    finetune_lora("tiny", texts, cfg, tmp_path / "a", progress=False)
+    from peft import PeftModel
+
+    trained = PeftModel.from_pretrained(load_public_model("tiny").model, tmp_path / "a").eval()
+    after = measure_exposure(trained, lm.tokenizer, "417", progress=False)
+    assert after.rank == 1 and after.exposure == pytest.approx(math.log2(1000))
+    assert before.exposure < after.exposure - 3
+
+
+def test_cli():
+    import json
+
+    from typer.testing import CliRunner
+
+    from privlm.cli import app
+
+    res = CliRunner().invoke(
+        app, ["audit", "exposure", "--canary", "042", "--model", "tiny", "--json"]
+    )
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["candidates"] == 1000 and 1 <= out["rank"] <= 1000
+    bad = CliRunner().invoke(app, ["audit", "exposure", "--canary", "12a", "--model", "tiny"])
+    assert bad.exit_code == 2 and "must be digits" in bad.stderr
