@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.privlm-installed
 
-.PHONY: setup demo test lint typecheck unit bench bench-accounting bench-prediction bench-utility bench-extraction bench-dpsgd clean
+.PHONY: setup demo test lint typecheck unit bench bench-accounting bench-prediction bench-utility bench-extraction bench-dpsgd bench-exposure clean
 
 setup: $(STAMP)
 
@@ -37,7 +37,7 @@ unit: setup
 
 test: lint typecheck unit
 
-bench: bench-accounting bench-prediction bench-utility bench-extraction bench-dpsgd
+bench: bench-accounting bench-prediction bench-utility bench-extraction bench-dpsgd bench-exposure
 
 bench-accounting: setup
 	$(PY) bench/bench_accounting.py
@@ -53,6 +53,9 @@ bench-extraction: setup
 
 bench-dpsgd: setup
 	$(PY) bench/bench_dpsgd_step.py --batch 8 --length 128 --steps 4
+
+bench-exposure: setup
+	$(PY) bench/bench_exposure.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
