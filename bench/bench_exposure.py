@@ -1,6 +1,6 @@
 """Canary exposure on SmolLM2-135M (JFT §6.4 set-up, the parts privlm has so far).
 
-The canary "My ID is 123456" is inserted r = 10 times into the first 400 records of
+A random canary "My ID is <6 digits>" (seed 0) is inserted r = 10 times into the first 400 records of
 WikiText-2 train. Exposure (exact, over all 10^6 candidates) of: the public model; a
 non-private LoRA fine-tune; a DP-SGD LoRA fine-tune at ε = 3 (δ = 1/n^1.1, record level).
 Redacted and JFT models join when the secret detectors land (issue 4 §2).
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from peft import PeftModel
 
-from privlm.audit.exposure import insert_canary, measure_exposure
+from privlm.audit.exposure import insert_canary, measure_exposure, random_canary
 from privlm.data import corpora
 from privlm.models import load_public_model
 from privlm.settings import cache_dir
@@ -24,7 +24,8 @@ from privlm.training.dpsgd import DpSgdConfig, train_dpsgd
 from privlm.training.lora_finetune import LoraTrainingConfig, finetune_lora
 
 RESULTS = Path(__file__).parent / "results"
-MODEL, CANARY, REPEATS = "smollm2-135m", "123456", 10
+MODEL, REPEATS = "smollm2-135m", 10
+CANARY = random_canary(6, seed=0)  # random, as it must be: 123456 is already rank 1 unseen
 
 
 def main() -> None:

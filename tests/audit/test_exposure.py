@@ -91,3 +91,10 @@ def test_cli():
     assert out["candidates"] == 1000 and 1 <= out["rank"] <= 1000
     bad = CliRunner().invoke(app, ["audit", "exposure", "--canary", "12a", "--model", "tiny"])
     assert bad.exit_code == 2 and "must be digits" in bad.stderr
+
+
+def test_random_canary():
+    from privlm.audit.exposure import random_canary
+
+    assert random_canary(6, seed=0) == random_canary(6, seed=0)
+    assert len(random_canary(6)) == 6 and random_canary(6).isdigit()

@@ -29,6 +29,14 @@ from privlm.errors import PrivlmError
 DEFAULT_PREFIX = "My ID is "
 
 
+def random_canary(n_digits: int = 6, seed: int | None = None) -> str:
+    """A uniformly random digit string. Canaries must be random: a patterned one such as
+    123456 is already the public model's most likely 6-digit string (exposure near the
+    maximum before any training), so its exposure would measure nothing."""
+    rng = random.SystemRandom() if seed is None else random.Random(seed)
+    return "".join(rng.choice("0123456789") for _ in range(n_digits))
+
+
 def digit_tokens(
     tokenizer: PreTrainedTokenizerBase, prefix: str, n_digits: int
 ) -> tuple[list[int], list[int]]:

@@ -65,7 +65,10 @@ def extraction(
 @app.command("exposure")
 @user_errors
 def exposure(
-    canary: str = typer.Option(..., help="The canary's digits, e.g. 123456."),
+    canary: str = typer.Option(
+        ...,
+        help="The canary's digits: random ones (see random_canary), never a pattern like 123456.",
+    ),
     model: str = typer.Option(DEFAULT_MODEL, help="Public model."),
     adapter: Path | None = typer.Option(
         None, help="A PEFT adapter to audit (default: the public model)."
