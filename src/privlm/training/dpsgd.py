@@ -59,6 +59,7 @@ class DpSgdConfig:
     block_size: int = 128
     accountant: str = "rdp"
     seed: int = 0
+    secure_mode: bool = False  # Opacus's CSPRNG noise; needs the torchcsprng package
 
     def __post_init__(self) -> None:
         if (self.target_epsilon is None) == (self.noise_multiplier is None):
@@ -161,7 +162,7 @@ def train_dpsgd(
     optimizer = torch.optim.AdamW(
         [p for p in model.parameters() if p.requires_grad], lr=cfg.learning_rate, weight_decay=0.0
     )
-    engine = PrivacyEngine(accountant="rdp", secure_mode=False)
+    engine = PrivacyEngine(accountant="rdp", secure_mode=cfg.secure_mode)
     torch.manual_seed(cfg.seed)
     dp_model, dp_opt, dp_loader = engine.make_private(
         module=model,
