@@ -108,14 +108,16 @@ def test_user_level_unit_clips_each_user_jointly(tmp_path):
 
 
 def test_a_parameter_without_per_sample_gradients_stops_training(tmp_path, monkeypatch):
-    real = dp.get_peft_model
+    from privlm.training import lora_finetune
+
+    real = lora_finetune.get_peft_model
 
     def with_stray(model, cfg):
         peft_model = real(model, cfg)
         peft_model.stray = torch.nn.Linear(3, 3)  # trainable, never used in forward
         return peft_model
 
-    monkeypatch.setattr(dp, "get_peft_model", with_stray)
+    monkeypatch.setattr(lora_finetune, "get_peft_model", with_stray)
     with pytest.raises(PrivlmError, match="no per-sample gradient"):
         dp.train_dpsgd(
             "tiny",

@@ -28,7 +28,6 @@ import torch
 from opacus import PrivacyEngine
 from opacus.utils.batch_memory_manager import BatchMemoryManager
 from opacus.validators import ModuleValidator
-from peft import LoraConfig, get_peft_model
 from torch.utils.data import DataLoader, TensorDataset
 from tqdm.auto import tqdm
 
@@ -36,9 +35,7 @@ from privlm.accounting import calibrate_noise_multiplier, dpsgd_epsilon
 from privlm.data import Dataset
 from privlm.errors import PrivlmError
 from privlm.fsutil import write_directory_atomically
-from privlm.models import load_public_model
-from privlm.training.lora_finetune import record_sequences
-from privlm.training.lora_targets import check_targets, discover_lora_targets
+from privlm.training.lora_finetune import lora_model, record_sequences
 
 
 @dataclass
@@ -139,21 +136,7 @@ def train_dpsgd(
     texts, unit = examples_per_unit(dataset)
     n = len(texts)
     q, steps, delta, sigma = plan(n, cfg)
-    lm = load_public_model(model_name)
-    targets = cfg.targets or discover_lora_targets(lm.model)
-    check_targets(lm.model, targets)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(cfg.seed)
-        model = get_peft_model(
-            lm.model,
-            LoraConfig(
-                r=cfg.rank,
-                lora_alpha=cfg.alpha,
-                target_modules=targets,
-                lora_dropout=0.0,
-                bias="none",
-            ),
-        )
+    lm, model, _ = lora_model(model_name, cfg.rank, cfg.alpha, cfg.targets, cfg.seed)
     errors = ModuleValidator.validate(model, strict=False)
     if errors:
         raise PrivlmError(f"layers DP-SGD cannot train here: {[str(e) for e in errors][:5]}")

@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from peft import LoraConfig, get_peft_model
+from peft import LoraConfig, PeftModel, get_peft_model
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase, get_linear_schedule_with_warmup
 
 from privlm.errors import PrivlmError
 from privlm.fsutil import write_directory_atomically
-from privlm.models import load_public_model
+from privlm.models import LoadedModel, load_public_model
 from privlm.training.lora_targets import check_targets, discover_lora_targets
 
 
@@ -87,6 +87,23 @@ def record_sequences(
     return ids, labels
 
 
+def lora_model(
+    model_name: str, rank: int, alpha: float, targets: list[str] | None, seed: int
+) -> tuple[LoadedModel, PeftModel, list[str]]:
+    """The public model wrapped with a fresh LoRA adapter (seeded initialisation) on the given
+    targets, or on every projection discovered in the decoder blocks."""
+    lm = load_public_model(model_name)
+    targets = targets or discover_lora_targets(lm.model)
+    check_targets(lm.model, targets)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        config = LoraConfig(
+            r=rank, lora_alpha=alpha, target_modules=targets, lora_dropout=0.0, bias="none"
+        )
+        model = get_peft_model(lm.model, config)
+    return lm, model, targets
+
+
 def finetune_lora(
     model_name: str,
     texts: list[str],
@@ -97,9 +114,9 @@ def finetune_lora(
 ) -> dict[str, Any]:
     """Train one LoRA adapter on ``texts`` and save it (PEFT format) to ``out_dir``."""
     t0 = time.perf_counter()
-    lm = load_public_model(model_name)
-    targets = config.targets or discover_lora_targets(lm.model)
-    check_targets(lm.model, targets)
+    lm, model, targets = lora_model(
+        model_name, config.rank, config.alpha, config.targets, config.seed
+    )
     if config.pack:
         blocks = token_blocks(lm.tokenizer, texts, config.block_size)
         labels_all = blocks
@@ -108,18 +125,6 @@ def finetune_lora(
     if config.max_blocks is not None:
         blocks, labels_all = blocks[: config.max_blocks], labels_all[: config.max_blocks]
     gen = torch.Generator().manual_seed(config.seed)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(config.seed)
-        model = get_peft_model(
-            lm.model,
-            LoraConfig(
-                r=config.rank,
-                lora_alpha=config.alpha,
-                target_modules=targets,
-                lora_dropout=0.0,
-                bias="none",
-            ),
-        )
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay)
