@@ -175,7 +175,7 @@ def _engine_for(target: str | Path) -> Engine:
         path.parent.mkdir(parents=True, exist_ok=True)
         url = f"sqlite:///{path}"
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"timeout": 60}, poolclass=None)
+        engine = create_engine(url, connect_args={"timeout": 60})
 
         @event.listens_for(engine, "connect")
         def _on_connect(dbapi_conn: Any, _record: Any) -> None:

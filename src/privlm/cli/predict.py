@@ -22,6 +22,7 @@ eval_app = typer.Typer(help="Evaluate private prediction.", no_args_is_help=True
 def build_predictor(
     method: str,
     ensemble: Path,
+    loaded: tuple[Any, Any, dict[str, Any]],
     ledger: Path,
     name: str,
     epsilon: float,
@@ -31,8 +32,9 @@ def build_predictor(
     sample_rate: float,
     beta: float | None,
     seed: int | None,
-) -> tuple[Any, Any]:
-    lm, engine, manifest = load_ensemble(ensemble)
+) -> Any:
+    """A PMixED or SubMix predictor over an already loaded ensemble (``load_ensemble``)."""
+    lm, engine, manifest = loaded
     if method == "pmixed":
         if manifest["protocol"] != "pmixed":
             raise PrivlmError(
@@ -40,7 +42,7 @@ def build_predictor(
             )
         cfg = PMixEDConfig(epsilon, delta, alpha, queries, sample_rate)
         led = PrivacyLedger(ledger, name, Budget(epsilon, delta))
-        return PMixED(engine, lm.tokenizer, led, cfg, seed), engine
+        return PMixED(engine, lm.tokenizer, led, cfg, seed)
     if method == "submix":
         if manifest["protocol"] != "submix":
             raise PrivlmError(
@@ -55,7 +57,7 @@ def build_predictor(
             part_ledgers(ledger, name, engine.n_adapters // 2, scfg),
             scfg,
             seed,
-        ), engine
+        )
     raise PrivlmError(f"unknown method {method!r}; choose pmixed or submix")
 
 
@@ -82,8 +84,19 @@ def generate(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Generate text privately; every released token is charged to the ledger first."""
-    predictor, _ = build_predictor(
-        method, ensemble, ledger, name, epsilon, delta, alpha, queries, sample_rate, beta, seed
+    predictor = build_predictor(
+        method,
+        ensemble,
+        load_ensemble(ensemble),
+        ledger,
+        name,
+        epsilon,
+        delta,
+        alpha,
+        queries,
+        sample_rate,
+        beta,
+        seed,
     )
     gen = predictor.generate(
         prompt, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, greedy=greedy
@@ -120,7 +133,8 @@ def eval_ppl(
     """Test-set perplexity; for private methods every token is one query (T = tokens scored)."""
     import tempfile
 
-    lm, engine, manifest = load_ensemble(ensemble)
+    loaded = load_ensemble(ensemble)  # once, for every run and method
+    lm, engine, manifest = loaded
     valid = corpora.wikitext2("valid")
     ids = token_blocks(lm.tokenizer, valid.texts(), block_size, blocks).tolist()
     queries = sum(len(b) - 1 for b in ids)
@@ -129,9 +143,10 @@ def eval_ppl(
         predictor = None
         if method in ("pmixed", "submix"):
             with tempfile.TemporaryDirectory() as tmp:
-                predictor, engine = build_predictor(
+                predictor = build_predictor(
                     method,
                     ensemble,
+                    loaded,
                     Path(tmp) / "eval.db",
                     f"eval-run-{r}",
                     epsilon,

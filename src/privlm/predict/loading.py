@@ -11,10 +11,13 @@ from privlm.training.ensemble import load_manifest
 
 
 def load_ensemble(path: str | Path) -> tuple[LoadedModel, EnsembleEngine, dict[str, Any]]:
-    """(public model, engine with every adapter, manifest), adapters in manifest order."""
+    """(public model, engine with every adapter, manifest), adapters in manifest order.
+
+    The public model is loaded once: the engine wraps its projections in place, and the
+    wrapped model, called directly (no adapter rows), computes exactly the public model.
+    """
     manifest = load_manifest(path)
-    lm = load_public_model(manifest["model"], seed=0)
+    lm = load_public_model(manifest["model"])
     dirs = [Path(path) / p["name"] for p in manifest["partition"]]
-    # the engine wraps the model in place; a second copy stays the pure public model
-    engine = EnsembleEngine.from_directories(load_public_model(manifest["model"]).model, dirs)
+    engine = EnsembleEngine.from_directories(lm.model, dirs)
     return lm, engine, manifest

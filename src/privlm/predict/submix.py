@@ -159,7 +159,7 @@ class SubMix:
             self.tokenizer.decode(out),
             out,
             max(spent),
-            sum(lg.count() for lg in self.ledgers[:1]),
+            self.ledgers[0].count(),
             0,
             None if stop is None else f"STOP: {stop}; later tokens come from the public model only",
             {"private_tokens": private, "public_tokens": len(out) - private, "part_spent": spent},
