@@ -169,3 +169,89 @@ def test_cli(tmp_path):
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert out["epsilon"] <= 4.0 and out["units"] == 40 and out["steps"] == 4
+
+
+def test_a_run_that_does_not_fit_the_ledger_is_refused_before_training(tmp_path, monkeypatch):
+    from privlm.accounting import Budget, PrivacyLedger
+    from privlm.errors import BudgetExceededError
+
+    ledger = PrivacyLedger(tmp_path / "l.db", "data", Budget(1.0, 1 / 48**1.1))
+    monkeypatch.setattr(dp, "lora_model", lambda *a: pytest.fail("training started"))
+    with pytest.raises(BudgetExceededError, match="refused before training"):
+        dp.train_dpsgd(
+            "tiny",
+            dataset(),
+            tmp_path / "a",
+            dp.DpSgdConfig(target_epsilon=3.0, **CFG),
+            progress=False,
+            ledger=ledger,
+        )
+    assert ledger.count() == 0 and not (tmp_path / "a").exists()
+
+
+def test_the_run_is_charged_before_the_adapter_is_written(tmp_path, monkeypatch):
+    from privlm.accounting import Budget, PrivacyLedger
+    from privlm.errors import BudgetExceededError
+
+    ledger = PrivacyLedger(tmp_path / "l.db", "data", Budget(3.0, 1 / 48**1.1))
+    st = dp.train_dpsgd(
+        "tiny",
+        dataset(),
+        tmp_path / "a",
+        dp.DpSgdConfig(target_epsilon=3.0, **CFG),
+        progress=False,
+        ledger=ledger,
+    )
+    [rec] = ledger.charges()
+    assert rec.mechanism == "dpsgd" and rec.unit == "record"
+    assert ledger.spent().epsilon == pytest.approx(st.epsilon, rel=1e-12)  # same accountant
+    # a charge refused at the end (the budget went elsewhere meanwhile): no adapter leaves
+    other = PrivacyLedger(tmp_path / "l.db", "other", Budget(3.0, 1 / 48**1.1))
+
+    def refuse(charge):
+        raise BudgetExceededError("refused: spent elsewhere")
+
+    monkeypatch.setattr(other, "charge", refuse)
+    with pytest.raises(BudgetExceededError, match="spent elsewhere"):
+        dp.train_dpsgd(
+            "tiny",
+            dataset(),
+            tmp_path / "b",
+            dp.DpSgdConfig(target_epsilon=3.0, **CFG),
+            progress=False,
+            ledger=other,
+        )
+    assert not (tmp_path / "b").exists()
+
+
+def test_cli_charges_the_ledger_and_refuses_a_second_run(tmp_path):
+    from typer.testing import CliRunner
+
+    from privlm.accounting import PrivacyLedger
+    from privlm.cli import app
+
+    data = tmp_path / "d.txt"
+    data.write_text("\n".join(f"line {i} of private notes" for i in range(40)))
+    args = [
+        "train",
+        "dpsgd",
+        str(data),
+        "--epsilon",
+        "4",
+        "--model",
+        "tiny",
+        "--batch-size",
+        "10",
+        "--physical-batch-size",
+        "5",
+        "--block-size",
+        "16",
+        "--ledger",
+        str(tmp_path / "l.db"),
+    ]
+    first = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "o1")])
+    assert first.exit_code == 0, first.output
+    assert PrivacyLedger(tmp_path / "l.db", "dpsgd").count() == 1
+    second = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "o2")])
+    assert second.exit_code == 2 and "refused before training" in second.stderr
+    assert not (tmp_path / "o2").exists()

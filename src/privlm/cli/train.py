@@ -6,10 +6,12 @@ from pathlib import Path
 
 import typer
 
+from privlm.accounting import Budget, DpSgdPlan, PrivacyLedger
 from privlm.cli.common import JSON_OPTION, emit_json, user_errors
 from privlm.cli.ensemble import load_training_data
+from privlm.errors import AccountingError
 from privlm.models import DEFAULT_MODEL
-from privlm.training.dpsgd import DpSgdConfig, train_dpsgd
+from privlm.training.dpsgd import DpSgdConfig, examples_per_unit, plan, train_dpsgd
 
 app = typer.Typer(help="Private fine-tuning.", no_args_is_help=True)
 
@@ -32,6 +34,13 @@ def dpsgd(
     model: str = typer.Option(DEFAULT_MODEL, help="Public model."),
     limit: int | None = typer.Option(None, help="Use only the first LIMIT privacy units."),
     seed: int = typer.Option(0, help="Seed."),
+    ledger: Path = typer.Option(
+        Path("privlm-ledger.db"), help="Budget ledger charged before the adapter is written."
+    ),
+    ledger_name: str = typer.Option("dpsgd", help="Ledger name (one per dataset)."),
+    budget_epsilon: float | None = typer.Option(
+        None, help="Budget ε of a new ledger (default: what this run costs)."
+    ),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Fine-tune a LoRA adapter with DP-SGD (Opacus); print its privacy statement."""
@@ -49,7 +58,16 @@ def dpsgd(
         accountant=accountant,
         seed=seed,
     )
-    st = train_dpsgd(model, ds, out, cfg, progress=not as_json)
+    q, steps, run_delta, sigma = plan(len(examples_per_unit(ds)[0]), cfg)
+    # a new ledger's default budget is what this run costs, as the ledger composes it (RDP)
+    run_cost = DpSgdPlan(sigma, q, steps).rdp_curve().to_dp(run_delta).epsilon
+    budget = Budget(budget_epsilon if budget_epsilon is not None else run_cost, run_delta)
+    led = (
+        PrivacyLedger(ledger, ledger_name)
+        if _ledger_exists(ledger, ledger_name)
+        else PrivacyLedger(ledger, ledger_name, budget)
+    )
+    st = train_dpsgd(model, ds, out, cfg, progress=not as_json, ledger=led)
     if as_json:
         emit_json(st.to_dict())
         return
@@ -57,3 +75,13 @@ def dpsgd(
         f"adapter in {out}: ({st.epsilon:.4g}, {st.delta:.3g})-DP per {st.unit} ({st.accountant}); "
         f"σ = {st.noise_multiplier:.4g}, q = {st.sample_rate:.4g}, {st.steps} steps, clip {st.max_grad_norm:g}"
     )
+
+
+def _ledger_exists(path: Path, name: str) -> bool:
+    if not path.is_file():
+        return False
+    try:
+        PrivacyLedger(path, name)
+    except AccountingError:
+        return False
+    return True

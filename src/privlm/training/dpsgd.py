@@ -13,6 +13,10 @@
   handle are refused up front.
 
 Output: a PEFT adapter and ``privacy.json``: ε, δ, σ, q, steps, accountant, unit.
+
+Fail-closed with a ledger: a run whose cost would not fit is refused before training, and
+the run's RDP curve is charged, durably, before the adapter is written; if that charge is
+refused (another run spent the budget meanwhile), no adapter leaves.
 """
 
 from __future__ import annotations
@@ -31,9 +35,15 @@ from opacus.validators import ModuleValidator
 from torch.utils.data import DataLoader, TensorDataset
 from tqdm.auto import tqdm
 
-from privlm.accounting import calibrate_noise_multiplier, dpsgd_epsilon
+from privlm.accounting import (
+    Charge,
+    DpSgdPlan,
+    PrivacyLedger,
+    calibrate_noise_multiplier,
+    dpsgd_epsilon,
+)
 from privlm.data import Dataset
-from privlm.errors import PrivlmError
+from privlm.errors import BudgetExceededError, PrivlmError
 from privlm.fsutil import write_directory_atomically
 from privlm.training.lora_finetune import lora_model, record_sequences
 
@@ -130,12 +140,28 @@ def train_dpsgd(
     out_dir: str | Path,
     cfg: DpSgdConfig | None = None,
     progress: bool = True,
+    ledger: PrivacyLedger | None = None,
 ) -> PrivacyStatement:
-    """Fine-tune a LoRA adapter with DP-SGD; save it and its privacy statement."""
+    """Fine-tune a LoRA adapter with DP-SGD; charge ``ledger`` (if given), then save the
+    adapter and its privacy statement."""
     cfg = cfg or DpSgdConfig()
     texts, unit = examples_per_unit(dataset)
     n = len(texts)
     q, steps, delta, sigma = plan(n, cfg)
+    charge = Charge(
+        "dpsgd",
+        rdp=DpSgdPlan(sigma, q, steps).rdp_curve(),
+        unit=unit,
+        params={"noise_multiplier": sigma, "sample_rate": q, "steps": steps, "model": model_name},
+    )
+    if ledger is not None:
+        would = ledger.cost_if_charged(charge)
+        if not would.epsilon <= ledger.budget.epsilon:
+            raise BudgetExceededError(
+                f"refused before training: this DP-SGD run would raise the ε spent on ledger "
+                f"{ledger.name!r} to {would.epsilon:.6g}, over its budget of "
+                f"{ledger.budget.describe()}"
+            )
     lm, model, _ = lora_model(model_name, cfg.rank, cfg.alpha, cfg.targets, cfg.seed)
     errors = ModuleValidator.validate(model, strict=False)
     if errors:
@@ -216,5 +242,7 @@ def train_dpsgd(
             )
         )
 
+    if ledger is not None:
+        ledger.charge(charge)  # durable; raises (and nothing is written) if it no longer fits
     write_directory_atomically(out, write)
     return statement
