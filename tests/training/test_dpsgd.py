@@ -164,6 +164,8 @@ def test_cli(tmp_path):
             "--block-size",
             "16",
             "--json",
+            "--ledger",
+            str(tmp_path / "ledger.db"),
         ],
     )
     assert res.exit_code == 0, res.output
