@@ -16,10 +16,12 @@ ALLOWED = {
     "accounting": {"errors", "accounting"},
     "data": BASE | {"data"},
     "models": BASE | {"models"},
-    "training": BASE | {"accounting", "data", "models", "training"},
+    "detect": BASE | {"data", "detect"},
+    "training": BASE | {"accounting", "data", "detect", "models", "training"},
     "predict": BASE | {"accounting", "data", "models", "training", "predict"},
     "prompting": BASE | {"accounting", "data", "models", "training", "prompting"},
-    "audit": BASE | {"accounting", "data", "models", "training", "predict", "prompting", "audit"},
+    "audit": BASE
+    | {"accounting", "data", "detect", "models", "training", "predict", "prompting", "audit"},
 }
 FORBIDDEN_IN_ACCOUNTING = {"torch", "transformers", "peft"}
 

@@ -1,0 +1,50 @@
+"""Microsoft Presidio as a secret detector (optional; JFT §4 allows any detector).
+
+Presidio's analyzer runs on the same spaCy pipeline as the other detectors, so no model is
+downloaded. Needs ``pip install presidio-analyzer``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
+
+from privlm.detect.base import Span, merge_spans
+from privlm.detect.spacy_detector import DEFAULT_PIPELINE
+from privlm.errors import PrivlmError
+
+
+@lru_cache(maxsize=2)
+def _analyzer(pipeline: str) -> Any:
+    try:
+        from presidio_analyzer import AnalyzerEngine
+        from presidio_analyzer.nlp_engine import NlpEngineProvider
+    except ImportError as e:
+        raise PrivlmError(
+            "the presidio detector needs presidio-analyzer (pip install presidio-analyzer)"
+        ) from e
+    provider = NlpEngineProvider(
+        nlp_configuration={
+            "nlp_engine_name": "spacy",
+            "models": [{"lang_code": "en", "model_name": pipeline}],
+        }
+    )
+    return AnalyzerEngine(nlp_engine=provider.create_engine(), supported_languages=["en"])
+
+
+class PresidioDetector:
+    """Every entity Presidio's recognizers find with score at least ``threshold``."""
+
+    def __init__(self, threshold: float = 0.35, pipeline: str = DEFAULT_PIPELINE) -> None:
+        self.threshold = threshold
+        self.pipeline = pipeline
+        self.name = "presidio"
+
+    def detect(self, texts: Sequence[str]) -> list[list[Span]]:
+        analyzer = _analyzer(self.pipeline)
+        out = []
+        for text in texts:
+            results = analyzer.analyze(text=text, language="en", score_threshold=self.threshold)
+            out.append(merge_spans([Span(r.start, r.end, r.entity_type) for r in results]))
+        return out
