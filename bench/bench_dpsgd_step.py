@@ -24,7 +24,7 @@ from opacus import GradSampleModule
 from opacus.optimizers import DPOptimizer
 from peft import LoraConfig, get_peft_model
 from privlm.models import load_public_model
-from privlm.training.dpsgd import _per_sample_loss
+from privlm.training.redaction import masked_lm_loss
 from privlm.training.lora_targets import discover_lora_targets
 mode, B, L, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 torch.manual_seed(0)
@@ -38,7 +38,7 @@ if mode != "nonprivate":
 x = torch.randint(0, 49152, (B, L))
 def step():
     opt.zero_grad(set_to_none=True)
-    loss = _per_sample_loss(model(input_ids=x).logits, x)
+    loss = masked_lm_loss(model(input_ids=x).logits, x, per_example=True)
     loss.backward()
     opt.step()
 step()

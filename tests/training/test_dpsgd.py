@@ -16,6 +16,7 @@ from privlm.models import load_public_model
 from privlm.training import dpsgd as dp
 from privlm.training.lora_finetune import record_sequences
 from privlm.training.lora_targets import discover_lora_targets
+from privlm.training.redaction import masked_lm_loss
 
 CFG = dict(batch_size=16, physical_batch_size=4, epochs=2, block_size=24, learning_rate=1e-2)
 
@@ -47,8 +48,8 @@ def test_per_sample_gradients_equal_a_batch_size_one_loop():
         lm.tokenizer, ["a short one", "a somewhat longer example here", "x y z w"], 16
     )
     gsm = GradSampleModule(model)
-    loss = dp._per_sample_loss(
-        gsm(input_ids=ids, attention_mask=(labels != -100).long()).logits, labels
+    loss = masked_lm_loss(
+        gsm(input_ids=ids, attention_mask=(labels != -100).long()).logits, labels, per_example=True
     )
     loss.backward()
     params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
@@ -56,11 +57,12 @@ def test_per_sample_gradients_equal_a_batch_size_one_loop():
     gsm._close()
     for i in range(len(ids)):
         model.zero_grad(set_to_none=True)
-        one = dp._per_sample_loss(
+        one = masked_lm_loss(
             model(
                 input_ids=ids[i : i + 1], attention_mask=(labels[i : i + 1] != -100).long()
             ).logits,
             labels[i : i + 1],
+            per_example=True,
         )
         one.backward()
         for n, p in params:

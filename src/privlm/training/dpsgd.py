@@ -43,9 +43,18 @@ from privlm.accounting import (
     dpsgd_epsilon,
 )
 from privlm.data import Dataset
+from privlm.detect import Detector
 from privlm.errors import BudgetExceededError, PrivlmError
 from privlm.fsutil import write_directory_atomically
 from privlm.training.lora_finetune import lora_model, record_sequences
+from privlm.training.redaction import (
+    IGNORE,
+    embed_with_masks,
+    mask_embedding,
+    masked_lm_loss,
+    redacted_sequences,
+    redacted_token_fraction,
+)
 
 
 @dataclass
@@ -91,6 +100,8 @@ class PrivacyStatement:
     mechanism: str = (
         "DP-SGD (Poisson-subsampled Gaussian, per-example clipping), LoRA parameters only"
     )
+    # JFT light noise: the rate the accountant used, q·m̃ (an empirical estimate, §3.1)
+    accounted_sample_rate: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -106,8 +117,15 @@ def examples_per_unit(dataset: Dataset) -> tuple[list[str], str]:
     return ["\n".join(v) for v in by_unit.values()], dataset.unit_kind
 
 
-def plan(n_units: int, cfg: DpSgdConfig) -> tuple[float, int, float, float]:
-    """(q, steps, δ, σ) for ``n_units`` examples: Opacus's q = 1/len(loader)."""
+def plan(
+    n_units: int, cfg: DpSgdConfig, rate_factor: float = 1.0
+) -> tuple[float, int, float, float]:
+    """(q, steps, δ, σ) for ``n_units`` examples: Opacus's q = 1/len(loader).
+
+    ``rate_factor`` < 1 calibrates σ at the rate q·rate_factor instead of q: JFT's light
+    noise, where only the detector's misses (rate m̃) need protection (JFT §3.1)."""
+    if not 0 < rate_factor <= 1:
+        raise PrivlmError(f"the sampling-rate factor must lie in (0, 1], got {rate_factor}")
     batches = max(1, math.ceil(n_units / cfg.batch_size))
     q = 1.0 / batches
     steps = cfg.epochs * batches
@@ -117,21 +135,9 @@ def plan(n_units: int, cfg: DpSgdConfig) -> tuple[float, int, float, float]:
     else:
         assert cfg.target_epsilon is not None
         sigma = calibrate_noise_multiplier(
-            cfg.target_epsilon, delta, q, steps, cfg.accountant
+            cfg.target_epsilon, delta, q * rate_factor, steps, cfg.accountant
         ).noise_multiplier
     return q, steps, delta, sigma
-
-
-def _per_sample_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean over each example's own tokens, then mean over the batch (Opacus 'mean')."""
-    tok = torch.nn.functional.cross_entropy(
-        logits[:, :-1].reshape(-1, logits.size(-1)),
-        labels[:, 1:].reshape(-1),
-        ignore_index=-100,
-        reduction="none",
-    ).view(labels.size(0), -1)
-    counts = (labels[:, 1:] != -100).sum(1).clamp_min(1)
-    return (tok.sum(1) / counts).mean()
 
 
 def train_dpsgd(
@@ -141,18 +147,35 @@ def train_dpsgd(
     cfg: DpSgdConfig | None = None,
     progress: bool = True,
     ledger: PrivacyLedger | None = None,
+    *,
+    init_adapter: str | Path | None = None,
+    detector: Detector | None = None,
+    rate_factor: float = 1.0,
+    charge_name: str = "dpsgd",
+    extra: dict[str, Any] | None = None,
 ) -> PrivacyStatement:
     """Fine-tune a LoRA adapter with DP-SGD; charge ``ledger`` (if given), then save the
-    adapter and its privacy statement."""
+    adapter and its privacy statement.
+
+    JFT uses the keywords: ``init_adapter`` continues from a saved adapter (phase 2 from
+    phase 1); ``detector`` redacts every example first (A.2 masks); ``rate_factor`` accounts
+    at q·m̃ (light noise). ``extra`` is merged into privacy.json."""
     cfg = cfg or DpSgdConfig()
     texts, unit = examples_per_unit(dataset)
     n = len(texts)
-    q, steps, delta, sigma = plan(n, cfg)
+    q, steps, delta, sigma = plan(n, cfg, rate_factor)
+    q_acc = q * rate_factor
     charge = Charge(
-        "dpsgd",
-        rdp=DpSgdPlan(sigma, q, steps).rdp_curve(),
+        charge_name,
+        rdp=DpSgdPlan(sigma, q_acc, steps).rdp_curve(),
         unit=unit,
-        params={"noise_multiplier": sigma, "sample_rate": q, "steps": steps, "model": model_name},
+        params={
+            "noise_multiplier": sigma,
+            "sample_rate": q,
+            "accounted_sample_rate": q_acc,
+            "steps": steps,
+            "model": model_name,
+        },
     )
     if ledger is not None:
         would = ledger.cost_if_charged(charge)
@@ -162,12 +185,23 @@ def train_dpsgd(
                 f"{ledger.name!r} to {would.epsilon:.6g}, over its budget of "
                 f"{ledger.budget.describe()}"
             )
-    lm, model, _ = lora_model(model_name, cfg.rank, cfg.alpha, cfg.targets, cfg.seed)
+    lm, model, _ = lora_model(
+        model_name, cfg.rank, cfg.alpha, cfg.targets, cfg.seed, init_adapter=init_adapter
+    )
     errors = ModuleValidator.validate(model, strict=False)
     if errors:
         raise PrivlmError(f"layers DP-SGD cannot train here: {[str(e) for e in errors][:5]}")
-    ids, labels = record_sequences(lm.tokenizer, texts, cfg.block_size)
-    loader = DataLoader(TensorDataset(ids, labels), batch_size=cfg.batch_size)
+    redacted_fraction = None
+    if detector is not None:
+        spans = detector.detect(texts)
+        enc = redacted_sequences(lm.tokenizer, texts, spans, cfg.block_size)
+        ids, labels, masked = enc.ids, enc.labels, enc.masked
+        redacted_fraction = redacted_token_fraction(lm.tokenizer, texts, spans)
+    else:
+        ids, labels = record_sequences(lm.tokenizer, texts, cfg.block_size)
+        masked = torch.zeros_like(ids, dtype=torch.bool)
+    mask_vector = mask_embedding(lm.model, lm.tokenizer)
+    loader = DataLoader(TensorDataset(ids, labels, masked), batch_size=cfg.batch_size)
     optimizer = torch.optim.AdamW(
         [p for p in model.parameters() if p.requires_grad], lr=cfg.learning_rate, weight_decay=0.0
     )
@@ -191,14 +225,19 @@ def train_dpsgd(
         with BatchMemoryManager(
             data_loader=dp_loader, max_physical_batch_size=cfg.physical_batch_size, optimizer=dp_opt
         ) as mem:
-            for x, y in mem:
+            for x, y, m in mem:
                 dp_opt.zero_grad(set_to_none=True)
                 if len(x) == 0:  # an empty Poisson batch: the step is noise only
                     for _, p in trainable:
                         p.grad_sample = torch.zeros((0, *p.shape), dtype=p.dtype)
                 else:
-                    mask = (y != -100).long()
-                    loss = _per_sample_loss(dp_model(input_ids=x, attention_mask=mask).logits, y)
+                    attention = ((y != IGNORE) | m).long()
+                    if bool(m.any()):
+                        embeds = embed_with_masks(model, x, m, mask_vector)
+                        logits = dp_model(inputs_embeds=embeds, attention_mask=attention).logits
+                    else:
+                        logits = dp_model(input_ids=x, attention_mask=attention).logits
+                    loss = masked_lm_loss(logits, y, per_example=True)
                     loss.backward()
                     if not checked_grads:
                         missing = [
@@ -222,9 +261,18 @@ def train_dpsgd(
                             )
                         checked_moves = True
     bar.close()
-    report = dpsgd_epsilon(sigma, q, steps, delta, cfg.accountant)
+    report = dpsgd_epsilon(sigma, q_acc, steps, delta, cfg.accountant)
     statement = PrivacyStatement(
-        report.epsilon, delta, sigma, q, steps, cfg.accountant, unit, n, cfg.max_grad_norm
+        report.epsilon,
+        delta,
+        sigma,
+        q,
+        steps,
+        cfg.accountant,
+        unit,
+        n,
+        cfg.max_grad_norm,
+        accounted_sample_rate=q_acc if rate_factor != 1.0 else None,
     )
     out = Path(out_dir)
 
@@ -236,7 +284,11 @@ def train_dpsgd(
                     **statement.to_dict(),
                     "training": asdict(cfg),
                     "model": model_name,
+                    "init_adapter": str(init_adapter) if init_adapter is not None else None,
+                    "detector": detector.name if detector is not None else None,
+                    "redacted_token_fraction": redacted_fraction,
                     "seconds": time.perf_counter() - t0,
+                    **(extra or {}),
                 },
                 indent=2,
             )

@@ -18,10 +18,19 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase, get_linear_schedule_with_warmup
 
+from privlm.detect import Span
 from privlm.errors import PrivlmError
 from privlm.fsutil import write_directory_atomically
 from privlm.models import LoadedModel, load_public_model
 from privlm.training.lora_targets import check_targets, discover_lora_targets
+from privlm.training.redaction import (
+    IGNORE,
+    embed_with_masks,
+    mask_embedding,
+    masked_lm_loss,
+    redacted_blocks,
+    redacted_sequences,
+)
 
 
 @dataclass
@@ -88,11 +97,24 @@ def record_sequences(
 
 
 def lora_model(
-    model_name: str, rank: int, alpha: float, targets: list[str] | None, seed: int
+    model_name: str,
+    rank: int,
+    alpha: float,
+    targets: list[str] | None,
+    seed: int,
+    init_adapter: str | Path | None = None,
 ) -> tuple[LoadedModel, PeftModel, list[str]]:
     """The public model wrapped with a fresh LoRA adapter (seeded initialisation) on the given
-    targets, or on every projection discovered in the decoder blocks."""
+    targets, or on every projection discovered in the decoder blocks. With ``init_adapter``,
+    training continues from that saved adapter instead (JFT's phase 2 starts from phase 1)."""
     lm = load_public_model(model_name)
+    if init_adapter is not None:
+        path = Path(init_adapter)
+        if not (path / "adapter_config.json").is_file():
+            raise PrivlmError(f"{path} is not a saved LoRA adapter (no adapter_config.json)")
+        model = PeftModel.from_pretrained(lm.model, path, is_trainable=True)
+        found = sorted(model.peft_config["default"].target_modules)
+        return lm, model, found
     targets = targets or discover_lora_targets(lm.model)
     check_targets(lm.model, targets)
     with torch.random.fork_rng(devices=[]):
@@ -111,19 +133,31 @@ def finetune_lora(
     out_dir: Path,
     desc: str = "lora",
     progress: bool = True,
+    redact: list[list[Span]] | None = None,
 ) -> dict[str, Any]:
-    """Train one LoRA adapter on ``texts`` and save it (PEFT format) to ``out_dir``."""
+    """Train one LoRA adapter on ``texts`` and save it (PEFT format) to ``out_dir``.
+
+    With ``redact`` (one span list per text), each span is one ``<mask>`` slot, left out of
+    the loss and its normalisation (JFT A.2, ``privlm.training.redaction``)."""
     t0 = time.perf_counter()
     lm, model, targets = lora_model(
         model_name, config.rank, config.alpha, config.targets, config.seed
     )
-    if config.pack:
+    masked_all: torch.Tensor | None = None
+    if redact is not None:
+        encode = redacted_blocks if config.pack else redacted_sequences
+        enc = encode(lm.tokenizer, texts, redact, config.block_size)
+        blocks, labels_all, masked_all = enc.ids, enc.labels, enc.masked
+    elif config.pack:
         blocks = token_blocks(lm.tokenizer, texts, config.block_size)
         labels_all = blocks
     else:
         blocks, labels_all = record_sequences(lm.tokenizer, texts, config.block_size)
     if config.max_blocks is not None:
         blocks, labels_all = blocks[: config.max_blocks], labels_all[: config.max_blocks]
+        if masked_all is not None:
+            masked_all = masked_all[: config.max_blocks]
+    mask_vector = mask_embedding(lm.model, lm.tokenizer) if masked_all is not None else None
     gen = torch.Generator().manual_seed(config.seed)
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
@@ -138,8 +172,19 @@ def finetune_lora(
         for start in range(0, len(blocks), config.batch_size):
             pick = order[start : start + config.batch_size]
             batch, labels = blocks[pick], labels_all[pick]
-            mask = (labels != -100).long() if not config.pack else None
-            loss = model(input_ids=batch, labels=labels, attention_mask=mask).loss
+            attention = None
+            if not config.pack:  # right padding: attend to real tokens and mask slots
+                real = labels != IGNORE
+                if masked_all is not None:
+                    real |= masked_all[pick]
+                attention = real.long()
+            if masked_all is None:
+                logits = model(input_ids=batch, attention_mask=attention).logits
+            else:
+                assert mask_vector is not None
+                embeds = embed_with_masks(model, batch, masked_all[pick], mask_vector)
+                logits = model(inputs_embeds=embeds, attention_mask=attention).logits
+            loss = masked_lm_loss(logits, labels, per_example=False)
             loss.backward()
             opt.step()
             sched.step()
