@@ -12,6 +12,8 @@ from privlm.cli.ensemble import load_training_data
 from privlm.errors import AccountingError
 from privlm.models import DEFAULT_MODEL
 from privlm.training.dpsgd import DpSgdConfig, examples_per_unit, plan, train_dpsgd
+from privlm.training.jft import PHASE1_MODES, JftConfig, train_jft
+from privlm.training.lora_finetune import LoraTrainingConfig
 
 app = typer.Typer(help="Private fine-tuning.", no_args_is_help=True)
 
@@ -61,12 +63,7 @@ def dpsgd(
     q, steps, run_delta, sigma = plan(len(examples_per_unit(ds)[0]), cfg)
     # a new ledger's default budget is what this run costs, as the ledger composes it (RDP)
     run_cost = DpSgdPlan(sigma, q, steps).rdp_curve().to_dp(run_delta).epsilon
-    budget = Budget(budget_epsilon if budget_epsilon is not None else run_cost, run_delta)
-    led = (
-        PrivacyLedger(ledger, ledger_name)
-        if _ledger_exists(ledger, ledger_name)
-        else PrivacyLedger(ledger, ledger_name, budget)
-    )
+    led = _open_ledger(ledger, ledger_name, budget_epsilon, run_cost, run_delta)
     st = train_dpsgd(model, ds, out, cfg, progress=not as_json, ledger=led)
     if as_json:
         emit_json(st.to_dict())
@@ -75,6 +72,115 @@ def dpsgd(
         f"adapter in {out}: ({st.epsilon:.4g}, {st.delta:.3g})-DP per {st.unit} ({st.accountant}); "
         f"σ = {st.noise_multiplier:.4g}, q = {st.sample_rate:.4g}, {st.steps} steps, clip {st.max_grad_norm:g}"
     )
+
+
+def _open_ledger(
+    path: Path, name: str, budget_epsilon: float | None, run_cost: float, delta: float
+) -> PrivacyLedger:
+    """An existing ledger as it is, or a new one with the given budget (default: the run's
+    own cost, so the run fits exactly once)."""
+    if _ledger_exists(path, name):
+        return PrivacyLedger(path, name)
+    eps = budget_epsilon if budget_epsilon is not None else run_cost
+    return PrivacyLedger(path, name, Budget(eps, delta))
+
+
+@app.command("jft")
+@user_errors
+def jft(
+    data: str = typer.Argument(..., help="A .txt/.jsonl/.csv file, or wikitext2[:split]."),
+    out: Path = typer.Option(..., "--out", help="Where to write the final (phase-2) adapter."),
+    detector: str = typer.Option(
+        "low-entity",
+        help="Secret detector: regex, low-entity, high-entity, low-contextual, "
+        "high-contextual, presidio, or a union such as regex+low-entity.",
+    ),
+    phase1: str = typer.Option("direct", help=f"Phase-1 mode: {', '.join(PHASE1_MODES)}."),
+    screened: Path | None = typer.Option(
+        None, help="screened mode: the sanitised file (<mask> marks what was removed)."
+    ),
+    annotated: Path | None = typer.Option(
+        None,
+        help='light-noise mode: annotated sample, JSON lines {"text", "sensitive": [[s, e]]} '
+        'or {"text", "secrets": [...]}.',
+    ),
+    epsilon: float = typer.Option(3.0, help="Target ε of phase 2 (DP-SGD on the original data)."),
+    phase1_epsilon: float = typer.Option(
+        3.0, help="light noise: target ε for missed secrets, at rate q·m̃_hi."
+    ),
+    delta: float | None = typer.Option(None, help="δ (default 1/n^1.1, n privacy units)."),
+    phase1_epochs: int = typer.Option(1, help="Phase-1 epochs."),
+    phase1_lr: float = typer.Option(2e-4, help="Phase-1 learning rate."),
+    epochs: int = typer.Option(1, help="Phase-2 epochs."),
+    learning_rate: float = typer.Option(4e-4, "--lr", help="Phase-2 AdamW learning rate."),
+    batch_size: int = typer.Option(64, help="Expected logical (Poisson) batch size."),
+    physical_batch_size: int = typer.Option(8, help="Examples per forward pass (memory)."),
+    max_grad_norm: float = typer.Option(1.0, help="Per-example clipping norm."),
+    block_size: int = typer.Option(128, help="Tokens per example (longer are cut)."),
+    miss: list[str] = typer.Option(
+        [], "--miss", help="Audits only: a string the detector is made to miss (repeatable)."
+    ),
+    phase1_out: Path | None = typer.Option(None, help="Phase-1 adapter (default OUT-phase1)."),
+    model: str = typer.Option(DEFAULT_MODEL, help="Public model."),
+    limit: int | None = typer.Option(None, help="Use only the first LIMIT privacy units."),
+    seed: int = typer.Option(0, help="Seed."),
+    ledger: Path = typer.Option(Path("privlm-ledger.db"), help="Budget ledger."),
+    ledger_name: str = typer.Option("jft", help="Ledger name (one per dataset)."),
+    budget_epsilon: float | None = typer.Option(
+        None, help="Budget ε of a new ledger (default: what this run charges)."
+    ),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Just Fine-tune Twice: a redacted fine-tune, then DP-SGD; print the SDP statement."""
+    ds = load_training_data(data, limit)
+
+    def dp(target: float) -> DpSgdConfig:
+        return DpSgdConfig(
+            target_epsilon=target,
+            delta=delta,
+            max_grad_norm=max_grad_norm,
+            batch_size=batch_size,
+            physical_batch_size=physical_batch_size,
+            epochs=epochs,
+            learning_rate=learning_rate,
+            block_size=block_size,
+            seed=seed,
+        )
+
+    p1_dp = dp(phase1_epsilon)
+    p1_dp.epochs, p1_dp.learning_rate = phase1_epochs, phase1_lr
+    cfg = JftConfig(
+        detector=detector,
+        phase1=phase1,
+        screened_file=screened,
+        annotated_file=annotated,
+        deliberately_missed=list(miss),
+        phase1_training=LoraTrainingConfig(
+            epochs=phase1_epochs,
+            learning_rate=phase1_lr,
+            pack=False,
+            block_size=block_size,
+            batch_size=physical_batch_size,
+            seed=seed,
+        ),
+        phase1_dpsgd=p1_dp,
+        phase2=dp(epsilon),
+    )
+    n = len(examples_per_unit(ds)[0])
+    q, steps, run_delta, sigma = plan(n, cfg.phase2)
+    run_cost = DpSgdPlan(sigma, q, steps).rdp_curve().to_dp(run_delta).epsilon
+    if phase1 == "light-noise":
+        run_cost += phase1_epsilon  # a new ledger's default: room for both charges
+    led = _open_ledger(ledger, ledger_name, budget_epsilon, run_cost, run_delta)
+    st = train_jft(model, ds, out, cfg, phase1_dir=phase1_out, ledger=led, progress=not as_json)
+    if as_json:
+        emit_json(st.to_dict())
+        return
+    typer.echo(f"adapter in {out} (phase 1 in {st.phase1['adapter']})")
+    typer.echo(st.guarantee)
+    typer.echo(f"assumption: {st.assumption}")
+    if "redacted_token_fraction" in st.phase1:
+        typer.echo(f"tokens redacted in phase 1: {100 * st.phase1['redacted_token_fraction']:.1f}%")
 
 
 def _ledger_exists(path: Path, name: str) -> bool:
