@@ -259,3 +259,59 @@ def test_cli_charges_the_ledger_and_refuses_a_second_run(tmp_path):
     second = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "o2")])
     assert second.exit_code == 2 and "refused before training" in second.stderr
     assert not (tmp_path / "o2").exists()
+
+
+@pytest.mark.parametrize("use_ghost", [True, False], ids=["ghost", "fast"])
+def test_ghost_and_fast_clipping_equal_clipping_a_batch_size_one_loop(use_ghost):
+    from opacus.grad_sample import GradSampleModuleFastGradientClipping
+    from opacus.optimizers import DPOptimizerFastGradientClipping
+    from opacus.utils.fast_gradient_clipping_utils import DPTensorFastGradientClipping
+
+    from privlm.training.redaction import per_example_losses
+
+    lm, model = peft_tiny()
+    ids, labels = record_sequences(
+        lm.tokenizer, ["a short one", "a somewhat longer example here", "x y z w"], 16
+    )
+    attention = (labels != -100).long()
+    clip = 0.01  # small enough that every example is clipped
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    expected = {n: torch.zeros_like(p) for n, p in params}
+    for i in range(len(ids)):
+        model.zero_grad(set_to_none=True)
+        sl = slice(i, i + 1)
+        per_example_losses(
+            model(input_ids=ids[sl], attention_mask=attention[sl]).logits, labels[sl]
+        ).sum().backward()
+        norm = torch.sqrt(sum(p.grad.pow(2).sum() for _, p in params))
+        assert norm > clip
+        for n, p in params:
+            expected[n] += p.grad * (clip / (norm + 1e-6))
+    model.zero_grad(set_to_none=True)
+    gsm = GradSampleModuleFastGradientClipping(
+        model, max_grad_norm=clip, use_ghost_clipping=use_ghost
+    )
+    opt = DPOptimizerFastGradientClipping(
+        torch.optim.SGD([p for _, p in params], lr=0.0),
+        noise_multiplier=0.0, max_grad_norm=clip, expected_batch_size=len(ids),
+    )  # fmt: skip
+    losses = per_example_losses(gsm(input_ids=ids, attention_mask=attention).logits, labels)
+    DPTensorFastGradientClipping(gsm, opt, losses, "mean").backward()
+    for n, p in params:
+        assert torch.allclose(p.grad, expected[n], atol=1e-7, rtol=1e-3), n
+    gsm._close()
+
+
+def test_training_in_ghost_mode(tmp_path):
+    st = dp.train_dpsgd(
+        "tiny",
+        dataset(),
+        tmp_path / "g",
+        dp.DpSgdConfig(target_epsilon=3.0, grad_sample_mode="ghost", **CFG),
+        progress=False,
+    )
+    assert st.epsilon <= 3.0
+    saved = json.loads((tmp_path / "g" / "privacy.json").read_text())
+    assert saved["training"]["grad_sample_mode"] == "ghost"
+    with pytest.raises(PrivlmError, match="grad_sample_mode"):
+        dp.DpSgdConfig(grad_sample_mode="turbo")

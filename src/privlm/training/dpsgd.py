@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from opacus import PrivacyEngine
 from opacus.utils.batch_memory_manager import BatchMemoryManager
+from opacus.utils.fast_gradient_clipping_utils import DPTensorFastGradientClipping
 from opacus.validators import ModuleValidator
 from torch.utils.data import DataLoader, TensorDataset
 from tqdm.auto import tqdm
@@ -52,9 +53,12 @@ from privlm.training.redaction import (
     embed_with_masks,
     mask_embedding,
     masked_lm_loss,
+    per_example_losses,
     redacted_sequences,
     redacted_token_fraction,
 )
+
+GRAD_SAMPLE_MODES = ("hooks", "ghost")
 
 
 @dataclass
@@ -76,6 +80,9 @@ class DpSgdConfig:
     accountant: str = "rdp"
     seed: int = 0
     secure_mode: bool = False  # Opacus's CSPRNG noise; needs the torchcsprng package
+    # "hooks": per-sample gradients materialised; "ghost": Opacus's ghost clipping, which
+    # computes per-sample gradient norms only and clips in a second backward pass
+    grad_sample_mode: str = "hooks"
 
     def __post_init__(self) -> None:
         if (self.target_epsilon is None) == (self.noise_multiplier is None):
@@ -84,6 +91,10 @@ class DpSgdConfig:
             raise PrivlmError("batch sizes and epochs must be at least 1")
         if not (self.max_grad_norm > 0):
             raise PrivlmError("the clipping norm must be positive")
+        if self.grad_sample_mode not in GRAD_SAMPLE_MODES:
+            raise PrivlmError(
+                f"unknown grad_sample_mode {self.grad_sample_mode!r}; choose from {GRAD_SAMPLE_MODES}"
+            )
 
 
 @dataclass(frozen=True)
@@ -207,14 +218,18 @@ def train_dpsgd(
     )
     engine = PrivacyEngine(accountant="rdp", secure_mode=cfg.secure_mode)
     torch.manual_seed(cfg.seed)
-    dp_model, dp_opt, dp_loader = engine.make_private(
+    ghost = cfg.grad_sample_mode == "ghost"
+    private = engine.make_private(
         module=model,
         optimizer=optimizer,
         data_loader=loader,
         noise_multiplier=sigma,
         max_grad_norm=cfg.max_grad_norm,
         poisson_sampling=True,
+        grad_sample_mode=cfg.grad_sample_mode,
     )
+    # ghost mode also returns a criterion wrapper; privlm builds the per-example loss itself
+    dp_model, dp_opt, dp_loader = private[0], private[1], private[-1]
     trainable = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
     before = {name: p.detach().clone() for name, p in trainable}
     checked_grads = checked_moves = False
@@ -229,7 +244,10 @@ def train_dpsgd(
                 dp_opt.zero_grad(set_to_none=True)
                 if len(x) == 0:  # an empty Poisson batch: the step is noise only
                     for _, p in trainable:
-                        p.grad_sample = torch.zeros((0, *p.shape), dtype=p.dtype)
+                        if ghost:
+                            p.grad = torch.zeros_like(p)
+                        else:
+                            p.grad_sample = torch.zeros((0, *p.shape), dtype=p.dtype)
                 else:
                     attention = ((y != IGNORE) | m).long()
                     if bool(m.any()):
@@ -237,12 +255,14 @@ def train_dpsgd(
                         logits = dp_model(inputs_embeds=embeds, attention_mask=attention).logits
                     else:
                         logits = dp_model(input_ids=x, attention_mask=attention).logits
-                    loss = masked_lm_loss(logits, y, per_example=True)
-                    loss.backward()
+                    if ghost:  # two backward passes: norms, then the clipped sum
+                        losses = per_example_losses(logits, y)
+                        DPTensorFastGradientClipping(dp_model, dp_opt, losses, "mean").backward()
+                    else:
+                        masked_lm_loss(logits, y, per_example=True).backward()
                     if not checked_grads:
-                        missing = [
-                            name for name, p in trainable if getattr(p, "grad_sample", None) is None
-                        ]
+                        seen = "_norm_sample" if ghost else "grad_sample"
+                        missing = [name for name, p in trainable if getattr(p, seen, None) is None]
                         if missing:
                             raise PrivlmError(
                                 f"no per-sample gradient for {missing[:5]}: DP-SGD would silently skip them"

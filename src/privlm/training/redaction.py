@@ -148,22 +148,32 @@ def embed_with_masks(
     return emb
 
 
-def masked_lm_loss(logits: torch.Tensor, labels: torch.Tensor, per_example: bool) -> torch.Tensor:
-    """Next-token cross-entropy over positions whose target is not IGNORE (padding, masks).
-
-    ``per_example=False``: the mean over every counted token in the batch (non-private
-    training). ``per_example=True``: each example's mean over its own counted tokens, then
-    the mean over examples, so each example is one term, as DP-SGD clips per example."""
+def per_example_losses(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Each example's mean next-token cross-entropy over its counted positions, shape (B,)."""
     tok = torch.nn.functional.cross_entropy(
         logits[:, :-1].reshape(-1, logits.size(-1)),
         labels[:, 1:].reshape(-1),
         ignore_index=IGNORE,
         reduction="none",
     ).view(labels.size(0), -1)
-    counted = labels[:, 1:] != IGNORE
+    return tok.sum(1) / (labels[:, 1:] != IGNORE).sum(1).clamp_min(1)
+
+
+def masked_lm_loss(logits: torch.Tensor, labels: torch.Tensor, per_example: bool) -> torch.Tensor:
+    """Next-token cross-entropy over positions whose target is not IGNORE (padding, masks).
+
+    ``per_example=False``: the mean over every counted token in the batch (non-private
+    training). ``per_example=True``: each example's mean over its own counted tokens, then
+    the mean over examples, so each example is one term, as DP-SGD clips per example."""
     if per_example:
-        return (tok.sum(1) / counted.sum(1).clamp_min(1)).mean()
-    return tok.sum() / counted.sum().clamp_min(1)
+        return per_example_losses(logits, labels).mean()
+    tok = torch.nn.functional.cross_entropy(
+        logits[:, :-1].reshape(-1, logits.size(-1)),
+        labels[:, 1:].reshape(-1),
+        ignore_index=IGNORE,
+        reduction="none",
+    )
+    return tok.sum() / (labels[:, 1:] != IGNORE).sum().clamp_min(1)
 
 
 def redacted_token_fraction(
