@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import typer
@@ -65,6 +66,8 @@ def dpsgd(
     run_cost = DpSgdPlan(sigma, q, steps).rdp_curve().to_dp(run_delta).epsilon
     led = _open_ledger(ledger, ledger_name, budget_epsilon, run_cost, run_delta)
     st = train_dpsgd(model, ds, out, cfg, progress=not as_json, ledger=led)
+    if int(os.environ.get("RANK", "0")) != 0:  # under torchrun, rank 0 reports
+        return
     if as_json:
         emit_json(st.to_dict())
         return

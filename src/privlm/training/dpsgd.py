@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 from opacus import PrivacyEngine
+from opacus.distributed import DifferentiallyPrivateDistributedDataParallel as DPDDP
 from opacus.utils.batch_memory_manager import BatchMemoryManager
 from opacus.utils.fast_gradient_clipping_utils import DPTensorFastGradientClipping
 from opacus.validators import ModuleValidator
@@ -47,6 +48,13 @@ from privlm.data import Dataset
 from privlm.detect import Detector
 from privlm.errors import BudgetExceededError, PrivlmError
 from privlm.fsutil import write_directory_atomically
+from privlm.training.distributed_dp import (
+    LockstepPoissonSampler,
+    barrier,
+    collate_with_empty,
+    init_distributed,
+    replicas_agree,
+)
 from privlm.training.lora_finetune import lora_model, record_sequences
 from privlm.training.redaction import (
     IGNORE,
@@ -212,7 +220,17 @@ def train_dpsgd(
         ids, labels = record_sequences(lm.tokenizer, texts, cfg.block_size)
         masked = torch.zeros_like(ids, dtype=torch.bool)
     mask_vector = mask_embedding(lm.model, lm.tokenizer)
-    loader = DataLoader(TensorDataset(ids, labels, masked), batch_size=cfg.batch_size)
+    examples = TensorDataset(ids, labels, masked)
+    rank, world = init_distributed()
+    module: torch.nn.Module = model
+    if world > 1:  # torchrun: DPDDP, and Poisson batches drawn in lockstep (distributed_dp)
+        sampler = LockstepPoissonSampler(n, q, round(1 / q), rank, world, cfg.seed)
+        loader = DataLoader(
+            examples, batch_sampler=sampler, collate_fn=collate_with_empty(examples[0])
+        )
+        module = DPDDP(model)
+    else:
+        loader = DataLoader(examples, batch_size=cfg.batch_size)
     optimizer = torch.optim.AdamW(
         [p for p in model.parameters() if p.requires_grad], lr=cfg.learning_rate, weight_decay=0.0
     )
@@ -220,12 +238,12 @@ def train_dpsgd(
     torch.manual_seed(cfg.seed)
     ghost = cfg.grad_sample_mode == "ghost"
     private = engine.make_private(
-        module=model,
+        module=module,
         optimizer=optimizer,
         data_loader=loader,
         noise_multiplier=sigma,
         max_grad_norm=cfg.max_grad_norm,
-        poisson_sampling=True,
+        poisson_sampling=world == 1,  # distributed: the lockstep Poisson sampler above
         grad_sample_mode=cfg.grad_sample_mode,
     )
     # ghost mode also returns a criterion wrapper; privlm builds the per-example loss itself
@@ -281,6 +299,8 @@ def train_dpsgd(
                             )
                         checked_moves = True
     bar.close()
+    if not replicas_agree([p for _, p in trainable]):
+        raise PrivlmError("the DPDDP replicas hold different parameters after training")
     report = dpsgd_epsilon(sigma, q_acc, steps, delta, cfg.accountant)
     statement = PrivacyStatement(
         report.epsilon,
@@ -308,13 +328,16 @@ def train_dpsgd(
                     "detector": detector.name if detector is not None else None,
                     "redacted_token_fraction": redacted_fraction,
                     "seconds": time.perf_counter() - t0,
+                    "processes": world,
                     **(extra or {}),
                 },
                 indent=2,
             )
         )
 
-    if ledger is not None:
-        ledger.charge(charge)  # durable; raises (and nothing is written) if it no longer fits
-    write_directory_atomically(out, write)
+    if rank == 0:  # one charge and one adapter, however many processes trained
+        if ledger is not None:
+            ledger.charge(charge)  # durable; raises (and nothing is written) if it no longer fits
+        write_directory_atomically(out, write)
+    barrier()
     return statement

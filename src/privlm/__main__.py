@@ -1,0 +1,5 @@
+"""``python -m privlm``: the command line, also under ``torchrun -m privlm``."""
+
+from privlm.cli import main
+
+main()

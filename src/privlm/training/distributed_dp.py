@@ -1,0 +1,90 @@
+"""DP-SGD across processes: Opacus's DPDDP under torchrun (gloo on CPU).
+
+- Each process trains on its shard of the examples (index ``i`` belongs to rank
+  ``i mod world``); Opacus's distributed optimizer sums the clipped gradients over ranks,
+  and only rank 0 adds the Gaussian noise, so the step is the single-process DP-SGD step.
+- Sampling is Poisson over the whole dataset: each example joins each logical batch
+  independently with probability q, whichever rank holds it. ``LockstepPoissonSampler``
+  draws it per rank and, unlike Opacus's distributed sampler, also yields *empty* batches,
+  so every rank takes every logical step (Opacus skips a rank's empty batch, which would
+  leave the ranks out of step at the gradient all-reduce, and the step count would no
+  longer be the accounted one).
+- Only rank 0 charges the ledger and writes the adapter; before that, the ranks check that
+  their parameters are still identical (``replicas_agree``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import Sampler
+from torch.utils.data._utils.collate import default_collate
+
+from privlm.errors import PrivlmError
+
+
+def world_size_from_env() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def init_distributed() -> tuple[int, int]:
+    """(rank, world size); starts the gloo process group under torchrun."""
+    world = world_size_from_env()
+    if world <= 1:
+        return 0, 1
+    if not dist.is_available():
+        raise PrivlmError("this torch build has no torch.distributed")
+    if not dist.is_initialized():
+        dist.init_process_group("gloo")
+    return dist.get_rank(), dist.get_world_size()
+
+
+class LockstepPoissonSampler(Sampler[list[int]]):
+    """Poisson batches of this rank's shard, ``batches`` per epoch, empty ones included."""
+
+    def __init__(self, n: int, q: float, batches: int, rank: int, world: int, seed: int) -> None:
+        if not 0 < q <= 1:
+            raise PrivlmError(f"the sampling rate must lie in (0, 1], got {q}")
+        self.shard = torch.arange(rank, n, world)
+        self.q = q
+        self.batches = batches
+        self.generator = torch.Generator().manual_seed(seed * 7919 + rank)
+
+    def __len__(self) -> int:
+        return self.batches
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for _ in range(self.batches):
+            keep = torch.rand(len(self.shard), generator=self.generator) < self.q
+            yield self.shard[keep].tolist()
+
+
+def collate_with_empty(example: tuple[torch.Tensor, ...]) -> Any:
+    """A collate function that turns an empty batch into zero-length tensors shaped like
+    ``example``'s fields, so a rank with no sampled example still takes the step."""
+
+    def collate(batch: list[Any]) -> Any:
+        if batch:
+            return default_collate(batch)
+        return [torch.zeros((0, *t.shape), dtype=t.dtype) for t in example]
+
+    return collate
+
+
+def replicas_agree(params: list[torch.Tensor]) -> bool:
+    """True if every rank holds the same parameters (a checksum, all-gathered)."""
+    if not dist.is_initialized():
+        return True
+    digest = torch.stack([p.detach().double().sum() for p in params]).sum().reshape(1)
+    gathered = [torch.zeros_like(digest) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, digest)
+    return all(torch.equal(g, gathered[0]) for g in gathered)
+
+
+def barrier() -> None:
+    if dist.is_initialized():
+        dist.barrier()
