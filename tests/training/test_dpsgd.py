@@ -315,3 +315,25 @@ def test_training_in_ghost_mode(tmp_path):
     assert saved["training"]["grad_sample_mode"] == "ghost"
     with pytest.raises(PrivlmError, match="grad_sample_mode"):
         dp.DpSgdConfig(grad_sample_mode="turbo")
+
+
+def test_one_example_per_sampled_user(tmp_path):
+    st = dp.train_dpsgd(
+        "tiny",
+        dataset(48, users=12),
+        tmp_path / "u1",
+        dp.DpSgdConfig(target_epsilon=5.0, user_sampling="one-per-user", **CFG),
+        progress=False,
+    )
+    # the accounting is over users, as with joint clipping
+    assert st.unit == "user" and st.units == 12 and st.sample_rate == 1.0
+    assert "one example per sampled user" in st.unit_detail
+
+
+def test_one_example_per_user_draws_each_users_own_records():
+    tensors = (torch.arange(10).view(10, 1),)
+    rows = [[0, 1, 2], [3], [4, 5, 6, 7, 8, 9]]
+    ds = dp.OneExamplePerUser(tensors, rows, seed=0)
+    assert len(ds) == 3
+    seen = {u: {int(ds[u][0]) for _ in range(200)} for u in range(3)}
+    assert seen == {0: {0, 1, 2}, 1: {3}, 2: set(range(4, 10))}

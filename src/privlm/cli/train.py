@@ -34,6 +34,14 @@ def dpsgd(
     learning_rate: float = typer.Option(4e-4, "--lr", help="AdamW learning rate."),
     block_size: int = typer.Option(128, help="Tokens per example (longer are cut)."),
     accountant: str = typer.Option("rdp", help="rdp or prv."),
+    user_sampling: str = typer.Option(
+        "joint",
+        help="With user ids: 'joint' (a user's records joined, clipped jointly) or "
+        "'one-per-user' (one random record of each sampled user per step).",
+    ),
+    grad_sample_mode: str = typer.Option(
+        "hooks", help="Per-sample gradients: 'hooks' or Opacus's 'ghost' clipping."
+    ),
     model: str = typer.Option(DEFAULT_MODEL, help="Public model."),
     limit: int | None = typer.Option(None, help="Use only the first LIMIT privacy units."),
     seed: int = typer.Option(0, help="Seed."),
@@ -60,6 +68,8 @@ def dpsgd(
         block_size=block_size,
         accountant=accountant,
         seed=seed,
+        user_sampling=user_sampling,
+        grad_sample_mode=grad_sample_mode,
     )
     q, steps, run_delta, sigma = plan(len(examples_per_unit(ds)[0]), cfg)
     # a new ledger's default budget is what this run costs, as the ledger composes it (RDP)
@@ -72,7 +82,7 @@ def dpsgd(
         emit_json(st.to_dict())
         return
     typer.echo(
-        f"adapter in {out}: ({st.epsilon:.4g}, {st.delta:.3g})-DP per {st.unit} ({st.accountant}); "
+        f"adapter in {out}: ({st.epsilon:.4g}, {st.delta:.3g})-DP per {st.unit_detail} ({st.accountant}); "
         f"σ = {st.noise_multiplier:.4g}, q = {st.sample_rate:.4g}, {st.steps} steps, clip {st.max_grad_norm:g}"
     )
 

@@ -21,6 +21,7 @@ refused (another run spent the budget meanwhile), no adapter leaves.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import time
@@ -35,6 +36,7 @@ from opacus.utils.batch_memory_manager import BatchMemoryManager
 from opacus.utils.fast_gradient_clipping_utils import DPTensorFastGradientClipping
 from opacus.validators import ModuleValidator
 from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import Dataset as TorchDataset
 from tqdm.auto import tqdm
 
 from privlm.accounting import (
@@ -67,6 +69,7 @@ from privlm.training.redaction import (
 )
 
 GRAD_SAMPLE_MODES = ("hooks", "ghost")
+USER_SAMPLING = ("joint", "one-per-user")
 
 
 @dataclass
@@ -91,6 +94,9 @@ class DpSgdConfig:
     # "hooks": per-sample gradients materialised; "ghost": Opacus's ghost clipping, which
     # computes per-sample gradient norms only and clips in a second backward pass
     grad_sample_mode: str = "hooks"
+    # user-level units: "joint" trains on each user's records joined (clipped jointly);
+    # "one-per-user" trains, at each step, on one random record of each sampled user
+    user_sampling: str = "joint"
 
     def __post_init__(self) -> None:
         if (self.target_epsilon is None) == (self.noise_multiplier is None):
@@ -99,6 +105,10 @@ class DpSgdConfig:
             raise PrivlmError("batch sizes and epochs must be at least 1")
         if not (self.max_grad_norm > 0):
             raise PrivlmError("the clipping norm must be positive")
+        if self.user_sampling not in USER_SAMPLING:
+            raise PrivlmError(
+                f"unknown user_sampling {self.user_sampling!r}; choose from {USER_SAMPLING}"
+            )
         if self.grad_sample_mode not in GRAD_SAMPLE_MODES:
             raise PrivlmError(
                 f"unknown grad_sample_mode {self.grad_sample_mode!r}; choose from {GRAD_SAMPLE_MODES}"
@@ -121,19 +131,52 @@ class PrivacyStatement:
     )
     # JFT light noise: the rate the accountant used, q·m̃ (an empirical estimate, §3.1)
     accounted_sample_rate: float | None = None
+    unit_detail: str = ""  # how a user-level unit's records enter a step
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def records_per_unit(dataset: Dataset) -> list[list[str]]:
+    """Each privacy unit's record texts, units in first-seen order."""
+    by_unit: dict[str, list[str]] = {}
+    for r in dataset.records:
+        by_unit.setdefault(r.unit, []).append(r.text)
+    return list(by_unit.values())
+
+
+class OneExamplePerUser(TorchDataset[tuple[torch.Tensor, ...]]):
+    """Item ``u`` is one record of user ``u``, drawn afresh at every fetch. With Poisson
+    sampling over users, each sampled user contributes exactly one clipped example to a
+    step, so a user's influence on it is bounded by the clipping norm."""
+
+    def __init__(self, tensors: tuple[torch.Tensor, ...], rows: list[list[int]], seed: int):
+        self.tensors = tensors
+        self.rows = rows
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, user: int) -> tuple[torch.Tensor, ...]:
+        rows = self.rows[user]
+        pick = rows[int(torch.randint(len(rows), (1,), generator=self.generator))]
+        return tuple(t[pick] for t in self.tensors)
+
+
+def unit_description(unit: str, cfg: DpSgdConfig) -> str:
+    if unit == "record":
+        return "record"
+    if cfg.user_sampling == "one-per-user":
+        return f"{unit} (one example per sampled {unit})"
+    return f"{unit} (all of a {unit}'s records clipped jointly)"
 
 
 def examples_per_unit(dataset: Dataset) -> tuple[list[str], str]:
     """One training text per privacy unit (a user's records joined by newlines)."""
     if dataset.unit_kind == "record":
         return dataset.texts(), "record"
-    by_unit: dict[str, list[str]] = {}
-    for r in dataset.records:
-        by_unit.setdefault(r.unit, []).append(r.text)
-    return ["\n".join(v) for v in by_unit.values()], dataset.unit_kind
+    return ["\n".join(v) for v in records_per_unit(dataset)], dataset.unit_kind
 
 
 def plan(
@@ -180,8 +223,18 @@ def train_dpsgd(
     phase 1); ``detector`` redacts every example first (A.2 masks); ``rate_factor`` accounts
     at q·m̃ (light noise). ``extra`` is merged into privacy.json."""
     cfg = cfg or DpSgdConfig()
-    texts, unit = examples_per_unit(dataset)
-    n = len(texts)
+    groups = records_per_unit(dataset)
+    unit = dataset.unit_kind
+    one_per_user = unit != "record" and cfg.user_sampling == "one-per-user"
+    if one_per_user:  # every record is an example; a user's rows are drawn from per step
+        texts = [t for g in groups for t in g]
+        starts = [0]
+        for g in groups:
+            starts.append(starts[-1] + len(g))
+        rows = [list(range(a, b)) for a, b in itertools.pairwise(starts)]
+    else:
+        texts = ["\n".join(g) for g in groups]
+    n = len(groups)
     q, steps, delta, sigma = plan(n, cfg, rate_factor)
     q_acc = q * rate_factor
     charge = Charge(
@@ -220,7 +273,11 @@ def train_dpsgd(
         ids, labels = record_sequences(lm.tokenizer, texts, cfg.block_size)
         masked = torch.zeros_like(ids, dtype=torch.bool)
     mask_vector = mask_embedding(lm.model, lm.tokenizer)
-    examples = TensorDataset(ids, labels, masked)
+    examples: TorchDataset[tuple[torch.Tensor, ...]] = (
+        OneExamplePerUser((ids, labels, masked), rows, cfg.seed)
+        if one_per_user
+        else TensorDataset(ids, labels, masked)
+    )
     rank, world = init_distributed()
     module: torch.nn.Module = model
     if world > 1:  # torchrun: DPDDP, and Poisson batches drawn in lockstep (distributed_dp)
@@ -313,6 +370,7 @@ def train_dpsgd(
         n,
         cfg.max_grad_norm,
         accounted_sample_rate=q_acc if rate_factor != 1.0 else None,
+        unit_detail=unit_description(unit, cfg),
     )
     out = Path(out_dir)
 
