@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.privlm-installed
 
-.PHONY: setup demo test lint typecheck unit bench bench-accounting bench-prediction bench-utility bench-extraction bench-dpsgd bench-exposure clean
+.PHONY: setup demo test lint typecheck unit bench bench-accounting bench-prediction bench-utility bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft clean
 
 setup: $(STAMP)
 
@@ -37,7 +37,7 @@ unit: setup
 
 test: lint typecheck unit
 
-bench: bench-accounting bench-prediction bench-utility bench-extraction bench-dpsgd bench-exposure
+bench: bench-accounting bench-prediction bench-utility bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft
 
 bench-accounting: setup
 	$(PY) bench/bench_accounting.py
@@ -56,6 +56,12 @@ bench-dpsgd: setup
 
 bench-exposure: setup
 	$(PY) bench/bench_exposure.py
+
+bench-detectors: setup
+	$(PY) bench/bench_detectors.py --split testb
+
+bench-jft: setup
+	$(PY) bench/bench_jft.py --records 400 --eval-blocks 8
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
