@@ -5,6 +5,7 @@
 - :mod:`privlm.accounting.curves`: :class:`RdpCurve`, composed by addition.
 - :mod:`privlm.accounting.dpsgd`: ε of a DP-SGD plan (RDP or PRV) and noise calibration.
 - :mod:`privlm.accounting.ledger`: :class:`PrivacyLedger`, durable and fail-closed.
+- :mod:`privlm.accounting.pate`: Confident-GNMax queries (PromptPATE) as RDP curves.
 
 >>> from privlm.accounting import dpsgd_epsilon
 >>> round(dpsgd_epsilon(1.5, 0.04, 2250, 1e-5).epsilon, 3)
@@ -37,6 +38,7 @@ from privlm.accounting.ledger import (
     charge_together,
 )
 from privlm.accounting.orders import DEFAULT_ORDERS, INTEGER_ORDERS
+from privlm.accounting.pate import GnmaxPlan, confident_gnmax_curve, plan_gnmax
 
 __all__ = [
     "ACCOUNTANTS",
@@ -50,6 +52,7 @@ __all__ = [
     "DpConversion",
     "DpSgdPlan",
     "EpsilonReport",
+    "GnmaxPlan",
     "PrivacyLedger",
     "RdpCurve",
     "Spent",
@@ -57,8 +60,10 @@ __all__ = [
     "calibrate_noise_multiplier",
     "charge_together",
     "classic_epsilon",
+    "confident_gnmax_curve",
     "dpsgd_epsilon",
     "gaussian_rdp",
+    "plan_gnmax",
     "poisson_subsampled_rdp",
     "subsampled_gaussian_rdp",
 ]

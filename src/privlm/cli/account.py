@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from privlm.accounting import calibrate_noise_multiplier, dpsgd_epsilon
+from privlm.accounting import calibrate_noise_multiplier, dpsgd_epsilon, plan_gnmax
 from privlm.cli.common import JSON_OPTION, emit_json, user_errors
 
 app = typer.Typer(help="Privacy accounting: ε of a plan, σ for a target ε.", no_args_is_help=True)
@@ -56,4 +56,37 @@ def calibrate(
     typer.echo(
         f"σ = {cal.noise_multiplier:.6g} gives ε = {cal.epsilon:.6g} ≤ {cal.target_epsilon:g} "
         f"at δ = {cal.delta:g} (q = {cal.sample_rate:g}, {cal.steps} steps, {cal.accountant})"
+    )
+
+
+@app.command("gnmax")
+@user_errors
+def gnmax(
+    votes: str = typer.Option(..., "--votes", help="Vote counts per class, e.g. 380,20."),
+    threshold: float = typer.Option(..., "--threshold", help="Confident-GNMax threshold T."),
+    sigma_threshold: float = typer.Option(
+        ..., "--sigma-threshold", help="σ1, the noise of the threshold check."
+    ),
+    sigma: float = typer.Option(..., "--sigma", help="σ2, the noise of GNMax."),
+    delta: float = typer.Option(..., "--delta", help="Target δ."),
+    queries: int = typer.Option(1, "--queries", help="How many such queries (K)."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """ε of K identical Confident-GNMax queries (data-dependent RDP, Papernot et al. 2018)."""
+    try:
+        counts = [int(x) for x in votes.split(",")]
+    except ValueError:
+        raise typer.BadParameter(
+            "--votes takes integers separated by commas, e.g. 380,20"
+        ) from None
+    plan = plan_gnmax(counts, threshold, sigma_threshold, sigma, delta, queries)
+    if as_json:
+        emit_json(plan.to_dict())
+        return
+    typer.echo(
+        f"{queries} queries on votes {list(plan.votes)}: ε = {plan.epsilon:.6g} at δ = {delta:g} "
+        f"if every one is answered (Rényi order {plan.order:g}); "
+        f"{plan.epsilon_unanswered:.6g} if none is"
+        f"\n  Pr[answered] = {plan.pr_answered:.4g}, Pr[GNMax ≠ plurality] ≤ {plan.pr_not_argmax:.3g}"
+        "\n  (data-dependent: the ε depends on the votes)"
     )
