@@ -1,0 +1,165 @@
+"""PromptPATE (Flocks §4.2, App. C.2): teacher prompts on disjoint private examples, public
+inputs labelled by Confident-GNMax on the vote histogram, a student prompt from the labels.
+
+1. ``make_teachers``: each teacher is a k-shot prompt (one-shot by default) whose
+   demonstrations are private examples; every private example is in at most one teacher.
+2. ``teacher_votes``: each teacher answers each public input in black-box mode (top-1
+   token); answers that map to no class are "other" and vote for nothing. Only the
+   histogram of votes per class leaves this function's caller (``vote_histograms``).
+3. ``label_with_confident_gnmax``: per public input, the noisy threshold check, then GNMax
+   (Algorithm 2). Each query's data-dependent RDP (``privlm.accounting.pate``) is charged to
+   the ledger *before* its label is released; labelling stops, releasing nothing more, when
+   the next query might not fit the budget.
+4. ``select_student``: candidate prompts built from the *labelled public* inputs, chosen by
+   accuracy on a held-back part of the labelled public set: no private data is touched, so
+   the student costs nothing beyond the labels (post-processing).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from privlm.accounting import Charge, PrivacyLedger, confident_gnmax_curve
+from privlm.data import Record
+from privlm.errors import BudgetExceededError, PrivlmError
+from privlm.prompting.scoring import OTHER
+from privlm.prompting.tasks import Task, build_prompt
+
+
+@dataclass(frozen=True)
+class Teacher:
+    demos: tuple[Record, ...]
+
+
+def make_teachers(
+    private: Sequence[Record], teachers: int, shots: int = 1, seed: int = 0
+) -> list[Teacher]:
+    """``teachers`` prompts of ``shots`` distinct private examples each, disjoint."""
+    if teachers < 1 or shots < 1:
+        raise PrivlmError("teachers and shots must be at least 1")
+    need = teachers * shots
+    if need > len(private):
+        raise PrivlmError(
+            f"{teachers} teachers × {shots} shots need {need} private examples; there are "
+            f"{len(private)}"
+        )
+    order = np.random.default_rng(seed).permutation(len(private))[:need]
+    out = [
+        Teacher(tuple(private[int(i)] for i in order[t * shots : (t + 1) * shots]))
+        for t in range(teachers)
+    ]
+    units = [r.unit for t in out for r in t.demos]
+    if len(set(units)) != len(units):
+        raise PrivlmError(
+            "a privacy unit would appear in two teacher prompts; PromptPATE needs each unit in "
+            "at most one teacher"
+        )
+    return out
+
+
+def teacher_prompts(task: Task, teacher: Teacher, queries: Sequence[Record]) -> list[str]:
+    return [build_prompt(task, list(teacher.demos), q) for q in queries]
+
+
+def vote_histograms(answers: NDArray[np.int64], classes: int) -> NDArray[np.int64]:
+    """(teachers × queries) answers → (queries × classes) counts; OTHER votes for nothing."""
+    a = np.asarray(answers)
+    if a.ndim != 2:
+        raise PrivlmError("answers must be a (teachers × queries) matrix")
+    out = np.zeros((a.shape[1], classes), dtype=np.int64)
+    for c in range(classes):
+        out[:, c] = (a == c).sum(0)
+    return out
+
+
+@dataclass
+class LabellingResult:
+    labels: list[int | None]  # None: the threshold check said no (⊥)
+    answered: int
+    queries: int  # how many queries ran before the budget stopped labelling
+    stopped_by_budget: bool
+    epsilon: float
+    delta: float
+    teachers: int
+    threshold: float
+    sigma_threshold: float
+    sigma: float
+    data_dependent: bool = True
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def label_with_confident_gnmax(
+    histograms: NDArray[np.int64],
+    threshold: float,
+    sigma_threshold: float,
+    sigma: float,
+    ledger: PrivacyLedger,
+    teachers: int,
+    rng: np.random.Generator | None = None,
+) -> LabellingResult:
+    """Algorithm 2 on each histogram in turn, charged to ``ledger`` before each release."""
+    h = np.asarray(histograms)
+    if h.ndim != 2:
+        raise PrivlmError("pass one vote histogram (counts per class) per public input")
+    rng = rng or np.random.default_rng(secrets.randbits(128))
+    labels: list[int | None] = []
+    stopped = False
+    for votes in h:
+        worst = confident_gnmax_curve(votes, threshold, sigma_threshold, sigma, True, teachers)
+        if (
+            not ledger.cost_if_charged(Charge("pate-query", rdp=worst)).epsilon
+            <= ledger.budget.epsilon
+        ):
+            stopped = True  # the next query might not fit: stop before drawing anything
+            break
+        answered = votes.max() + rng.normal(0.0, sigma_threshold) >= threshold
+        cost = confident_gnmax_curve(
+            votes, threshold, sigma_threshold, sigma, bool(answered), teachers
+        )
+        try:
+            ledger.charge(Charge("pate-query", rdp=cost, params={"answered": bool(answered)}))
+        except BudgetExceededError:  # another process spent the budget meanwhile
+            stopped = True
+            break
+        if answered:
+            labels.append(int(np.argmax(votes + rng.normal(0.0, sigma, size=votes.shape))))
+        else:
+            labels.append(None)
+    return LabellingResult(
+        labels=labels,
+        answered=sum(x is not None for x in labels),
+        queries=len(labels),
+        stopped_by_budget=stopped,
+        epsilon=ledger.spent().epsilon,
+        delta=ledger.budget.delta,
+        teachers=teachers,
+        threshold=threshold,
+        sigma_threshold=sigma_threshold,
+        sigma=sigma,
+    )
+
+
+def labelled_public(
+    public: Sequence[Record], labels: Sequence[int | None], task: Task
+) -> list[Record]:
+    """The public inputs that got a label, with the label's name in place of any original."""
+    return [
+        Record(r.text, r.unit, task.labels[lab], r.line, r.fields)
+        for r, lab in zip(public, labels, strict=False)
+        if lab is not None
+    ]
+
+
+def blackbox_accuracy(answers: NDArray[np.int64], truth: Sequence[int]) -> float:
+    """Accuracy where an OTHER answer counts as wrong."""
+    a = np.asarray(answers)
+    return float(np.mean((a == np.asarray(truth)) & (a != OTHER)))

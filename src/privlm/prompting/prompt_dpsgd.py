@@ -1,0 +1,300 @@
+"""PromptDPSGD (Flocks App. C.1, Algorithm 1): DP-SGD on a soft prompt or a prefix, the LLM
+frozen.
+
+- ``soft-prompt``: prompt tuning, ``virtual_tokens`` (10) trainable input embeddings in
+  front of the input (PEFT ``PromptTuningConfig``).
+- ``prefix``: prefix tuning, trainable keys and values at every layer (PEFT
+  ``PrefixTuningConfig``).
+
+Each private example is the task's zero-shot template of one record; its loss is the
+cross-entropy of the true class over the label tokens at the last position. Opacus does
+the Poisson sampling, per-example clipping and noise; privlm's accountant calibrates σ for
+the target ε over the planned steps (Theorem 1 of App. C.3 is the sampled Gaussian mechanism
+of Abadi et al.). δ defaults to 1/N. The output is a PEFT prompt-learning adapter and
+``privacy.json``; the base weights never change (tested).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from opacus import PrivacyEngine
+from opacus.utils.batch_memory_manager import BatchMemoryManager
+from peft import PeftModel, PrefixTuningConfig, PromptTuningConfig, TaskType, get_peft_model
+from torch.utils.data import DataLoader, TensorDataset
+from tqdm.auto import tqdm
+
+from privlm.accounting import (
+    Charge,
+    DpSgdPlan,
+    PrivacyLedger,
+    calibrate_noise_multiplier,
+    dpsgd_epsilon,
+)
+from privlm.data import Record
+from privlm.errors import BudgetExceededError, PrivlmError
+from privlm.fsutil import write_directory_atomically
+from privlm.models import LoadedModel, load_public_model
+from privlm.prompting.tasks import Task, label_token_ids
+
+PROMPT_KINDS = ("soft-prompt", "prefix")
+
+
+@dataclass
+class PromptDpSgdConfig:
+    kind: str = "soft-prompt"
+    virtual_tokens: int = 10
+    target_epsilon: float | None = 8.0  # None: non-private (the upper-bound baseline)
+    delta: float | None = None  # default 1/N
+    max_grad_norm: float = 1.0
+    batch_size: int = 32  # expected logical batch (Poisson): q = batch_size / N
+    physical_batch_size: int = 16
+    epochs: int = 2
+    learning_rate: float = 1e-2
+    max_length: int = 96
+    accountant: str = "rdp"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in PROMPT_KINDS:
+            raise PrivlmError(f"unknown prompt kind {self.kind!r}; choose from {PROMPT_KINDS}")
+        if self.virtual_tokens < 1 or self.batch_size < 1 or self.epochs < 1:
+            raise PrivlmError("virtual tokens, batch size and epochs must be at least 1")
+
+
+@dataclass(frozen=True)
+class PromptPrivacyStatement:
+    epsilon: float | None
+    delta: float | None
+    noise_multiplier: float | None
+    sample_rate: float
+    steps: int
+    accountant: str
+    units: int
+    kind: str
+    unit: str = "record"
+    mechanism: str = "DP-SGD on prompt parameters only (PromptDPSGD); the LLM is frozen"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def prompt_model(lm: LoadedModel, kind: str, virtual_tokens: int, seed: int) -> PeftModel:
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        if kind == "soft-prompt":
+            config: Any = PromptTuningConfig(
+                task_type=TaskType.CAUSAL_LM, num_virtual_tokens=virtual_tokens
+            )
+        else:
+            config = PrefixTuningConfig(
+                task_type=TaskType.CAUSAL_LM, num_virtual_tokens=virtual_tokens
+            )
+        return get_peft_model(lm.model, config)
+
+
+class BatchedSoftPrompt(torch.nn.Module):
+    """The soft prompt embedded once *per row*, then the frozen model on [prompt; input].
+
+    PEFT's own prompt-tuning forward embeds the prompt for one row and repeats it over the
+    batch (a memory saving, peft issue 2043), so Opacus sees a batch of one at the prompt
+    embedding and its per-sample gradients are wrong: a silent privacy bug that
+    ``tests/prompting/test_prompt_dpsgd.py`` reproduces. Training therefore goes through
+    this module; it shares PEFT's parameters, so the adapter is saved in PEFT's format."""
+
+    def __init__(self, peft_model: PeftModel) -> None:
+        super().__init__()
+        adapter = peft_model.active_adapter
+        self.prompt = peft_model.prompt_encoder[adapter]
+        self.base = peft_model.get_base_model()
+        n = peft_model.peft_config[adapter].num_virtual_tokens
+        self.register_buffer(
+            "tokens", peft_model.prompt_tokens[adapter][:n].clone(), persistent=False
+        )
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Any:
+        b = input_ids.size(0)
+        prompts = self.prompt(self.tokens.unsqueeze(0).expand(b, -1))
+        embeds = self.base.get_input_embeddings()(input_ids)
+        ones = torch.ones(b, prompts.size(1), dtype=attention_mask.dtype)
+        return self.base(
+            inputs_embeds=torch.cat([prompts.to(embeds.dtype), embeds], 1),
+            attention_mask=torch.cat([ones, attention_mask], 1),
+        )
+
+
+def training_module(model: PeftModel, kind: str) -> torch.nn.Module:
+    """What DP-SGD runs: the batched soft prompt, or PEFT's prefix model (which embeds the
+    prefix per row already)."""
+    return BatchedSoftPrompt(model) if kind == "soft-prompt" else model
+
+
+def encode_examples(
+    lm: LoadedModel, task: Task, records: list[Record], max_length: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded ids, attention mask, last-token index and class, one row per record."""
+    tok = lm.tokenizer
+    enc = [
+        tok(task.template(r), add_special_tokens=False)["input_ids"][-max_length:] for r in records
+    ]
+    width = max(len(e) for e in enc)
+    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    ids = torch.full((len(enc), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(enc), width), dtype=torch.long)
+    for i, e in enumerate(enc):
+        ids[i, : len(e)] = torch.tensor(e)
+        mask[i, : len(e)] = 1
+    last = mask.sum(1) - 1
+    classes = torch.tensor([task.class_of(r) for r in records])
+    return ids, mask, last, classes
+
+
+def class_logits(
+    model: torch.nn.Module,
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    last: torch.Tensor,
+    label_ids: list[int],
+) -> torch.Tensor:
+    """Logits of the label tokens after each row's last real token, (B, classes)."""
+    logits = model(input_ids=ids, attention_mask=mask).logits
+    offset = logits.size(1) - ids.size(1)  # soft prompts add their positions in front
+    rows = torch.arange(ids.size(0))
+    return logits[rows, offset + last][:, label_ids]
+
+
+def train_prompt_dpsgd(
+    model_name: str,
+    task: Task,
+    records: list[Record],
+    out_dir: str | Path,
+    cfg: PromptDpSgdConfig | None = None,
+    ledger: PrivacyLedger | None = None,
+    progress: bool = True,
+) -> PromptPrivacyStatement:
+    """Train a soft prompt or prefix with DP-SGD (or without, if ``target_epsilon`` is None)."""
+    cfg = cfg or PromptDpSgdConfig()
+    n = len(records)
+    if n < 2:
+        raise PrivlmError("PromptDPSGD needs at least 2 private examples")
+    batches = max(1, math.ceil(n / cfg.batch_size))
+    q, steps = 1.0 / batches, cfg.epochs * batches
+    private = cfg.target_epsilon is not None
+    delta = cfg.delta if cfg.delta is not None else 1.0 / n
+    sigma = None
+    if private:
+        assert cfg.target_epsilon is not None
+        sigma = calibrate_noise_multiplier(
+            cfg.target_epsilon, delta, q, steps, cfg.accountant
+        ).noise_multiplier
+        charge = Charge(
+            "prompt-dpsgd",
+            rdp=DpSgdPlan(sigma, q, steps).rdp_curve(),
+            params={"noise_multiplier": sigma, "sample_rate": q, "steps": steps, "kind": cfg.kind},
+        )
+        if (
+            ledger is not None
+            and not ledger.cost_if_charged(charge).epsilon <= ledger.budget.epsilon
+        ):
+            raise BudgetExceededError(
+                f"refused before training: this PromptDPSGD run would exceed the budget of "
+                f"ledger {ledger.name!r} ({ledger.budget.describe()})"
+            )
+    lm = load_public_model(model_name)
+    label_ids = label_token_ids(task, lm.tokenizer)
+    model = prompt_model(lm, cfg.kind, cfg.virtual_tokens, cfg.seed)
+    trainable = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+    ids, mask, last, classes = encode_examples(lm, task, records, cfg.max_length)
+    loader = DataLoader(
+        TensorDataset(ids, mask, last, classes), batch_size=cfg.batch_size, shuffle=not private
+    )
+    optimizer = torch.optim.AdamW([p for _, p in trainable], lr=cfg.learning_rate, weight_decay=0.0)
+    torch.manual_seed(cfg.seed)
+    run_model = training_module(model, cfg.kind)
+    if private:
+        engine = PrivacyEngine(accountant="rdp")
+        run_model, optimizer, loader = engine.make_private(
+            module=run_model,
+            optimizer=optimizer,
+            data_loader=loader,
+            noise_multiplier=sigma,
+            max_grad_norm=cfg.max_grad_norm,
+            poisson_sampling=True,
+        )
+    before = {name: p.detach().clone() for name, p in trainable}
+    run_model.train()
+    bar = tqdm(total=steps, desc=f"prompt-dpsgd ({cfg.kind})", unit="step", disable=not progress)
+    t0 = time.perf_counter()
+    for _ in range(cfg.epochs):
+        if private:
+            with BatchMemoryManager(
+                data_loader=loader,
+                max_physical_batch_size=cfg.physical_batch_size,
+                optimizer=optimizer,
+            ) as mem:
+                for batch in mem:
+                    _step(run_model, optimizer, batch, label_ids, trainable, private=True)
+                    if not optimizer._is_last_step_skipped:  # type: ignore[attr-defined]
+                        bar.update(1)
+        else:
+            for batch in loader:
+                _step(run_model, optimizer, batch, label_ids, trainable, private=False)
+                bar.update(1)
+    bar.close()
+    frozen = [name for name, p in trainable if torch.equal(p.detach(), before[name])]
+    if frozen:
+        raise PrivlmError(f"prompt parameters did not change during training: {frozen[:5]}")
+    epsilon = dpsgd_epsilon(sigma, q, steps, delta, cfg.accountant).epsilon if sigma else None
+    statement = PromptPrivacyStatement(
+        epsilon, delta if private else None, sigma, q, steps, cfg.accountant, n, cfg.kind
+    )
+
+    def write(d: Path) -> None:
+        model.save_pretrained(d)
+        (d / "privacy.json").write_text(
+            json.dumps(
+                {
+                    **statement.to_dict(),
+                    "task": task.name,
+                    "model": model_name,
+                    "training": asdict(cfg),
+                    "seconds": time.perf_counter() - t0,
+                },
+                indent=2,
+            )
+        )
+
+    if private and ledger is not None:
+        ledger.charge(charge)
+    write_directory_atomically(Path(out_dir), write)
+    return statement
+
+
+def _step(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: list[torch.Tensor],
+    label_ids: list[int],
+    trainable: list[tuple[str, torch.nn.Parameter]],
+    private: bool,
+) -> None:
+    ids, mask, last, classes = batch
+    optimizer.zero_grad(set_to_none=True)
+    if len(ids) == 0:  # an empty Poisson batch: a noise-only step
+        for _, p in trainable:
+            p.grad_sample = torch.zeros((0, *p.shape), dtype=p.dtype)  # type: ignore[attr-defined]
+    else:
+        logits = class_logits(model, ids, mask, last, label_ids)
+        loss = torch.nn.functional.cross_entropy(logits, classes)
+        loss.backward()
+        if private:
+            missing = [n for n, p in trainable if getattr(p, "grad_sample", None) is None]
+            if missing:
+                raise PrivlmError(f"no per-sample gradient for {missing[:5]}")
+    optimizer.step()

@@ -1,0 +1,103 @@
+"""PromptDPSGD: per-sample gradients of the prompt parameters against a batch-size-1 loop,
+only the prompt trains, the statement meets the target."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from opacus import GradSampleModule
+
+from privlm.data import Record
+from privlm.errors import PrivlmError
+from privlm.models import load_public_model
+from privlm.prompting.prompt_dpsgd import (
+    PromptDpSgdConfig,
+    class_logits,
+    encode_examples,
+    prompt_model,
+    train_prompt_dpsgd,
+    training_module,
+)
+from privlm.prompting.tasks import get_task, label_token_ids
+
+TASK = get_task("sst2")
+
+
+def records(n=30):
+    words = ["great", "awful", "fine film", "boring and long", "a delight"]
+    return [
+        Record(f"{words[i % 5]} {i}", f"r{i}", "positive" if i % 2 else "negative")
+        for i in range(n)
+    ]
+
+
+@pytest.mark.parametrize("kind", ["soft-prompt", "prefix"])
+def test_per_sample_gradients_of_the_prompt_equal_a_batch_size_one_loop(kind):
+    lm = load_public_model("tiny")
+    model = prompt_model(lm, kind, 4, seed=0)
+    ids, mask, last, classes = encode_examples(lm, TASK, records(3), 32)
+    label_ids = label_token_ids(TASK, lm.tokenizer)
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    assert params and all("prompt_encoder" in n for n, _ in params)
+    gsm = GradSampleModule(training_module(model, kind))
+    loss = torch.nn.functional.cross_entropy(class_logits(gsm, ids, mask, last, label_ids), classes)
+    loss.backward()
+    batched = {n: p.grad_sample.clone() for n, p in params}
+    gsm._close()
+    for i in range(len(ids)):
+        model.zero_grad(set_to_none=True)
+        sl = slice(i, i + 1)
+        one = torch.nn.functional.cross_entropy(
+            class_logits(model, ids[sl], mask[sl], last[sl], label_ids), classes[sl]
+        )
+        one.backward()
+        for n, p in params:
+            assert torch.allclose(batched[n][i], p.grad, atol=1e-6, rtol=1e-4), n
+
+
+@pytest.mark.parametrize("kind", ["soft-prompt", "prefix"])
+def test_only_the_prompt_trains_and_the_target_is_met(tmp_path, kind):
+    base = {k: v.clone() for k, v in load_public_model("tiny").model.state_dict().items()}
+    cfg = PromptDpSgdConfig(
+        kind=kind, virtual_tokens=4, target_epsilon=3.0, batch_size=10, physical_batch_size=5
+    )
+    st = train_prompt_dpsgd("tiny", TASK, records(), tmp_path / kind, cfg, progress=False)
+    assert st.epsilon <= 3.0 and st.delta == pytest.approx(1 / 30) and st.kind == kind
+    saved = json.loads((tmp_path / kind / "privacy.json").read_text())
+    assert saved["epsilon"] == st.epsilon and saved["task"] == "sst2"
+    after = load_public_model("tiny").model.state_dict()
+    for k, v in base.items():
+        assert torch.equal(after[k], v), k
+
+
+def test_non_private_baseline_has_no_epsilon(tmp_path):
+    cfg = PromptDpSgdConfig(virtual_tokens=4, target_epsilon=None, batch_size=10, epochs=1)
+    st = train_prompt_dpsgd("tiny", TASK, records(), tmp_path / "np", cfg, progress=False)
+    assert st.epsilon is None and st.noise_multiplier is None
+
+
+def test_config_errors():
+    with pytest.raises(PrivlmError, match="unknown prompt kind"):
+        PromptDpSgdConfig(kind="lora")
+
+
+def test_pefts_own_soft_prompt_forward_would_give_wrong_per_sample_gradients():
+    """Why BatchedSoftPrompt exists: PEFT embeds the prompt for one row and repeats it."""
+    lm = load_public_model("tiny")
+    model = prompt_model(lm, "soft-prompt", 4, seed=0)
+    ids, mask, last, classes = encode_examples(lm, TASK, records(3), 32)
+    label_ids = label_token_ids(TASK, lm.tokenizer)
+    (p,) = [p for p in model.parameters() if p.requires_grad]
+    gsm = GradSampleModule(model)
+    torch.nn.functional.cross_entropy(
+        class_logits(gsm, ids, mask, last, label_ids), classes
+    ).backward()
+    wrong = p.grad_sample.clone()
+    gsm._close()
+    model.zero_grad(set_to_none=True)
+    torch.nn.functional.cross_entropy(
+        class_logits(model, ids[:1], mask[:1], last[:1], label_ids), classes[:1]
+    ).backward()
+    assert wrong.shape[0] != 3 or not torch.allclose(wrong[0], p.grad, atol=1e-6, rtol=1e-4)
