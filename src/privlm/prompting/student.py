@@ -49,7 +49,7 @@ def select_student(
     progress: bool = True,
 ) -> StudentPrompt:
     """The candidate prompt with the best accuracy on ``holdout`` held-back labelled inputs."""
-    if len(labelled) < holdout + shots:
+    if holdout < 1 or len(labelled) < holdout + shots:
         raise PrivlmError(
             f"the student needs at least {holdout + shots} labelled public inputs "
             f"({holdout} held back), got {len(labelled)}; label more, or lower --holdout"

@@ -1,0 +1,76 @@
+"""PromptPATE end to end on the tiny model: the artefact is the student prompt built from
+public data, its statement matches the ledger, and no private text is in it."""
+
+from __future__ import annotations
+
+import json
+
+from privlm.data import Record
+from privlm.models import load_public_model
+from privlm.prompting.pate_pipeline import PromptPateConfig, pate_ledger, run_prompt_pate
+from privlm.prompting.tasks import get_task
+
+
+def recs(prefix, n):
+    words = ["good", "bad", "fine", "poor"]
+    return [
+        Record(f"{prefix} {words[i % 4]} {i}", f"{prefix}{i}", "positive" if i % 2 else "negative")
+        for i in range(n)
+    ]
+
+
+def test_prompt_pate_end_to_end(tmp_path, monkeypatch):
+    import numpy as np
+
+    from privlm.prompting import pate_pipeline
+
+    def answers(model, tokenizer, prompts, label_ids, batch_size=16):
+        # the random tiny model rarely says a label word: teachers answer by the query's
+        # last word ("good"/"fine" positive), and "other" now and then
+        out = []
+        for p in prompts:
+            word = p.rsplit("Review: ", 1)[1].split()[1]
+            out.append(1 if word in ("good", "fine") else 0)
+        out = np.array(out)
+        out[::7] = -1
+        return out
+
+    monkeypatch.setattr(pate_pipeline, "blackbox_answers", answers)
+    lm = load_public_model("tiny")
+    task = get_task("sst2")
+    private, public = recs("secret", 20), recs("public", 30)
+    cfg = PromptPateConfig(
+        teachers=20, threshold=5, sigma_threshold=2, sigma=2, epsilon=50, student_candidates=3,
+        holdout=5, batch_size=16,
+    )  # fmt: skip
+    led = pate_ledger(tmp_path / "l.db", "pate", cfg, len(private))
+    res = run_prompt_pate(lm, task, private, public, tmp_path / "out", led, cfg, progress=False)
+    assert res.queries == led.count() <= 30
+    assert res.epsilon == led.spent().epsilon <= 50
+    assert res.delta == 1 / 20
+    saved = (tmp_path / "out" / "student_prompt.json").read_text()
+    assert "secret" not in saved  # the student is built from public inputs only
+    statement = json.loads((tmp_path / "out" / "privacy.json").read_text())
+    assert statement["epsilon"] == res.epsilon and statement["teachers"] == 20
+
+
+def test_too_few_labels_is_a_clear_error(tmp_path):
+    import pytest
+
+    from privlm.errors import PrivlmError
+
+    lm = load_public_model("tiny")
+    cfg = PromptPateConfig(teachers=5, threshold=1000, sigma_threshold=1, sigma=1, epsilon=50)
+    led = pate_ledger(tmp_path / "l.db", "pate", cfg, 10)
+    with pytest.raises(PrivlmError, match="were labelled"):
+        run_prompt_pate(
+            lm,
+            get_task("sst2"),
+            recs("s", 10),
+            recs("p", 4),
+            tmp_path / "o",
+            led,
+            cfg,
+            progress=False,
+        )
+    assert not (tmp_path / "o").exists()
