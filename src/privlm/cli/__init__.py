@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from privlm.cli import account, audit, data, detect, ensemble, ledger, models, plan, train
+from privlm.cli import account, audit, data, detect, ensemble, ledger, models, plan, prompt, train
 from privlm.cli.common import user_errors
 from privlm.cli.predict import eval_app, generate
 from privlm.cli.quickstart import quickstart
@@ -25,6 +25,7 @@ app.add_typer(eval_app, name="eval")
 app.add_typer(audit.app, name="audit")
 app.add_typer(train.app, name="train")
 app.add_typer(detect.app, name="detect")
+app.add_typer(prompt.app, name="prompt")
 app.command("generate")(user_errors(generate))
 app.command("quickstart")(quickstart)
 

@@ -1,0 +1,106 @@
+"""``privlm prompt``: private prompt learning (PromptDPSGD, PromptPATE) and its attack."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from privlm.cli.common import JSON_OPTION, emit_json, user_errors
+from privlm.models import DEFAULT_MODEL, load_public_model
+from privlm.prompting.evaluate import accuracy, prompt_probabilities
+from privlm.prompting.pate_pipeline import PromptPateConfig, pate_ledger, run_prompt_pate
+from privlm.prompting.prompt_dpsgd import PromptDpSgdConfig, train_prompt_dpsgd
+from privlm.prompting.splits import task_splits
+from privlm.prompting.tasks import TASKS, get_task
+
+app = typer.Typer(help="Private prompt learning: PromptDPSGD, PromptPATE.", no_args_is_help=True)
+TASK_OPTION = typer.Option("sst2", "--task", help=f"One of {', '.join(sorted(TASKS))}.")
+
+
+@app.command("dpsgd")
+@user_errors
+def dpsgd(
+    out: Path = typer.Option(..., "--out", help="Where to write the prompt adapter."),
+    task: str = TASK_OPTION,
+    kind: str = typer.Option("soft-prompt", help="soft-prompt or prefix."),
+    epsilon: float | None = typer.Option(8.0, help="Target ε."),
+    non_private: bool = typer.Option(False, "--non-private", help="No noise (the baseline)."),
+    private: int = typer.Option(1000, help="Private training examples."),
+    virtual_tokens: int = typer.Option(10, help="Soft prompt / prefix length."),
+    epochs: int = typer.Option(2, help="Epochs."),
+    batch_size: int = typer.Option(32, help="Expected logical (Poisson) batch size."),
+    learning_rate: float = typer.Option(1e-2, "--lr", help="AdamW learning rate."),
+    test: int = typer.Option(200, help="Test examples to report accuracy on (0: skip)."),
+    model: str = typer.Option(DEFAULT_MODEL, help="Public model."),
+    seed: int = typer.Option(0, help="Seed."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Train a soft prompt or prefix with DP-SGD; the LLM stays frozen."""
+    t = get_task(task)
+    splits = task_splits(t, private, 0, test, seed)
+    cfg = PromptDpSgdConfig(
+        kind=kind, virtual_tokens=virtual_tokens, target_epsilon=None if non_private else epsilon,
+        epochs=epochs, batch_size=batch_size, learning_rate=learning_rate, seed=seed,
+    )  # fmt: skip
+    st = train_prompt_dpsgd(model, t, splits.private, out, cfg, progress=not as_json)
+    result = {**st.to_dict(), "adapter": str(out)}
+    if test:
+        from privlm.prompting.serving import prompt_adapter_accuracy
+
+        result["test_accuracy"] = prompt_adapter_accuracy(model, out, t, splits.test)
+    if as_json:
+        emit_json(result)
+        return
+    eps = "non-private" if st.epsilon is None else f"ε = {st.epsilon:.4g}, δ = {st.delta:.3g}"
+    typer.echo(f"{kind} in {out}: {eps}, σ = {st.noise_multiplier}, {st.steps} steps")
+    if test:
+        typer.echo(f"test accuracy: {result['test_accuracy']:.3f} on {len(splits.test)} examples")
+
+
+@app.command("pate")
+@user_errors
+def pate(
+    out: Path = typer.Option(..., "--out", help="Where to write the student prompt."),
+    task: str = TASK_OPTION,
+    teachers: int = typer.Option(100, help="Teachers (one-shot prompts of private examples)."),
+    shots: int = typer.Option(1, help="Private examples per teacher."),
+    public: int = typer.Option(300, help="Public inputs to label."),
+    threshold: float = typer.Option(60.0, help="Confident-GNMax threshold T."),
+    sigma_threshold: float = typer.Option(30.0, help="σ1 of the threshold check."),
+    sigma: float = typer.Option(10.0, help="σ2 of GNMax."),
+    epsilon: float = typer.Option(8.0, help="Budget ε: labelling stops before exceeding it."),
+    delta: float | None = typer.Option(None, help="δ (default 1/N private examples)."),
+    holdout: int = typer.Option(100, help="Labelled public inputs held back to pick the student."),
+    candidates: int = typer.Option(20, help="Candidate student prompts."),
+    test: int = typer.Option(200, help="Test examples for the student's accuracy (0: skip)."),
+    ledger: Path = typer.Option(Path("privlm-ledger.db"), help="Budget ledger."),
+    ledger_name: str = typer.Option("prompt-pate", help="Ledger name."),
+    model: str = typer.Option(DEFAULT_MODEL, help="Public model."),
+    seed: int = typer.Option(0, help="Seed."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """PromptPATE: teachers label public inputs by Confident-GNMax; a student prompt is chosen."""
+    t = get_task(task)
+    splits = task_splits(t, teachers * shots, public, test, seed)
+    cfg = PromptPateConfig(
+        teachers=teachers, shots=shots, threshold=threshold, sigma_threshold=sigma_threshold,
+        sigma=sigma, epsilon=epsilon, delta=delta, student_candidates=candidates,
+        holdout=holdout, seed=seed,
+    )  # fmt: skip
+    led = pate_ledger(ledger, ledger_name, cfg, len(splits.private))
+    lm = load_public_model(model)
+    res = run_prompt_pate(lm, t, splits.private, splits.public, out, led, cfg, progress=not as_json)
+    result = res.to_dict()
+    if test:
+        probs = prompt_probabilities(lm.model, lm.tokenizer, t, res.student.records(), splits.test)
+        result["student_test_accuracy"] = accuracy(probs, t, splits.test)
+    if as_json:
+        emit_json(result)
+        return
+    typer.echo(
+        f"student prompt in {out}: ({res.epsilon:.4g}, {res.delta:.3g})-DP (data-dependent), "
+        f"{res.answered} of {res.queries} public inputs labelled"
+    )
+    if test:
+        typer.echo(f"student test accuracy: {result['student_test_accuracy']:.3f}")
