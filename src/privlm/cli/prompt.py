@@ -104,3 +104,63 @@ def pate(
     )
     if test:
         typer.echo(f"student test accuracy: {result['student_test_accuracy']:.3f}")
+
+
+@app.command("eval")
+@user_errors
+def evaluate(
+    task: str = TASK_OPTION,
+    shots: int = typer.Option(0, help="Demonstrations per prompt (0: zero-shot)."),
+    prompts: int = typer.Option(5, help="Random prompts to average over (k > 0)."),
+    calibrated: bool = typer.Option(True, help="Contextual calibration (Zhao et al. 2021)."),
+    test: int = typer.Option(200, help="Test examples."),
+    model: str = typer.Option(DEFAULT_MODEL, help="Public model."),
+    seed: int = typer.Option(0, help="Seed."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Non-private accuracy of k-shot prompts: the zero-shot and one-shot reference points."""
+    import numpy as np
+
+    t = get_task(task)
+    splits = task_splits(t, max(1, shots * prompts), 0, test, seed)
+    lm = load_public_model(model)
+    accs = []
+    for p in range(prompts if shots else 1):
+        demos = splits.private[p * shots : (p + 1) * shots]
+        probs = prompt_probabilities(lm.model, lm.tokenizer, t, demos, splits.test, calibrated)
+        accs.append(accuracy(probs, t, splits.test))
+    result = {"task": task, "shots": shots, "calibrated": calibrated, "accuracies": accs,
+              "mean": float(np.mean(accs)), "best": float(np.max(accs)), "test": len(splits.test)}  # fmt: skip
+    if as_json:
+        emit_json(result)
+        return
+    typer.echo(
+        f"{task}, {shots}-shot: mean accuracy {result['mean']:.3f}, best {result['best']:.3f}"
+    )
+
+
+@app.command("mia")
+@user_errors
+def mia(
+    task: str = TASK_OPTION,
+    prompts: int = typer.Option(100, help="Random one-shot prompts."),
+    nonmembers: int = typer.Option(50, help="Non-members per prompt."),
+    model: str = typer.Option(DEFAULT_MODEL, help="Public model."),
+    seed: int = typer.Option(0, help="Seed."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Membership inference against non-private one-shot prompts (Flocks §3): its AUC."""
+    from privlm.audit.prompt_mia import prompt_mia
+
+    t = get_task(task)
+    splits = task_splits(t, 2000 if task != "cb" else 200, 0, 0, seed)
+    lm = load_public_model(model)
+    res = prompt_mia(
+        lm.model, lm.tokenizer, t, splits.private, prompts, nonmembers, seed, not as_json
+    )
+    if as_json:
+        emit_json(res.to_dict())
+        return
+    typer.echo(
+        f"AUC {res.auc:.3f} (mean per prompt {res.mean_prompt_auc:.3f}) over {prompts} prompts"
+    )
