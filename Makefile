@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.privlm-installed
 
-.PHONY: setup demo test lint typecheck unit bench bench-accounting bench-prediction bench-utility bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft clean
+.PHONY: setup demo test lint typecheck unit bench bench-accounting bench-prediction bench-utility bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft bench-prompting clean
 
 setup: $(STAMP)
 
@@ -37,7 +37,7 @@ unit: setup
 
 test: lint typecheck unit
 
-bench: bench-accounting bench-prediction bench-utility bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft
+bench: bench-accounting bench-prediction bench-utility bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft bench-prompting
 
 bench-accounting: setup
 	$(PY) bench/bench_accounting.py
@@ -62,6 +62,9 @@ bench-detectors: setup
 
 bench-jft: setup
 	$(PY) bench/bench_jft.py --records 400 --eval-blocks 8
+
+bench-prompting: setup
+	$(PY) bench/bench_prompting.py --tasks sst2,trec,agnews --test 200
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
