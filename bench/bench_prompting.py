@@ -24,6 +24,7 @@ import numpy as np
 
 from privlm.audit.prompt_mia import prompt_mia, student_mia
 from privlm.data import Record
+from privlm.errors import PrivlmError
 from privlm.models import load_public_model
 from privlm.prompting.evaluate import accuracy, prompt_probabilities
 from privlm.prompting.pate_pipeline import PromptPateConfig, pate_ledger, run_prompt_pate
@@ -104,9 +105,15 @@ def main() -> None:
             led_path.unlink(missing_ok=True)
             led = pate_ledger(led_path, "pate", cfg, len(private))
             t = time.perf_counter()
-            res = run_prompt_pate(
-                lm, task, private, public, root / f"student-{name}-{kind}", led, cfg
-            )
+            try:
+                res = run_prompt_pate(
+                    lm, task, private, public, root / f"student-{name}-{kind}", led, cfg
+                )
+            except PrivlmError as e:  # e.g. too few public inputs pass the threshold check
+                r[f"pate_{kind}"] = {"error": str(e), "seconds": time.perf_counter() - t}
+                print(f"  PromptPATE ({kind}): {e}", flush=True)
+                save()
+                continue
             student = res.student.records()
             acc = accuracy(
                 prompt_probabilities(lm.model, lm.tokenizer, task, student, test), task, test
