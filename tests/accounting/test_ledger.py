@@ -232,3 +232,18 @@ def test_flags_are_durable(db):
     ledger.set_flag("stop", "issued at query 7")
     ledger.set_flag("stop", "issued at query 8")
     assert PrivacyLedger(db, "f").flag("stop") == "issued at query 8"
+
+
+def test_fits_and_require_fits_agree_with_charge(tmp_path):
+    from privlm.accounting import Budget, Charge, PrivacyLedger
+    from privlm.errors import BudgetExceededError
+
+    led = PrivacyLedger(tmp_path / "f.db", "f", Budget(1.0, 1e-5))
+    small, big = Charge("a", epsilon=0.4), Charge("b", epsilon=1.5)
+    assert led.fits(small) and not led.fits(big)
+    led.require_fits(small, "a small run")
+    with pytest.raises(BudgetExceededError, match="refused before training: a big run"):
+        led.require_fits(big, "a big run")
+    with pytest.raises(BudgetExceededError):
+        led.charge(big)  # the same verdict as the charge itself
+    assert led.count() == 0

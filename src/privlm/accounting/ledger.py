@@ -309,6 +309,21 @@ class PrivacyLedger:
             rdp, ae, ad, _ = self._totals(conn)
         return self._after(rdp, ae, ad, charge)
 
+    def fits(self, charge: Charge) -> bool:
+        """Whether ``charge`` would be accepted now (the test ``charge`` itself applies)."""
+        return self.cost_if_charged(charge).epsilon <= self.budget.epsilon
+
+    def require_fits(self, charge: Charge, what: str) -> None:
+        """Refuse up front, before any work, what ``charge`` would not fit: raises
+        :class:`BudgetExceededError` naming ``what`` (e.g. "this DP-SGD run")."""
+        would = self.cost_if_charged(charge)
+        if not would.epsilon <= self.budget.epsilon:
+            raise BudgetExceededError(
+                f"refused before training: {what} would raise the ε spent on ledger "
+                f"{self.name!r} to {would.epsilon:.6g}, over its budget of "
+                f"{self.budget.describe()}"
+            )
+
     def _after(self, rdp: NDArray[np.float64], ae: float, ad: float, charge: Charge) -> Spent:
         extra = np.zeros_like(rdp) if charge.rdp is None else charge.rdp.at(self.orders)
         return self._epsilon(rdp + extra, ae + charge.epsilon, ad + charge.delta, self.budget.delta)

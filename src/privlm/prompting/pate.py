@@ -115,15 +115,14 @@ def label_with_confident_gnmax(
     stopped = False
     for votes in h:
         worst = confident_gnmax_curve(votes, threshold, sigma_threshold, sigma, True, teachers)
-        if (
-            not ledger.cost_if_charged(Charge("pate-query", rdp=worst)).epsilon
-            <= ledger.budget.epsilon
-        ):
+        if not ledger.fits(Charge("pate-query", rdp=worst)):
             stopped = True  # the next query might not fit: stop before drawing anything
             break
         answered = votes.max() + rng.normal(0.0, sigma_threshold) >= threshold
-        cost = confident_gnmax_curve(
-            votes, threshold, sigma_threshold, sigma, bool(answered), teachers
+        cost = (
+            worst  # answered: the threshold check plus GNMax, already computed
+            if answered
+            else confident_gnmax_curve(votes, threshold, sigma_threshold, sigma, False, teachers)
         )
         try:
             ledger.charge(Charge("pate-query", rdp=cost, params={"answered": bool(answered)}))

@@ -38,7 +38,7 @@ from privlm.accounting import (
     dpsgd_epsilon,
 )
 from privlm.data import Record
-from privlm.errors import BudgetExceededError, PrivlmError
+from privlm.errors import PrivlmError
 from privlm.fsutil import write_directory_atomically
 from privlm.models import LoadedModel, load_public_model
 from privlm.prompting.tasks import Task, label_token_ids
@@ -198,14 +198,8 @@ def train_prompt_dpsgd(
             rdp=DpSgdPlan(sigma, q, steps).rdp_curve(),
             params={"noise_multiplier": sigma, "sample_rate": q, "steps": steps, "kind": cfg.kind},
         )
-        if (
-            ledger is not None
-            and not ledger.cost_if_charged(charge).epsilon <= ledger.budget.epsilon
-        ):
-            raise BudgetExceededError(
-                f"refused before training: this PromptDPSGD run would exceed the budget of "
-                f"ledger {ledger.name!r} ({ledger.budget.describe()})"
-            )
+        if ledger is not None:
+            ledger.require_fits(charge, "this PromptDPSGD run")
     lm = load_public_model(model_name)
     label_ids = label_token_ids(task, lm.tokenizer)
     model = prompt_model(lm, cfg.kind, cfg.virtual_tokens, cfg.seed)

@@ -48,7 +48,7 @@ from privlm.accounting import (
 )
 from privlm.data import Dataset
 from privlm.detect import Detector
-from privlm.errors import BudgetExceededError, PrivlmError
+from privlm.errors import PrivlmError
 from privlm.fsutil import write_directory_atomically
 from privlm.training.distributed_dp import (
     LockstepPoissonSampler,
@@ -250,13 +250,7 @@ def train_dpsgd(
         },
     )
     if ledger is not None:
-        would = ledger.cost_if_charged(charge)
-        if not would.epsilon <= ledger.budget.epsilon:
-            raise BudgetExceededError(
-                f"refused before training: this DP-SGD run would raise the ε spent on ledger "
-                f"{ledger.name!r} to {would.epsilon:.6g}, over its budget of "
-                f"{ledger.budget.describe()}"
-            )
+        ledger.require_fits(charge, "this DP-SGD run")
     lm, model, _ = lora_model(
         model_name, cfg.rank, cfg.alpha, cfg.targets, cfg.seed, init_adapter=init_adapter
     )

@@ -40,7 +40,7 @@ from privlm.detect import (
     make_detector,
     miss_rate_interval,
 )
-from privlm.errors import BudgetExceededError, PrivlmError
+from privlm.errors import PrivlmError
 from privlm.training.dpsgd import (
     DpSgdConfig,
     PrivacyStatement,
@@ -251,13 +251,7 @@ def _check_fits(
                 phase1["noise_multiplier"], phase1["sample_rate"] * miss.high, phase1["steps"]
             ).rdp_curve()
         )
-    would = ledger.cost_if_charged(Charge("jft", rdp=curve))
-    if not would.epsilon <= ledger.budget.epsilon:
-        raise BudgetExceededError(
-            f"refused before training: this JFT run would raise the ε spent on ledger "
-            f"{ledger.name!r} to {would.epsilon:.6g}, over its budget of "
-            f"{ledger.budget.describe()}"
-        )
+    ledger.require_fits(Charge("jft", rdp=curve), "this JFT run")
 
 
 def _statement(

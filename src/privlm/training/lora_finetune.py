@@ -80,20 +80,10 @@ def record_sequences(
     tokenizer: PreTrainedTokenizerBase, texts: list[str], block_size: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Each text its own sequence (+EOS, cut at ``block_size``), right-padded; returns the
-    ids and the labels, which ignore (-100) the padding."""
-    seqs = [
-        (tokenizer(t, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id])[
-            :block_size
-        ]
-        for t in texts
-    ]
-    width = max(len(x) for x in seqs)
-    ids = torch.full((len(seqs), width), tokenizer.pad_token_id, dtype=torch.long)
-    labels = torch.full((len(seqs), width), -100, dtype=torch.long)
-    for i, x in enumerate(seqs):
-        ids[i, : len(x)] = torch.tensor(x)
-        labels[i, : len(x)] = torch.tensor(x)
-    return ids, labels
+    ids and the labels, which ignore (-100) the padding: redacted sequences with nothing
+    redacted."""
+    enc = redacted_sequences(tokenizer, texts, [[] for _ in texts], block_size)
+    return enc.ids, enc.labels
 
 
 def lora_model(
