@@ -101,3 +101,21 @@ def test_pefts_own_soft_prompt_forward_would_give_wrong_per_sample_gradients():
         class_logits(model, ids[:1], mask[:1], last[:1], label_ids), classes[:1]
     ).backward()
     assert wrong.shape[0] != 3 or not torch.allclose(wrong[0], p.grad, atol=1e-6, rtol=1e-4)
+
+
+def test_the_ledger_refuses_before_training_and_is_charged_before_the_prompt_is_written(tmp_path):
+    from privlm.accounting import Budget, PrivacyLedger
+    from privlm.errors import BudgetExceededError
+
+    cfg = PromptDpSgdConfig(virtual_tokens=3, target_epsilon=3.0, batch_size=10, epochs=1)
+    small = PrivacyLedger(tmp_path / "l.db", "small", Budget(1.0, 1 / 30))
+    with pytest.raises(BudgetExceededError, match="refused before training"):
+        train_prompt_dpsgd(
+            "tiny", TASK, records(), tmp_path / "no", cfg, ledger=small, progress=False
+        )
+    assert not (tmp_path / "no").exists() and small.count() == 0
+    enough = PrivacyLedger(tmp_path / "l.db", "enough", Budget(3.0, 1 / 30))
+    st = train_prompt_dpsgd(
+        "tiny", TASK, records(), tmp_path / "yes", cfg, ledger=enough, progress=False
+    )
+    assert enough.count() == 1 and enough.spent().epsilon == pytest.approx(st.epsilon, rel=1e-6)
