@@ -6,9 +6,20 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.privlm-installed
 
-.PHONY: setup demo test lint typecheck unit bench bench-accounting bench-prediction bench-utility bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft bench-prompting clean
+# (node, for the JavaScript test vectors, is on the machine)
+.PHONY: setup browser demo test lint typecheck unit bench bench-accounting bench-prediction bench-utility bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft bench-prompting clean
 
 setup: $(STAMP)
+
+# Debian's chromium for the browser test of the perturbation page (Playwright drives it;
+# nothing downloads a browser of its own).
+CHROMIUM ?= /usr/bin/chromium
+browser: $(CHROMIUM)
+
+$(CHROMIUM):
+	command -v apt-get >/dev/null || { echo "chromium is needed at $(CHROMIUM) (Debian package chromium)"; exit 1; }
+	$$(command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo) apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $$(command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo) apt-get install -y -qq chromium chromium-driver >/dev/null
 
 $(STAMP): pyproject.toml requirements/runtime.txt requirements/dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -32,7 +43,7 @@ lint: setup
 typecheck: setup
 	$(VENV)/bin/mypy src/privlm/accounting
 
-unit: setup
+unit: setup browser
 	$(VENV)/bin/pytest -q -m "not slow"
 
 test: lint typecheck unit

@@ -38,7 +38,7 @@ RESULTS = Path(__file__).parent / "results"
 MODEL = "smollm2-135m"
 # out-of-distribution public inputs: another corpus's texts, no labels used
 OOD = {
-    "sst2": ("rte", "premises of RTE"),
+    "sst2": ("trec", "TREC questions"),
     "trec": ("sst2", "SST-2 sentences"),
     "agnews": ("sst2", "SST-2 sentences"),
 }
@@ -51,6 +51,25 @@ def ood_public(task_name: str, n: int, seed: int) -> list[Record]:
     return [Record(recs[int(i)].text, f"ood{i}", None) for i in pick]
 
 
+def reference_points(lm, task, splits, test, teachers: int, r: dict) -> None:
+    """Zero-shot (lower bound) and non-private one-shot (upper bound) accuracy."""
+    t = time.perf_counter()
+    r["zero_shot"] = accuracy(
+        prompt_probabilities(lm.model, lm.tokenizer, task, [], test), task, test
+    )
+    accs = [
+        accuracy(prompt_probabilities(lm.model, lm.tokenizer, task, [d], test), task, test)
+        for d in splits.private[teachers:]
+    ]
+    r["one_shot"] = {"best": max(accs), "mean": float(np.mean(accs)), "prompts": len(accs)}
+    r["reference_seconds"] = time.perf_counter() - t
+    print(
+        f"{task.name}: zero-shot {r['zero_shot']:.3f}, one-shot best {max(accs):.3f} "
+        f"mean {np.mean(accs):.3f}",
+        flush=True,
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tasks", default="sst2,trec,agnews")
@@ -60,6 +79,11 @@ def main() -> None:
     ap.add_argument("--public", type=int, default=200)
     ap.add_argument("--mia-prompts", type=int, default=50)
     ap.add_argument("--dpsgd-private", type=int, default=1000)
+    ap.add_argument("--teacher-votes", default="labels", choices=("top1", "labels"))
+    ap.add_argument("--skip-dpsgd", action="store_true")
+    ap.add_argument(
+        "--resume", action="store_true", help="keep the parts already in the results file"
+    )
     args = ap.parse_args()
     lm = load_public_model(MODEL)
     root = cache_dir() / "bench" / "prompting"
@@ -75,31 +99,23 @@ def main() -> None:
 
     for name in args.tasks.split(","):
         task = get_task(name)
-        r: dict = results.get(name, {})
+        r: dict = results.setdefault(name, {})
         splits = task_splits(task, args.teachers + args.oneshot, args.public, args.test, seed=0)
         test = splits.test
         t = time.perf_counter()
-        r["zero_shot"] = accuracy(
-            prompt_probabilities(lm.model, lm.tokenizer, task, [], test), task, test
-        )
-        accs = [
-            accuracy(prompt_probabilities(lm.model, lm.tokenizer, task, [d], test), task, test)
-            for d in splits.private[args.teachers :]
-        ]
-        r["one_shot"] = {"best": max(accs), "mean": float(np.mean(accs)), "prompts": len(accs)}
-        r["reference_seconds"] = time.perf_counter() - t
-        print(
-            f"{name}: zero-shot {r['zero_shot']:.3f}, one-shot best {max(accs):.3f} mean {np.mean(accs):.3f}",
-            flush=True,
-        )
+        if not (args.resume and "one_shot" in r):
+            reference_points(lm, task, splits, test, args.teachers, r)
         private = splits.private[: args.teachers]
         for kind, public in (
             ("in-distribution", splits.public),
             ("out-of-distribution", ood_public(name, args.public, 0)),
         ):
+            if args.resume and "student_test_accuracy" in r.get(f"pate_{kind}", {}):
+                continue
             cfg = PromptPateConfig(
                 teachers=args.teachers, threshold=args.teachers * 0.5, sigma_threshold=args.teachers * 0.2,
                 sigma=args.teachers * 0.1, epsilon=8.0, holdout=min(60, args.public // 3), student_candidates=12,
+                teacher_votes=args.teacher_votes,
             )  # fmt: skip
             led_path = root / f"{name}-{kind}.db"
             led_path.unlink(missing_ok=True)
@@ -132,20 +148,23 @@ def main() -> None:
                 flush=True,
             )
             save()
+        if args.resume and "mia_one_shot" in r:
+            continue
         t = time.perf_counter()
         pool = splits.public + splits.private
         m = prompt_mia(lm.model, lm.tokenizer, task, pool, prompts=args.mia_prompts, nonmembers=50)
         r["mia_one_shot"] = {**m.to_dict(), "seconds": time.perf_counter() - t}
         print(f"  MIA against non-private one-shot prompts: AUC {m.auc:.3f}", flush=True)
-        results[name] = r
         save()
-    if "sst2" in args.tasks.split(","):
+    if "sst2" in args.tasks.split(",") and not args.skip_dpsgd:
         task = get_task("sst2")
         splits = task_splits(task, args.dpsgd_private, 0, args.test, seed=1)
         rows = results["sst2"].setdefault("prompt_dpsgd", {})
         for kind in ("soft-prompt", "prefix"):
             for eps in (None, 8.0, 3.0):
                 label = f"{kind}, " + ("non-private" if eps is None else f"ε={eps:g}")
+                if args.resume and label in rows:
+                    continue
                 cfg = PromptDpSgdConfig(
                     kind=kind,
                     target_epsilon=eps,

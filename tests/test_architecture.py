@@ -8,11 +8,13 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "privlm"
-BASE = {"errors", "settings", "fsutil"}
+BASE = {"errors", "settings", "fsutil", "progress"}
 ALLOWED = {
     "errors": set(),
     "settings": {"errors"},
     "fsutil": set(),
+    "progress": set(),
+    "perturb": BASE | {"perturb"},
     "accounting": {"errors", "accounting"},
     "data": BASE | {"data"},
     "models": BASE | {"models"},
@@ -25,6 +27,7 @@ ALLOWED = {
 }
 FORBIDDEN_IN_ACCOUNTING = {"torch", "transformers", "peft"}
 FORBIDDEN_IN_DETECT = {"torch", "transformers", "peft"}  # a detector sees text only
+FORBIDDEN_IN_PERTURB = {"torch", "transformers", "peft"}  # runs as plain numpy, like the page
 
 
 def layer_of(path: Path) -> str:
@@ -60,6 +63,9 @@ def test_layer_imports_only_what_it_may(path):
     if layer == "detect":
         heavy = {m.split(".")[0] for m in imports(path)} & FORBIDDEN_IN_DETECT
         assert not heavy, f"detect must stay free of {sorted(heavy)}"
+    if layer == "perturb":
+        heavy = {m.split(".")[0] for m in imports(path)} & FORBIDDEN_IN_PERTURB
+        assert not heavy, f"perturb must stay free of {sorted(heavy)}"
 
 
 def test_nothing_imports_the_cli():

@@ -24,18 +24,15 @@ def test_prompt_pate_end_to_end(tmp_path, monkeypatch):
 
     from privlm.prompting import pate_pipeline
 
-    def answers(model, tokenizer, prompts, label_ids, batch_size=16):
+    def answers(lm, task, teacher, public, batch_size):
         # the random tiny model rarely says a label word: teachers answer by the query's
-        # last word ("good"/"fine" positive), and "other" now and then
-        out = []
-        for p in prompts:
-            word = p.rsplit("Review: ", 1)[1].split()[1]
-            out.append(1 if word in ("good", "fine") else 0)
-        out = np.array(out)
-        out[::7] = -1
-        return out
+        # second word ("good"/"fine" positive), and "other" now and then in black-box mode
+        labels = np.array([1 if r.text.split()[1] in ("good", "fine") else 0 for r in public])
+        top1 = labels.copy()
+        top1[::7] = -1
+        return top1, labels
 
-    monkeypatch.setattr(pate_pipeline, "blackbox_answers", answers)
+    monkeypatch.setattr(pate_pipeline, "teacher_answers", answers)
     lm = load_public_model("tiny")
     task = get_task("sst2")
     private, public = recs("secret", 20), recs("public", 30)
@@ -52,6 +49,33 @@ def test_prompt_pate_end_to_end(tmp_path, monkeypatch):
     assert "secret" not in saved  # the student is built from public inputs only
     statement = json.loads((tmp_path / "out" / "privacy.json").read_text())
     assert statement["epsilon"] == res.epsilon and statement["teachers"] == 20
+    assert res.other_rate == np.mean(np.arange(30) % 7 == 0)
+
+
+def test_label_votes_never_vote_other_and_cost_the_same(tmp_path):
+    """With calibrated label-argmax teachers the histogram sums to the number of teachers
+    (no OTHER); the accounting is unchanged since every teacher still casts one vote."""
+    import numpy as np
+
+    from privlm.prompting.pate import make_teachers
+    from privlm.prompting.pate_pipeline import teacher_answer_matrix
+
+    lm = load_public_model("tiny")
+    task = get_task("sst2")
+    teachers = make_teachers(recs("s", 6), 6, 1, 0)
+    both = teacher_answer_matrix(lm, task, teachers, recs("p", 5), 8, False)
+    assert both.top1.shape == both.labels.shape == (6, 5)
+    assert set(np.unique(both.labels)) <= {0, 1}
+    assert both.votes("labels") is both.labels and both.votes("top1") is both.top1
+
+
+def test_unknown_teacher_votes_mode_is_refused():
+    import pytest
+
+    from privlm.errors import PrivlmError
+
+    with pytest.raises(PrivlmError, match="teacher_votes"):
+        PromptPateConfig(teacher_votes="logits")
 
 
 def test_too_few_labels_is_a_clear_error(tmp_path):

@@ -6,8 +6,11 @@ import typer
 
 from privlm.cli import account, audit, data, detect, ensemble, ledger, models, plan, prompt, train
 from privlm.cli.common import user_errors
+from privlm.cli.perturb import perturb
 from privlm.cli.predict import eval_app, generate
 from privlm.cli.quickstart import quickstart
+from privlm.cli.serve import app as service_app
+from privlm.cli.serve import serve
 
 app = typer.Typer(
     help="privlm: differentially private adaptation and serving of language models.",
@@ -28,6 +31,9 @@ app.add_typer(detect.app, name="detect")
 app.add_typer(prompt.app, name="prompt")
 app.command("generate")(user_errors(generate))
 app.command("quickstart")(quickstart)
+app.command("perturb")(perturb)
+app.command("serve")(serve)
+app.add_typer(service_app, name="service")
 
 
 def main() -> None:

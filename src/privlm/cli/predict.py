@@ -3,62 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import typer
 
-from privlm.accounting import Budget, PrivacyLedger
 from privlm.cli.common import JSON_OPTION, emit_json, user_errors
 from privlm.data import corpora
-from privlm.errors import PrivlmError
 from privlm.models.perplexity import token_blocks
-from privlm.predict import PMixED, PMixEDConfig, SubMix, SubMixConfig, part_ledgers
 from privlm.predict.evaluate import METHODS, evaluate
+from privlm.predict.factory import build_predictor
 from privlm.predict.loading import load_ensemble
 
 eval_app = typer.Typer(help="Evaluate private prediction.", no_args_is_help=True)
-
-
-def build_predictor(
-    method: str,
-    ensemble: Path,
-    loaded: tuple[Any, Any, dict[str, Any]],
-    ledger: Path,
-    name: str,
-    epsilon: float,
-    delta: float,
-    alpha: int,
-    queries: int,
-    sample_rate: float,
-    beta: float | None,
-    seed: int | None,
-) -> Any:
-    """A PMixED or SubMix predictor over an already loaded ensemble (``load_ensemble``)."""
-    lm, engine, manifest = loaded
-    if method == "pmixed":
-        if manifest["protocol"] != "pmixed":
-            raise PrivlmError(
-                f"{ensemble} is a {manifest['protocol']} ensemble; PMixED needs --protocol pmixed"
-            )
-        cfg = PMixEDConfig(epsilon, delta, alpha, queries, sample_rate)
-        led = PrivacyLedger(ledger, name, Budget(epsilon, delta))
-        return PMixED(engine, lm.tokenizer, led, cfg, seed)
-    if method == "submix":
-        if manifest["protocol"] != "submix":
-            raise PrivlmError(
-                f"{ensemble} is a {manifest['protocol']} ensemble; SubMix needs --protocol submix"
-            )
-        scfg = SubMixConfig(
-            epsilon, float(alpha), beta if beta is not None else epsilon / queries, delta
-        )
-        return SubMix(
-            engine,
-            lm.tokenizer,
-            part_ledgers(ledger, name, engine.n_adapters // 2, scfg),
-            scfg,
-            seed,
-        )
-    raise PrivlmError(f"unknown method {method!r}; choose pmixed or submix")
 
 
 def generate(

@@ -65,6 +65,11 @@ def pate(
     task: str = TASK_OPTION,
     teachers: int = typer.Option(100, help="Teachers (one-shot prompts of private examples)."),
     shots: int = typer.Option(1, help="Private examples per teacher."),
+    teacher_votes: str = typer.Option(
+        "top1",
+        help="top1: black-box teachers vote their top-1 token (no label: no vote); labels: "
+        "each votes the argmax of its calibrated label probabilities.",
+    ),
     public: int = typer.Option(300, help="Public inputs to label."),
     threshold: float = typer.Option(60.0, help="Confident-GNMax threshold T."),
     sigma_threshold: float = typer.Option(30.0, help="σ1 of the threshold check."),
@@ -86,7 +91,7 @@ def pate(
     cfg = PromptPateConfig(
         teachers=teachers, shots=shots, threshold=threshold, sigma_threshold=sigma_threshold,
         sigma=sigma, epsilon=epsilon, delta=delta, student_candidates=candidates,
-        holdout=holdout, seed=seed,
+        holdout=holdout, seed=seed, teacher_votes=teacher_votes,
     )  # fmt: skip
     led = pate_ledger(ledger, ledger_name, cfg, len(splits.private))
     lm = load_public_model(model)

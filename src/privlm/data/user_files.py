@@ -36,10 +36,8 @@ def _read_text(path: Path) -> str:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
-        bad = raw[exc.start : exc.start + 4]
-        raise DataError(
-            path, f"undecodable bytes (not UTF-8) at byte {exc.start}: {bad!r}", line
-        ) from None
+        # the offending bytes are not echoed: they may be private text
+        raise DataError(path, f"undecodable bytes (not UTF-8) at byte {exc.start}", line) from None
 
 
 def _check_size(path: Path, line: int, text: str, limit: int) -> None:

@@ -11,13 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
+import torch
 
 from privlm.accounting import Budget, PrivacyLedger
 from privlm.data import Record
 from privlm.errors import AccountingError, PrivlmError
 from privlm.fsutil import write_directory_atomically
 from privlm.models import LoadedModel
+from privlm.progress import progress_bar
 from privlm.prompting.pate import (
     Teacher,
     blackbox_accuracy,
@@ -27,9 +28,17 @@ from privlm.prompting.pate import (
     teacher_prompts,
     vote_histograms,
 )
-from privlm.prompting.scoring import blackbox_answers
+from privlm.prompting.scoring import (
+    CONTENT_FREE,
+    OTHER,
+    calibrate,
+    next_token_logits,
+    top1_classes,
+)
 from privlm.prompting.student import StudentPrompt, select_student
 from privlm.prompting.tasks import Task, label_token_ids
+
+TEACHER_VOTES = ("top1", "labels")
 
 
 @dataclass
@@ -45,6 +54,16 @@ class PromptPateConfig:
     holdout: int = 100
     seed: int = 0
     batch_size: int = 32
+    # "top1": black-box teachers, a vote is the model's top-1 next token (OTHER never votes);
+    # "labels": each teacher votes the argmax of its calibrated label-token probabilities.
+    # Either way a teacher casts one vote, so the accounting is the same.
+    teacher_votes: str = "top1"
+
+    def __post_init__(self) -> None:
+        if self.teacher_votes not in TEACHER_VOTES:
+            raise PrivlmError(
+                f"teacher_votes must be one of {', '.join(TEACHER_VOTES)}, not {self.teacher_votes!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -57,6 +76,7 @@ class PromptPateResult:
     label_accuracy: float | None  # of released labels, where the public set has gold labels
     teacher_accuracy_mean: float | None
     ensemble_accuracy: float | None  # plurality vote of the teachers (non-private)
+    other_rate: float  # fraction of top-1 answers that are no class's label token
     stopped_by_budget: bool
     seconds: float
     config: dict[str, Any]
@@ -74,6 +94,32 @@ def pate_ledger(path: str | Path, name: str, cfg: PromptPateConfig, private: int
         return PrivacyLedger(path, name, Budget(cfg.epsilon, delta))
 
 
+@dataclass(frozen=True)
+class TeacherAnswers:
+    """Both kinds of teacher answer from one forward pass per teacher: (teachers × public)."""
+
+    top1: np.ndarray  # class index or OTHER
+    labels: np.ndarray  # argmax of calibrated label probabilities (never OTHER)
+
+    def votes(self, mode: str) -> np.ndarray:
+        return self.top1 if mode == "top1" else self.labels
+
+
+def teacher_answers(
+    lm: LoadedModel, task: Task, teacher: Teacher, public: list[Record], batch_size: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """One teacher's top-1 (black-box) and calibrated label-argmax answers on ``public``,
+    from one batched forward pass (the content-free inputs ride along)."""
+    ids = label_token_ids(task, lm.tokenizer)
+    free = [Record(c, "content-free", None, None, {"hypothesis": c}) for c in CONTENT_FREE]
+    logits = next_token_logits(
+        lm.model, lm.tokenizer, teacher_prompts(task, teacher, [*public, *free]), batch_size
+    )
+    probs = torch.softmax(logits[:, ids].double(), -1).numpy()
+    cal = calibrate(probs[: len(public)], probs[len(public) :])
+    return top1_classes(logits[: len(public)], ids), cal.argmax(-1).astype(np.int64)
+
+
 def teacher_answer_matrix(
     lm: LoadedModel,
     task: Task,
@@ -81,17 +127,13 @@ def teacher_answer_matrix(
     public: list[Record],
     batch_size: int,
     progress: bool,
-) -> np.ndarray:
-    """(teachers × public) black-box answers (class index or OTHER)."""
-    ids = label_token_ids(task, lm.tokenizer)
-    rows = []
-    for t in tqdm(teachers, desc="teachers", disable=not progress):
-        rows.append(
-            blackbox_answers(
-                lm.model, lm.tokenizer, teacher_prompts(task, t, public), ids, batch_size
-            )
-        )
-    return np.stack(rows)
+) -> TeacherAnswers:
+    """Every teacher's answers on ``public``: (teachers × public) for each kind."""
+    rows = [
+        teacher_answers(lm, task, t, public, batch_size)
+        for t in progress_bar(teachers, desc="teachers", disable=not progress)
+    ]
+    return TeacherAnswers(np.stack([r[0] for r in rows]), np.stack([r[1] for r in rows]))
 
 
 def run_prompt_pate(
@@ -112,7 +154,8 @@ def run_prompt_pate(
     if not public:
         raise PrivlmError("PromptPATE needs public (unlabelled) inputs to label")
     teachers = make_teachers(private, cfg.teachers, cfg.shots, cfg.seed)
-    answers = teacher_answer_matrix(lm, task, teachers, public, cfg.batch_size, progress)
+    both = teacher_answer_matrix(lm, task, teachers, public, cfg.batch_size, progress)
+    answers = both.votes(cfg.teacher_votes)
     hist = vote_histograms(answers, len(task.labels))
     labelling = label_with_confident_gnmax(
         hist, cfg.threshold, cfg.sigma_threshold, cfg.sigma, ledger, cfg.teachers
@@ -147,6 +190,7 @@ def run_prompt_pate(
         label_accuracy=label_acc,
         teacher_accuracy_mean=teacher_acc,
         ensemble_accuracy=ensemble_acc,
+        other_rate=float(np.mean(both.top1 == OTHER)),
         stopped_by_budget=labelling.stopped_by_budget,
         seconds=time.perf_counter() - t0,
         config=asdict(cfg),
@@ -164,6 +208,7 @@ def run_prompt_pate(
             "queries": result.queries,
             "answered": result.answered,
             "teachers": cfg.teachers,
+            "teacher_votes": cfg.teacher_votes,
             "threshold": cfg.threshold,
             "sigma_threshold": cfg.sigma_threshold,
             "sigma": cfg.sigma,

@@ -28,7 +28,6 @@ from opacus import PrivacyEngine
 from opacus.utils.batch_memory_manager import BatchMemoryManager
 from peft import PeftModel, PrefixTuningConfig, PromptTuningConfig, TaskType, get_peft_model
 from torch.utils.data import DataLoader, TensorDataset
-from tqdm.auto import tqdm
 
 from privlm.accounting import (
     Charge,
@@ -41,6 +40,7 @@ from privlm.data import Record
 from privlm.errors import PrivlmError
 from privlm.fsutil import write_directory_atomically
 from privlm.models import LoadedModel, load_public_model
+from privlm.progress import progress_bar
 from privlm.prompting.tasks import Task, label_token_ids
 
 PROMPT_KINDS = ("soft-prompt", "prefix")
@@ -223,7 +223,9 @@ def train_prompt_dpsgd(
         )
     before = {name: p.detach().clone() for name, p in trainable}
     run_model.train()
-    bar = tqdm(total=steps, desc=f"prompt-dpsgd ({cfg.kind})", unit="step", disable=not progress)
+    bar = progress_bar(
+        total=steps, desc=f"prompt-dpsgd ({cfg.kind})", unit="step", disable=not progress
+    )
     t0 = time.perf_counter()
     for _ in range(cfg.epochs):
         if private:

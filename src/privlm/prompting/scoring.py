@@ -67,6 +67,12 @@ def calibrate(probs: NDArray[np.float64], content_free: NDArray[np.float64]) -> 
     return out
 
 
+def top1_classes(logits: torch.Tensor, label_ids: Sequence[int]) -> NDArray[np.int64]:
+    """The class whose label token is each row's top-1 token, or ``OTHER``."""
+    lookup = {tok: c for c, tok in enumerate(label_ids)}
+    return np.array([lookup.get(int(t), OTHER) for t in logits.argmax(-1)], dtype=np.int64)
+
+
 def blackbox_answers(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -76,6 +82,4 @@ def blackbox_answers(
 ) -> NDArray[np.int64]:
     """The class whose label token is the model's top-1 next token, or ``OTHER``: an answer
     that maps to no class is never a vote for one."""
-    top = next_token_logits(model, tokenizer, prompts, batch_size).argmax(-1).numpy()
-    lookup = {tok: c for c, tok in enumerate(label_ids)}
-    return np.array([lookup.get(int(t), OTHER) for t in top], dtype=np.int64)
+    return top1_classes(next_token_logits(model, tokenizer, prompts, batch_size), label_ids)

@@ -37,7 +37,6 @@ from opacus.utils.fast_gradient_clipping_utils import DPTensorFastGradientClippi
 from opacus.validators import ModuleValidator
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data import Dataset as TorchDataset
-from tqdm.auto import tqdm
 
 from privlm.accounting import (
     Charge,
@@ -50,6 +49,7 @@ from privlm.data import Dataset
 from privlm.detect import Detector
 from privlm.errors import PrivlmError
 from privlm.fsutil import write_directory_atomically
+from privlm.progress import progress_bar
 from privlm.training.distributed_dp import (
     LockstepPoissonSampler,
     barrier,
@@ -303,7 +303,7 @@ def train_dpsgd(
     before = {name: p.detach().clone() for name, p in trainable}
     checked_grads = checked_moves = False
     dp_model.train()
-    bar = tqdm(total=steps, desc="dp-sgd", unit="step", disable=not progress)
+    bar = progress_bar(total=steps, desc="dp-sgd", unit="step", disable=not progress)
     t0 = time.perf_counter()
     for _ in range(cfg.epochs):
         with BatchMemoryManager(

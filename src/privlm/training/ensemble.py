@@ -18,10 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from privlm.data import Dataset, partition_by_unit
 from privlm.errors import PrivlmError
+from privlm.progress import progress_bar
 from privlm.training.lora_finetune import LoraTrainingConfig, finetune_lora
 
 MANIFEST = "manifest.json"
@@ -108,7 +107,7 @@ def train_ensemble(
         }
         _write_json(manifest_path, manifest)
     todo = [(n, d) for n, d in planned if manifest["adapters"].get(n, {}).get("status") != "done"]
-    bar = tqdm(
+    bar = progress_bar(
         total=len(planned),
         initial=len(planned) - len(todo),
         desc=f"{protocol} ensemble",

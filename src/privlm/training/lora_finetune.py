@@ -15,13 +15,13 @@ from typing import Any
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
-from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase, get_linear_schedule_with_warmup
 
 from privlm.detect import Span
 from privlm.errors import PrivlmError
 from privlm.fsutil import write_directory_atomically
 from privlm.models import LoadedModel, load_public_model
+from privlm.progress import progress_bar
 from privlm.training.lora_targets import check_targets, discover_lora_targets
 from privlm.training.redaction import (
     IGNORE,
@@ -155,7 +155,7 @@ def finetune_lora(
     steps_per_epoch = math.ceil(len(blocks) / config.batch_size)
     total = steps_per_epoch * config.epochs
     sched = get_linear_schedule_with_warmup(opt, 0, total)
-    bar = tqdm(total=total, desc=desc, unit="step", disable=not progress, leave=False)
+    bar = progress_bar(total=total, desc=desc, unit="step", disable=not progress, leave=False)
     last_loss = float("nan")
     for _ in range(config.epochs):
         order = torch.randperm(len(blocks), generator=gen)

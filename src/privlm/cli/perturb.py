@@ -1,0 +1,58 @@
+"""``privlm perturb``: the in-browser perturbation, from the command line."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from privlm.cli.common import JSON_OPTION, emit_json, user_errors
+from privlm.errors import DataError
+from privlm.perturb import load_glove, make_mechanism, perturb_text
+from privlm.perturb.mechanisms import DEFAULT_CLIP
+from privlm.perturb.uniforms import UniformSource
+from privlm.perturb.vocabulary import DEFAULT_VOCABULARY
+
+
+@user_errors
+def perturb(
+    source: Path = typer.Argument(..., help="Text file to perturb ('-' for standard input)."),
+    out: Path | None = typer.Option(None, "--out", help="Where to write (default stdout)."),
+    mechanism: str = typer.Option("laplace", help="laplace (metric DP) or gaussian."),
+    epsilon: float = typer.Option(..., help="ε per word (worst case over any two words)."),
+    delta: float | None = typer.Option(None, help="δ per word (gaussian only)."),
+    clip: float = typer.Option(DEFAULT_CLIP, help="Clipping norm C of the word vectors."),
+    vocabulary: int = typer.Option(DEFAULT_VOCABULARY, help="GloVe words kept (most frequent)."),
+    seed: int | None = typer.Option(
+        None, help="Seed, for reproducible tests only (default: os.urandom, a CSPRNG)."
+    ),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Replace every word by a noisy nearest neighbour in GloVe space, as the service's web
+    page does before upload; prints the guarantee per word and per document."""
+    mech = make_mechanism(mechanism, epsilon, delta, clip)
+    if str(source) == "-":
+        text = sys.stdin.read()
+    else:
+        if not source.is_file():
+            raise DataError(source, "no such file")
+        try:
+            text = source.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise DataError(source, f"not UTF-8 text (byte {exc.start})") from None
+    res = perturb_text(text, load_glove(vocabulary, clip), mech, UniformSource(seed))
+    if out is not None:
+        out.write_text(res.text + "\n", encoding="utf-8")
+    if as_json:
+        emit_json({**res.to_dict(), **({} if out else {"text": res.text})})
+        return
+    if out is None:
+        typer.echo(res.text)
+    doc = res.document_guarantee
+    typer.echo(
+        f"{res.words} words; per word ε = {mech.word_guarantee()['epsilon']:.4g}"
+        f"{'' if mechanism == 'laplace' else f', δ = {delta:g}'}; whole text ε = "
+        f"{doc['epsilon']:.4g}, δ = {doc['delta']:g}",
+        err=out is None,
+    )

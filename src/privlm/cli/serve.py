@@ -1,0 +1,126 @@
+"""``privlm serve`` (the web service and its job worker) and ``privlm service …`` (tenants,
+API keys, the worker on its own)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import typer
+
+from privlm.cli.common import JSON_OPTION, emit_json, user_errors
+
+DATA_DIR_OPTION = typer.Option(
+    Path(os.environ.get("PRIVLM_SERVICE_DIR", "privlm-service")),
+    "--data-dir",
+    help="Where the service keeps its database and tenants' files (env PRIVLM_SERVICE_DIR).",
+)
+DB_OPTION = typer.Option(
+    None, "--db", help="Database URL (default: SQLite under --data-dir), e.g. postgresql://…"
+)
+MODEL_OPTION = typer.Option("smollm2-135m", "--model", help="Public model jobs train on.")
+
+app = typer.Typer(
+    help="Administer the service: tenants, API keys, the job worker.", no_args_is_help=True
+)
+
+
+def _url(db: str | None, data_dir: Path) -> str:
+    from privlm.service.db import database_url
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    return database_url(db, data_dir)
+
+
+@user_errors
+def serve(
+    host: str = typer.Option("127.0.0.1", help="Address to listen on."),
+    port: int = typer.Option(8000, help="Port."),
+    data_dir: Path = DATA_DIR_OPTION,
+    db: str | None = DB_OPTION,
+    model: str = MODEL_OPTION,
+    worker: bool = typer.Option(True, help="Start the job worker process alongside."),
+    max_upload_mb: float = typer.Option(20.0, help="Largest dataset upload, in MB."),
+) -> None:
+    """Start the web service (FastAPI on uvicorn) and its job worker."""
+    import uvicorn
+
+    from privlm.service.app import ServiceSettings, asgi_app
+
+    url = _url(db, data_dir)
+    settings = ServiceSettings(
+        data_dir=data_dir.resolve(), db_url=url, model=model,
+        max_upload_bytes=int(max_upload_mb * (1 << 20)),
+    )  # fmt: skip
+    app_ = asgi_app(settings)  # creates the schema before the worker starts
+    child = None
+    if worker:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "privlm", "service", "worker", "--data-dir", str(settings.data_dir),
+             "--db", url, "--model", model, "--die-with-parent"],
+        )  # fmt: skip
+    try:
+        uvicorn.run(app_, host=host, port=port, log_level="info")
+    finally:
+        if child is not None:
+            child.terminate()
+            child.wait(timeout=30)
+
+
+@app.command("worker")
+@user_errors
+def worker_cmd(
+    data_dir: Path = DATA_DIR_OPTION,
+    db: str | None = DB_OPTION,
+    model: str = MODEL_OPTION,
+    die_with_parent: bool = typer.Option(False, hidden=True),
+) -> None:
+    """Run queued jobs (privlm serve starts one; run more on other machines with --db)."""
+    from privlm.service.worker import run_worker
+
+    run_worker(_url(db, data_dir), data_dir.resolve(), model, die_with_parent)
+
+
+@app.command("tenant-create")
+@user_errors
+def tenant_create(
+    name: str = typer.Argument(..., help="Tenant name."),
+    data_dir: Path = DATA_DIR_OPTION,
+    db: str | None = DB_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Create a tenant and print its first API key (shown once; only its hash is stored)."""
+    from privlm.service.db import make_engine, session_factory
+    from privlm.service.keys import create_tenant
+
+    with session_factory(make_engine(_url(db, data_dir))).begin() as s:
+        tenant, key = create_tenant(s, name)
+        tid = tenant.id
+    if as_json:
+        emit_json({"tenant": tid, "name": name, "api_key": key})
+    else:
+        typer.echo(f"tenant {name} ({tid})\nAPI key (shown once): {key}")
+
+
+@app.command("key-add")
+@user_errors
+def key_add(
+    name: str = typer.Argument(..., help="Tenant name."),
+    data_dir: Path = DATA_DIR_OPTION,
+    db: str | None = DB_OPTION,
+) -> None:
+    """Add an API key to a tenant."""
+    from sqlalchemy import select
+
+    from privlm.errors import PrivlmError
+    from privlm.service.db import Tenant, make_engine, session_factory
+    from privlm.service.keys import add_key
+
+    with session_factory(make_engine(_url(db, data_dir))).begin() as s:
+        t = s.scalar(select(Tenant).where(Tenant.name == name))
+        if t is None:
+            raise PrivlmError(f"no tenant {name!r}")
+        key = add_key(s, t.id)
+    typer.echo(f"API key (shown once): {key}")

@@ -1,0 +1,88 @@
+"""The embedding vocabulary: GloVe 50d from the data directory, capped to the most frequent
+words, each vector clipped to norm C (the mechanism's clipping bound)."""
+
+from __future__ import annotations
+
+import gzip
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+from numpy.typing import NDArray
+
+from privlm.errors import DataError, PrivlmError
+from privlm.perturb.mechanisms import DEFAULT_CLIP, clip_rows
+from privlm.settings import data_dir
+
+GLOVE = Path("glove6b50d_top50k") / "glove.6B.50d.top50k.txt.gz"
+DEFAULT_VOCABULARY = 20_000
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """Words and their clipped vectors (float32, as served to the browser)."""
+
+    words: tuple[str, ...]
+    vectors: NDArray[np.float32]
+    clip: float
+
+    @cached_property
+    def index(self) -> dict[str, int]:
+        return {w: i for i, w in enumerate(self.words)}
+
+    @cached_property
+    def _vectors64(self) -> NDArray[np.float64]:
+        return self.vectors.astype(np.float64)
+
+    @cached_property
+    def _sq_norms(self) -> NDArray[np.float64]:
+        v = self._vectors64
+        out: NDArray[np.float64] = (v * v).sum(1)
+        return out
+
+    @property
+    def dim(self) -> int:
+        return int(self.vectors.shape[1])
+
+    def embed(self, word: str) -> NDArray[np.float64]:
+        """The clipped vector of ``word`` (lower-cased); the zero vector if it is unknown.
+
+        An unknown word is still perturbed like any other: its output carries no
+        information about it, and the zero vector lies inside the clipping ball, so the
+        sensitivity bound 2C holds for it too."""
+        i = self.index.get(word.lower())
+        return np.zeros(self.dim) if i is None else self._vectors64[i]
+
+    def nearest(self, points: NDArray[np.float64]) -> NDArray[np.int64]:
+        """Index of the nearest word to each point: Σ(vᵢ − xᵢ)² in float64, first index on a
+        tie, as the browser computes it. Candidates come from the expanded form, and the
+        best few are re-ranked by the direct sum."""
+        x = np.atleast_2d(np.asarray(points, dtype=np.float64))
+        approx = self._sq_norms[None, :] - 2.0 * x @ self._vectors64.T
+        k = min(8, len(self.words))
+        cand = np.argpartition(approx, k - 1, axis=1)[:, :k]
+        cand.sort(axis=1)  # ties go to the lowest index
+        exact = ((self._vectors64[cand] - x[:, None, :]) ** 2).sum(-1)
+        return cand[np.arange(len(x)), exact.argmin(1)].astype(np.int64)
+
+
+def load_glove(
+    limit: int = DEFAULT_VOCABULARY, clip: float = DEFAULT_CLIP, path: Path | None = None
+) -> Vocabulary:
+    """The ``limit`` most frequent GloVe 6B 50d words, vectors clipped to norm ``clip``."""
+    if limit < 2:
+        raise PrivlmError("the vocabulary needs at least two words")
+    p = path or data_dir() / GLOVE
+    if not p.is_file():
+        raise DataError(p, "GloVe vectors not found under the data directory (PRIVLM_DATA)")
+    words, rows = [], []
+    with gzip.open(p, "rt", encoding="utf-8") as fh:
+        for n, line in enumerate(fh):
+            if n >= limit:
+                break
+            parts = line.rstrip("\n").split(" ")
+            words.append(parts[0])
+            rows.append(np.array(parts[1:], dtype=np.float32))
+    vectors = clip_rows(np.stack(rows), clip).astype(np.float32)
+    return Vocabulary(tuple(words), vectors, clip)

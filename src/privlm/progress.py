@@ -1,0 +1,59 @@
+"""Progress bars that can also be watched: a tqdm bar whose updates are forwarded to a
+listener set for the current context (the service's worker records them as job progress).
+
+``progress_bar(...)`` is a drop-in for ``tqdm(...)``; ``watch(listener)`` installs a
+listener ``(desc, done, total)`` for the code run inside it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+from tqdm.auto import tqdm
+
+Listener = Callable[[str, int, int | None], None]
+_listener: ContextVar[Listener | None] = ContextVar("privlm_progress_listener", default=None)
+
+
+class _WatchedBar(tqdm):  # type: ignore[type-arg]
+    """Counts its own progress, so a listener hears it even when the bar is disabled."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._done = int(kwargs.get("initial", 0) or 0)
+        self._notify()  # a listener learns the bar's total before its first step
+
+    def _notify(self) -> None:
+        listener = _listener.get()
+        if listener is not None:
+            total = None if self.total is None else int(self.total)
+            listener(str(self.desc or ""), self._done, total)
+
+    def update(self, n: float | None = 1) -> bool | None:
+        out = super().update(n)
+        self._done += int(n or 0)
+        self._notify()
+        return out
+
+    def __iter__(self) -> Iterator[Any]:
+        for item in super().__iter__():
+            yield item
+            self._done += 1
+            self._notify()
+
+
+def progress_bar(*args: Any, **kwargs: Any) -> tqdm:  # type: ignore[type-arg]
+    """``tqdm(*args, **kwargs)``, reporting every update to the current listener (if any)."""
+    return _WatchedBar(*args, **kwargs)
+
+
+@contextmanager
+def watch(listener: Listener) -> Iterator[None]:
+    token = _listener.set(listener)
+    try:
+        yield
+    finally:
+        _listener.reset(token)

@@ -1,0 +1,371 @@
+"""The HTTP API (FastAPI) and the perturbation page.
+
+Every route below ``/v1`` except the public perturbation assets needs
+``Authorization: Bearer <API key>``; every lookup is made together with the caller's tenant,
+and another tenant's resource is reported exactly like a missing one (404). Errors are JSON
+``{"error": {"type", "message"}}`` and never quote the request body.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, File, Form, Header, Request, UploadFile
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from privlm.errors import PrivlmError
+from privlm.perturb.mechanisms import DEFAULT_CLIP
+from privlm.perturb.vocabulary import DEFAULT_VOCABULARY, load_glove
+from privlm.service import datasets as ds_api
+from privlm.service import jobs as jobs_api
+from privlm.service.db import (
+    Dataset,
+    Deployment,
+    Job,
+    Tenant,
+    ledger_url,
+    make_engine,
+    new_id,
+    session_factory,
+)
+from privlm.service.deployments import (
+    BudgetExhausted,
+    DeploymentParams,
+    DeploymentRuntime,
+    check_config,
+    check_deployable,
+    create_ledgers,
+)
+from privlm.service.keys import tenant_for_key
+from privlm.service.limits import BodySizeLimit
+
+STATIC = Path(__file__).with_name("static")
+log = logging.getLogger("privlm.service")
+
+
+@dataclass
+class ServiceSettings:
+    data_dir: Path
+    db_url: str
+    model: str = "smollm2-135m"
+    max_body_bytes: int = 1 << 20
+    max_upload_bytes: int = 20 << 20
+    vocabulary: int = DEFAULT_VOCABULARY
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, kind: str, message: str, **extra: Any) -> None:
+        self.status, self.kind, self.message, self.extra = status, kind, message, extra
+
+
+def not_found(what: str, ident: str) -> ApiError:
+    return ApiError(404, "not_found", f"no {what} {ident!r} for this tenant")
+
+
+class JobRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    kind: str = Field(..., max_length=20)
+    dataset_id: str = Field(..., max_length=40)
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class CompletionRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")  # OpenAI clients send fields we ignore
+    model: str = Field(..., max_length=40)
+    prompt: str | list[str] = Field(...)
+    max_tokens: int = Field(16, ge=1, le=256)
+    temperature: float | None = None
+    top_p: float | None = None
+    n: int = 1
+    stream: bool = False
+
+
+def get_session(request: Request) -> Iterator[Session]:
+    """One transaction per request."""
+    with request.app.state.sessions.begin() as s:
+        yield s
+
+
+def get_tenant(
+    s: Annotated[Session, Depends(get_session)],
+    authorization: Annotated[str | None, Header()] = None,
+) -> Tenant:
+    if not authorization or not authorization.startswith("Bearer "):
+        raise ApiError(401, "unauthorized", "send an API key: Authorization: Bearer <key>")
+    t = tenant_for_key(s, authorization.removeprefix("Bearer ").strip())
+    if t is None:
+        raise ApiError(401, "unauthorized", "unknown or revoked API key")
+    return t
+
+
+def get_tenant_briefly(
+    request: Request, authorization: Annotated[str | None, Header()] = None
+) -> Tenant:
+    """The caller's tenant, from a transaction closed at once: for routes that must not hold
+    the database while they work (generation charges the ledger token by token)."""
+    with request.app.state.sessions.begin() as s:
+        return get_tenant(s, authorization)
+
+
+Db = Annotated[Session, Depends(get_session)]
+Me = Annotated[Tenant, Depends(get_tenant)]
+MeBriefly = Annotated[Tenant, Depends(get_tenant_briefly)]
+
+
+def create_app(settings: ServiceSettings) -> FastAPI:
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    engine = make_engine(settings.db_url)
+    sessions = session_factory(engine)
+    ledgers = ledger_url(settings.db_url, settings.data_dir)
+    runtime = DeploymentRuntime(ledgers)
+    app = FastAPI(title="privlm", version="1", docs_url="/docs", redoc_url=None)
+    app.state.settings, app.state.engine, app.state.runtime = settings, engine, runtime
+    app.state.sessions = sessions
+
+    # -- errors: JSON, and never echoing what was sent -------------------------------------------
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse(
+            {"error": {"type": exc.kind, "message": exc.message, **exc.extra}}, exc.status
+        )
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'][1:]) or 'body'}: {e['msg']}" for e in exc.errors()
+        )
+        return JSONResponse({"error": {"type": "invalid_request", "message": problems}}, 400)
+
+    @app.exception_handler(PrivlmError)
+    async def _privlm(_: Request, exc: PrivlmError) -> JSONResponse:
+        return JSONResponse({"error": {"type": "invalid_request", "message": str(exc)}}, 400)
+
+    @app.exception_handler(Exception)
+    async def _internal(_: Request, exc: Exception) -> JSONResponse:
+        log.error("internal error: %s", type(exc).__name__)
+        return JSONResponse(
+            {"error": {"type": "internal_error", "message": type(exc).__name__}}, 500
+        )
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    def own(s: Session, model: Any, ident: str, me: Tenant, what: str) -> Any:
+        row = s.scalar(select(model).where(model.id == ident, model.tenant_id == me.id))
+        if row is None:
+            raise not_found(what, ident)
+        return row
+
+    # -- page and public assets ------------------------------------------------------------------
+
+    @app.get("/", include_in_schema=False)
+    def index() -> FileResponse:
+        return FileResponse(STATIC / "index.html")
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+    @lru_cache(maxsize=4)
+    def vocabulary(clip: float) -> tuple[list[str], bytes]:
+        v = load_glove(settings.vocabulary, clip)
+        return list(v.words), v.vectors.astype("<f4").tobytes()
+
+    def checked_clip(clip: float) -> float:
+        if not (0 < clip <= 100):
+            raise ApiError(400, "invalid_request", "clip must be in (0, 100]")
+        return float(clip)
+
+    @app.get("/v1/perturb/words")
+    def perturb_words(clip: float = DEFAULT_CLIP) -> dict[str, Any]:
+        words, _ = vocabulary(checked_clip(clip))
+        return {"words": words, "dim": 50, "clip": clip, "source": "GloVe 6B 50d"}
+
+    @app.get("/v1/perturb/vectors")
+    def perturb_vectors(clip: float = DEFAULT_CLIP) -> Response:
+        _, blob = vocabulary(checked_clip(clip))
+        return Response(blob, media_type="application/octet-stream")
+
+    @app.get("/v1/health")
+    def health() -> dict[str, Any]:
+        return {"status": "ok", "model": settings.model}
+
+    # -- datasets ------------------------------------------------------------------------------
+
+    @app.post("/v1/datasets", status_code=201)
+    async def upload(
+        s: Db,
+        me: Me,
+        file: Annotated[UploadFile, File()],
+        budget_epsilon: Annotated[float, Form()] = 8.0,
+        budget_delta: Annotated[float, Form()] = 1e-5,
+        perturbation: Annotated[str | None, Form(max_length=10_000)] = None,
+        name: Annotated[str | None, Form(max_length=200)] = None,
+    ) -> dict[str, Any]:
+        content = await file.read()
+        meta = None
+        if perturbation:
+            try:
+                meta = json.loads(perturbation)
+            except json.JSONDecodeError:
+                raise ApiError(400, "invalid_request", "perturbation must be JSON") from None
+        try:
+            row = ds_api.store_dataset(
+                s, settings.data_dir, me.id, file.filename or "upload.txt", content,
+                budget_epsilon, budget_delta, meta, name,
+            )  # fmt: skip
+        except ds_api.UploadError as exc:
+            raise ApiError(400, "invalid_dataset", str(exc)) from None
+        return ds_api.describe(row)
+
+    @app.get("/v1/datasets")
+    def list_datasets(s: Db, me: Me) -> dict[str, Any]:
+        rows = s.scalars(
+            select(Dataset).where(Dataset.tenant_id == me.id).order_by(Dataset.created_at)
+        )
+        return {"data": [ds_api.describe(r) for r in rows]}
+
+    @app.get("/v1/datasets/{dataset_id}")
+    def get_dataset(dataset_id: str, s: Db, me: Me) -> dict[str, Any]:
+        return ds_api.describe(own(s, Dataset, dataset_id, me, "dataset"))
+
+    @app.delete("/v1/datasets/{dataset_id}")
+    def delete_dataset(dataset_id: str, s: Db, me: Me) -> dict[str, Any]:
+        row = own(s, Dataset, dataset_id, me, "dataset")
+        busy = s.scalar(
+            select(Job).where(Job.dataset_id == row.id, Job.status.in_(("queued", "running")))
+        )
+        if busy is not None:
+            raise ApiError(409, "conflict", f"job {busy.id} still uses this dataset")
+        ds_api.delete_dataset(s, row)
+        return {"id": dataset_id, "deleted": True}
+
+    # -- jobs ----------------------------------------------------------------------------------
+
+    @app.post("/v1/jobs", status_code=201)
+    def submit_job(req: JobRequest, s: Db, me: Me) -> dict[str, Any]:
+        own(s, Dataset, req.dataset_id, me, "dataset")
+        params = jobs_api.validate_params(req.kind, req.params)
+        if req.kind == "pate":
+            own(s, Dataset, params["public_dataset_id"], me, "dataset")
+        params["model"] = settings.model
+        planned = params.get("epsilon") if req.kind in ("dpsgd", "jft") else None
+        job = Job(
+            id=new_id("job"), tenant_id=me.id, kind=req.kind, dataset_id=req.dataset_id,
+            params=json.dumps(params), status="queued", epsilon_planned=planned,
+            events=json.dumps([{"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "what": "queued"}]),
+        )  # fmt: skip
+        s.add(job)
+        s.flush()
+        return jobs_api.describe(job)
+
+    @app.get("/v1/jobs")
+    def list_jobs(s: Db, me: Me) -> dict[str, Any]:
+        rows = s.scalars(select(Job).where(Job.tenant_id == me.id).order_by(Job.created_at))
+        return {"data": [jobs_api.describe(r) for r in rows]}
+
+    @app.get("/v1/jobs/{job_id}")
+    def get_job(job_id: str, s: Db, me: Me) -> dict[str, Any]:
+        return jobs_api.describe(own(s, Job, job_id, me, "job"))
+
+    # -- deployments -----------------------------------------------------------------------------
+
+    def describe_deployment(d: Deployment) -> dict[str, Any]:
+        return {
+            "id": d.id, "job_id": d.job_id, "mechanism": d.mechanism,
+            "params": json.loads(d.params), "fallback": d.fallback,
+            "budget": {"epsilon": d.budget_epsilon, "delta": d.budget_delta},
+            "created_at": d.created_at.isoformat() + "Z",
+        }  # fmt: skip
+
+    @app.post("/v1/deployments", status_code=201)
+    def deploy(req: DeploymentParams, s: Db, me: Me) -> dict[str, Any]:
+        job = own(s, Job, req.job_id, me, "job")
+        check_deployable(job, req.mechanism)
+        check_config(req)
+        d = Deployment(
+            id=new_id("dep"), tenant_id=me.id, job_id=job.id, mechanism=req.mechanism,
+            params=json.dumps(req.model_dump()), budget_epsilon=req.epsilon,
+            budget_delta=req.delta, fallback=req.fallback,
+        )  # fmt: skip
+        create_ledgers(d, job, ledgers)
+        s.add(d)
+        s.flush()
+        return describe_deployment(d)
+
+    @app.get("/v1/deployments")
+    def list_deployments(s: Db, me: Me) -> dict[str, Any]:
+        rows = s.scalars(select(Deployment).where(Deployment.tenant_id == me.id))
+        return {"data": [describe_deployment(d) for d in rows]}
+
+    @app.get("/v1/deployments/{deployment_id}")
+    def get_deployment(deployment_id: str, s: Db, me: Me) -> dict[str, Any]:
+        return describe_deployment(own(s, Deployment, deployment_id, me, "deployment"))
+
+    def loaded(me: Tenant, deployment_id: str) -> Any:
+        """The loaded deployment; the rows are read in a transaction closed before loading
+        (which opens the deployment's ledger)."""
+        with sessions.begin() as s:
+            d = own(s, Deployment, deployment_id, me, "deployment")
+            job = s.get(Job, d.job_id)
+            if job is None:
+                raise ApiError(409, "conflict", "the deployment's job is gone")
+        return runtime.get(d, job)
+
+    @app.get("/v1/deployments/{deployment_id}/budget")
+    def budget(deployment_id: str, me: MeBriefly) -> dict[str, Any]:
+        dep = loaded(me, deployment_id)
+        out: dict[str, Any] = dep.budget()
+        return out
+
+    @app.post("/v1/completions")
+    def completions(req: CompletionRequest, me: MeBriefly) -> dict[str, Any]:
+        prompts = [req.prompt] if isinstance(req.prompt, str) else req.prompt
+        if len(prompts) != 1 or req.n != 1 or req.stream:
+            raise ApiError(400, "invalid_request", "one prompt, n = 1 and no streaming")
+        if len(prompts[0]) > 20_000:
+            raise ApiError(400, "invalid_request", "the prompt is limited to 20,000 characters")
+        for name in ("temperature", "top_p"):
+            v = getattr(req, name)
+            if v is not None and v != 1:
+                raise ApiError(
+                    400, "invalid_request",
+                    f"{name} must be 1: private generation samples the mechanism's own "
+                    "distribution (any other sampling would void the accounting)",
+                )  # fmt: skip
+        dep = loaded(me, req.model)
+        try:
+            c = dep.complete(prompts[0], req.max_tokens)
+        except BudgetExhausted as exc:
+            raise ApiError(429, "budget_exhausted", str(exc), budget=dep.budget()) from None
+        return {
+            "id": new_id("cmpl"), "object": "text_completion", "created": int(time.time()),
+            "model": req.model,
+            "choices": [{"text": c.text, "index": 0, "logprobs": None, "finish_reason": c.finish_reason}],
+            "usage": {"prompt_tokens": c.prompt_tokens, "completion_tokens": c.tokens,
+                      "total_tokens": c.prompt_tokens + c.tokens},
+            "privlm": {"private_tokens": c.private_tokens, "public_tokens": c.public_tokens,
+                       "fallback": c.fallback, "note": c.note},
+        }  # fmt: skip
+
+    wrapped = BodySizeLimit(
+        app, settings.max_body_bytes, settings.max_upload_bytes, ("/v1/datasets",)
+    )
+    app.state.asgi = wrapped
+    return app
+
+
+def asgi_app(settings: ServiceSettings) -> Any:
+    """The FastAPI app wrapped in the body-size limit: what uvicorn serves."""
+    return create_app(settings).state.asgi

@@ -1,0 +1,104 @@
+"""Dataset uploads: validated by the same loader as the CLI (``privlm.data.load_file``),
+stored per tenant, deleted with their data. Error messages name the problem and the line,
+never the content."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from privlm.data import Dataset as Records
+from privlm.data import load_file
+from privlm.errors import DataError, PrivlmError
+from privlm.service.db import Dataset, new_id
+from privlm.service.storage import dataset_path
+
+FORMATS = (".txt", ".jsonl", ".csv")
+MAX_NAME = 200
+
+
+class UploadError(PrivlmError):
+    """An upload that cannot be stored; the message is safe to return to the client."""
+
+
+def _suffix(filename: str) -> str:
+    suffix = Path(filename).suffix.lower()
+    if suffix not in FORMATS:
+        raise UploadError(
+            f"unsupported file type {suffix or '(none)'!r}; upload one of {', '.join(FORMATS)}"
+        )
+    return suffix
+
+
+def check_budget(epsilon: float, delta: float) -> None:
+    import math
+
+    if not (math.isfinite(epsilon) and epsilon > 0):
+        raise UploadError("budget_epsilon must be a positive finite number")
+    if not (0 < delta < 1):
+        raise UploadError("budget_delta must lie strictly between 0 and 1")
+
+
+def store_dataset(
+    session: Session,
+    root: Path,
+    tenant_id: str,
+    filename: str,
+    content: bytes,
+    budget_epsilon: float,
+    budget_delta: float,
+    perturbation: dict[str, Any] | None = None,
+    name: str | None = None,
+) -> Dataset:
+    """Validate ``content`` as a ``.txt``/``.jsonl``/``.csv`` file and store it."""
+    suffix = _suffix(filename)
+    check_budget(budget_epsilon, budget_delta)
+    display = (name or Path(filename).name).strip()[:MAX_NAME] or "dataset"
+    ds_id = new_id("ds")
+    path = dataset_path(root, tenant_id, ds_id, suffix)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".upload-{path.name}")
+    tmp.write_bytes(content)
+    try:
+        records = load_file(tmp)
+    except DataError as exc:
+        tmp.unlink(missing_ok=True)
+        where = f"line {exc.line}: " if exc.line else ""
+        raise UploadError(f"{display}: {where}{exc.problem}") from None
+    os.replace(tmp, path)
+    row = Dataset(
+        id=ds_id, tenant_id=tenant_id, name=display, format=suffix.lstrip("."),
+        records=len(records), bytes=len(content), path=str(path),
+        budget_epsilon=budget_epsilon, budget_delta=budget_delta,
+        perturbation=None if perturbation is None else json.dumps(perturbation),
+    )  # fmt: skip
+    session.add(row)
+    session.flush()
+    return row
+
+
+def load_records(row: Dataset) -> Records:
+    return load_file(row.path)
+
+
+def delete_dataset(session: Session, row: Dataset) -> None:
+    """Remove the file and the row. (Its privacy ledger stays: spent budget is history.)"""
+    Path(row.path).unlink(missing_ok=True)
+    session.delete(row)
+
+
+def describe(row: Dataset) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "name": row.name,
+        "format": row.format,
+        "records": row.records,
+        "bytes": row.bytes,
+        "budget": {"epsilon": row.budget_epsilon, "delta": row.budget_delta},
+        "perturbation": None if row.perturbation is None else json.loads(row.perturbation),
+        "created_at": row.created_at.isoformat() + "Z",
+    }

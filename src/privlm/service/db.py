@@ -1,0 +1,156 @@
+"""The service's schema (SQLAlchemy 2 ORM). Every resource row carries its tenant; the API
+only ever looks rows up together with the caller's tenant id.
+
+SQLite (the default, under the data directory) runs in WAL mode with full fsync and
+``BEGIN IMMEDIATE`` transactions, like the privacy ledger; PostgreSQL works through the same
+code (``--db postgresql://…``).
+"""
+
+from __future__ import annotations
+
+import secrets
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    Boolean,
+    Connection,
+    Engine,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    create_engine,
+    event,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+
+
+def now() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def new_id(prefix: str) -> str:
+    """An unguessable public id, e.g. ``ds_3f9c…`` (scoping never relies on it)."""
+    return f"{prefix}_{secrets.token_hex(10)}"
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Tenant(Base):
+    __tablename__ = "tenants"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    created_at: Mapped[datetime] = mapped_column(default=now)
+
+
+class ApiKey(Base):
+    __tablename__ = "api_keys"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
+    prefix: Mapped[str] = mapped_column(String(16), index=True)
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(default=now)
+    revoked: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class Dataset(Base):
+    __tablename__ = "datasets"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
+    name: Mapped[str] = mapped_column(String(200))
+    format: Mapped[str] = mapped_column(String(8))
+    records: Mapped[int] = mapped_column(Integer)
+    bytes: Mapped[int] = mapped_column(Integer)
+    path: Mapped[str] = mapped_column(Text)
+    budget_epsilon: Mapped[float] = mapped_column(Float)
+    budget_delta: Mapped[float] = mapped_column(Float)
+    perturbation: Mapped[str | None] = mapped_column(Text, nullable=True)  # JSON, if perturbed
+    created_at: Mapped[datetime] = mapped_column(default=now)
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
+    kind: Mapped[str] = mapped_column(String(20))
+    dataset_id: Mapped[str] = mapped_column(String(40))
+    params: Mapped[str] = mapped_column(Text)  # JSON
+    status: Mapped[str] = mapped_column(String(12), default="queued", index=True)
+    stage: Mapped[str] = mapped_column(String(80), default="")
+    steps_done: Mapped[int] = mapped_column(Integer, default=0)
+    steps_total: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    percent: Mapped[float] = mapped_column(Float, default=0.0)
+    epsilon_spent: Mapped[float | None] = mapped_column(Float, nullable=True)
+    epsilon_planned: Mapped[float | None] = mapped_column(Float, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    events: Mapped[str] = mapped_column(Text, default="[]")  # JSON list of {at, what}
+    output_dir: Mapped[str] = mapped_column(Text, default="")
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    worker_pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    worker_host: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    created_at: Mapped[datetime] = mapped_column(default=now)
+    started_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(nullable=True)
+
+
+class Deployment(Base):
+    __tablename__ = "deployments"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
+    job_id: Mapped[str] = mapped_column(String(40))
+    mechanism: Mapped[str] = mapped_column(String(12))  # pmixed | submix | adapter
+    params: Mapped[str] = mapped_column(Text)  # JSON
+    budget_epsilon: Mapped[float] = mapped_column(Float)
+    budget_delta: Mapped[float] = mapped_column(Float)
+    fallback: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(default=now)
+
+
+def database_url(db: str | None, data_dir: Path) -> str:
+    """``--db`` as given, or SQLite under the data directory."""
+    if db:
+        return db if "://" in db else f"sqlite:///{Path(db).expanduser().resolve()}"
+    return f"sqlite:///{(data_dir / 'privlm-service.db').resolve()}"
+
+
+def ledger_url(db_url: str, data_dir: Path) -> str:
+    """Where the privacy ledgers live: the same database on a server (PostgreSQL locks rows),
+    but, with SQLite, a file of their own beside the service's, so that a request holding the
+    service database never waits on a ledger charge or the reverse."""
+    if db_url.startswith("sqlite"):
+        return f"sqlite:///{(data_dir / 'privacy-ledgers.db').resolve()}"
+    return db_url
+
+
+def make_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"timeout": 60, "check_same_thread": False})
+
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+            dbapi_conn.isolation_level = None
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=FULL")
+            cur.execute("PRAGMA busy_timeout=60000")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+
+        @event.listens_for(engine, "begin")
+        def _on_begin(conn: Connection) -> None:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    else:
+        engine = create_engine(url, pool_pre_ping=True)
+    Base.metadata.create_all(engine)
+    return engine
+
+
+def session_factory(engine: Engine) -> sessionmaker[Session]:
+    return sessionmaker(engine, expire_on_commit=False)

@@ -1,0 +1,289 @@
+"""Deployments: a trained ensemble served privately (PMixED or SubMix), or a DP-trained
+adapter, behind an OpenAI-style completions call.
+
+Every private token is charged to the deployment's ledger (``deployment-<id>``, in the
+service database) in a committed transaction before it is released; generation for one
+deployment is serialised by a lock, so its ledger sees one query at a time. When the budget
+is spent a request is refused (:class:`BudgetExhausted`, HTTP 429), or, if the deployment
+was created with ``fallback``, answered by the public model and flagged as such.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from privlm.accounting import PrivacyLedger
+from privlm.errors import BudgetExceededError, PrivlmError
+from privlm.predict.engine import CachedDecoder, EnsembleEngine
+from privlm.predict.factory import build_predictor
+from privlm.predict.loading import load_ensemble
+from privlm.predict.sampling import make_generator, sample
+from privlm.service.db import Deployment, Job
+
+MAX_TOKENS = 256
+
+
+class BudgetExhausted(PrivlmError):
+    """The deployment's privacy budget is spent and it has no public fallback."""
+
+
+class DeploymentParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    job_id: str = Field(..., max_length=40)
+    mechanism: str = Field("pmixed", pattern="^(pmixed|submix|adapter)$")
+    epsilon: float = Field(8.0, gt=0, le=1000)
+    delta: float = Field(1e-5, gt=0, lt=1)
+    queries: int = Field(256, ge=1, le=10_000_000, description="T, the private token budget")
+    alpha: int = Field(3, ge=2, le=256, description="Rényi order (PMixED)")
+    sample_rate: float = Field(1.0, gt=0, le=1, description="q, ensemble subsampling (PMixED)")
+    beta: float | None = Field(None, gt=0, description="SubMix per-query β (default ε/T)")
+    fallback: bool = Field(False, description="answer from the public model once spent")
+
+
+@dataclass
+class Completion:
+    text: str
+    tokens: int
+    prompt_tokens: int
+    finish_reason: str
+    private_tokens: int
+    public_tokens: int
+    fallback: bool
+    note: str | None = None
+
+
+def _finish(tokens: list[int], eos: int | None, max_tokens: int, stopped: bool) -> str:
+    if tokens and tokens[-1] == eos:
+        return "stop"
+    if stopped and len(tokens) < max_tokens:
+        return "budget_exhausted"
+    return "length"
+
+
+@dataclass
+class LoadedDeployment:
+    row: Deployment
+    tokenizer: Any
+    engine: EnsembleEngine
+    predictor: Any = None  # PMixED | SubMix | None (adapter)
+    adapter_epsilon: dict[str, Any] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    # -- budget ------------------------------------------------------------------------------
+
+    def ledgers(self) -> list[PrivacyLedger]:
+        if self.predictor is None:
+            return []
+        return list(getattr(self.predictor, "ledgers", [self.predictor.ledger]))
+
+    def exhausted(self) -> bool:
+        if self.predictor is None:
+            return False
+        if self.row.mechanism == "pmixed":
+            return bool(self.predictor.queries_left() < 1)
+        return bool(self.predictor.stopped)
+
+    def budget(self) -> dict[str, Any]:
+        row = self.row
+        if self.predictor is None:
+            return {
+                "deployment": row.id, "mechanism": "adapter",
+                "per_token_cost": 0.0,
+                "training": self.adapter_epsilon,
+                "note": "a DP-trained adapter: its tokens are post-processing and cost nothing",
+            }  # fmt: skip
+        spent = max(lg.spent().epsilon for lg in self.ledgers())
+        out: dict[str, Any] = {
+            "deployment": row.id,
+            "mechanism": row.mechanism,
+            "budget": {"epsilon": row.budget_epsilon, "delta": row.budget_delta},
+            "spent": {"epsilon": spent, "delta": row.budget_delta},
+            "remaining": {"epsilon": max(row.budget_epsilon - spent, 0.0)},
+            "exhausted": self.exhausted(),
+            "fallback": row.fallback,
+        }
+        if row.mechanism == "pmixed":
+            p = self.predictor
+            out["queries"] = {
+                "used": p.queries_used(), "total": p.config.queries, "left": p.queries_left()
+            }  # fmt: skip
+        else:
+            out["queries"] = {"used": self.ledgers()[0].count()}
+        return out
+
+    # -- generation --------------------------------------------------------------------------
+
+    def _decode(self, prompt: str, max_tokens: int, row: int) -> list[int]:
+        """Plain sampling from one engine row: −1 the public model, 0 the adapter."""
+        ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"] or [
+            self.tokenizer.eos_token_id
+        ]
+        gen = make_generator(None)
+        decoder = CachedDecoder(self.engine, ids, [row])
+        out: list[int] = []
+        with torch.no_grad():
+            for _ in range(max_tokens):
+                token = sample(decoder.last[0], gen)
+                out.append(token)
+                if token == self.tokenizer.eos_token_id:
+                    break
+                decoder.advance(token)
+        return out
+
+    def complete(self, prompt: str, max_tokens: int) -> Completion:
+        if not (1 <= max_tokens <= MAX_TOKENS):
+            raise PrivlmError(f"max_tokens must be between 1 and {MAX_TOKENS}")
+        n_prompt = len(self.tokenizer(prompt, add_special_tokens=False)["input_ids"])
+        eos = self.tokenizer.eos_token_id
+        with self.lock:
+            if self.predictor is None:
+                toks = self._decode(prompt, max_tokens, 0)
+                return Completion(
+                    self.tokenizer.decode(toks), len(toks), n_prompt,
+                    _finish(toks, eos, max_tokens, False), 0, len(toks), False,
+                    "DP-trained adapter (post-processing: no per-token charge)",
+                )  # fmt: skip
+            if self.exhausted():
+                return self._fallback_or_refuse(prompt, max_tokens, n_prompt)
+            try:
+                gen = self.predictor.generate(prompt, max_new_tokens=max_tokens)
+            except BudgetExceededError:
+                return self._fallback_or_refuse(prompt, max_tokens, n_prompt)
+            extra = gen.extra or {}
+            private = int(extra.get("private_tokens", len(gen.token_ids)))
+            public = len(gen.token_ids) - private
+            if self.row.mechanism == "submix" and public and not self.row.fallback:
+                # SubMix answers from the public model after STOP; without fallback the
+                # deployment releases only the private tokens it charged
+                keep = gen.token_ids[:private]
+                return Completion(
+                    self.tokenizer.decode(keep), len(keep), n_prompt, "budget_exhausted",
+                    private, 0, False, gen.stopped,
+                )  # fmt: skip
+            if not gen.token_ids and gen.stopped:
+                return self._fallback_or_refuse(prompt, max_tokens, n_prompt)
+            return Completion(
+                gen.text, len(gen.token_ids), n_prompt,
+                _finish(gen.token_ids, eos, max_tokens, gen.stopped is not None),
+                private, public, public > 0, gen.stopped,
+            )  # fmt: skip
+
+    def _fallback_or_refuse(self, prompt: str, max_tokens: int, n_prompt: int) -> Completion:
+        if not self.row.fallback:
+            b = self.budget()
+            raise BudgetExhausted(
+                f"the privacy budget of deployment {self.row.id} is spent "
+                f"(ε {b['spent']['epsilon']:.4g} of {self.row.budget_epsilon:g} at δ "
+                f"{self.row.budget_delta:g}); no further private tokens can be released"
+            )
+        toks = self._decode(prompt, max_tokens, -1)
+        return Completion(
+            self.tokenizer.decode(toks), len(toks), n_prompt,
+            _finish(toks, self.tokenizer.eos_token_id, max_tokens, False), 0, len(toks), True,
+            "the privacy budget is spent: this answer comes from the public model alone",
+        )  # fmt: skip
+
+
+class DeploymentRuntime:
+    """Loaded deployments, kept in memory; each is loaded on its first request."""
+
+    def __init__(self, ledger_url: str) -> None:
+        self.ledger_url = ledger_url
+        self._loaded: dict[str, LoadedDeployment] = {}
+        self._lock = threading.Lock()
+
+    def get(self, row: Deployment, job: Job) -> LoadedDeployment:
+        with self._lock:
+            if row.id not in self._loaded:
+                self._loaded[row.id] = load_deployment(row, job, self.ledger_url)
+            return self._loaded[row.id]
+
+    def forget(self, deployment_id: str) -> None:
+        with self._lock:
+            self._loaded.pop(deployment_id, None)
+
+
+def load_deployment(row: Deployment, job: Job, ledger_url: str) -> LoadedDeployment:
+    p = json.loads(row.params)
+    out = Path(job.output_dir)
+    if row.mechanism in ("pmixed", "submix"):
+        loaded = load_ensemble(out)
+        lm, engine, _ = loaded
+        predictor = build_predictor(
+            row.mechanism, out, loaded, ledger_url, f"deployment-{row.id}", row.budget_epsilon,
+            row.budget_delta, p["alpha"], p["queries"], p["sample_rate"], p["beta"], None,
+        )  # fmt: skip
+        return LoadedDeployment(row, lm.tokenizer, engine, predictor)
+    from privlm.models import load_public_model
+
+    statement = json.loads((out / "privacy.json").read_text())
+    lm = load_public_model(json.loads(job.params)["model"])
+    engine = EnsembleEngine.from_directories(lm.model, [out])
+    eps = {k: statement.get(k) for k in ("epsilon", "delta", "mechanism")}
+    return LoadedDeployment(row, lm.tokenizer, engine, None, eps)
+
+
+def check_config(p: DeploymentParams) -> None:
+    """Refuse at creation a configuration the mechanism would refuse at the first token."""
+    from privlm.predict.pmixed import PMixEDConfig
+    from privlm.predict.submix import SubMixConfig
+
+    if p.mechanism == "pmixed":
+        PMixEDConfig(p.epsilon, p.delta, p.alpha, p.queries, p.sample_rate)
+    elif p.mechanism == "submix":
+        SubMixConfig(
+            p.epsilon,
+            float(p.alpha),
+            p.beta if p.beta is not None else p.epsilon / p.queries,
+            p.delta,
+        )
+
+
+def create_ledgers(row: Deployment, job: Job, ledger_url: str) -> None:
+    """Open the deployment's budget in the ledger at creation, so it is durable (and
+    visible) before the first token."""
+    from privlm.accounting import Budget
+    from privlm.predict.submix import part_ledgers
+    from privlm.training.ensemble import load_manifest
+
+    p = DeploymentParams(**json.loads(row.params))
+    name = f"deployment-{row.id}"
+    if row.mechanism == "pmixed":
+        PrivacyLedger(ledger_url, name, Budget(row.budget_epsilon, row.budget_delta))
+    elif row.mechanism == "submix":
+        from privlm.predict.submix import SubMixConfig
+
+        cfg = SubMixConfig(
+            p.epsilon, float(p.alpha), p.beta if p.beta is not None else p.epsilon / p.queries,
+            p.delta,
+        )  # fmt: skip
+        parts = len(load_manifest(job.output_dir)["partition"]) // 2
+        part_ledgers(ledger_url, name, parts, cfg)
+
+
+def check_deployable(job: Job, mechanism: str) -> None:
+    if job.status != "succeeded":
+        raise PrivlmError(f"job {job.id} has not succeeded (status {job.status})")
+    if job.kind == "ensemble":
+        protocol = json.loads(job.params)["protocol"]
+        if mechanism != protocol:
+            raise PrivlmError(
+                f"job {job.id} trained a {protocol} ensemble; deploy it with mechanism {protocol}"
+            )
+    elif job.kind in ("dpsgd", "jft"):
+        if mechanism != "adapter":
+            raise PrivlmError(f"job {job.id} trained one DP adapter; deploy it as 'adapter'")
+    else:
+        raise PrivlmError(f"a {job.kind} job has no model to deploy")
+
+
+def finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None

@@ -1,0 +1,228 @@
+"""Job kinds: their parameters (validated on submission) and how the worker runs them.
+
+Every DP job charges its dataset's ledger (``dataset-<id>``, budget set at upload) before
+it writes its artefact, as the library does; a job whose cost would not fit is refused
+before training. An ensemble job releases nothing private by itself: its deployments carry
+the per-token cost.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from privlm.accounting import Budget, PrivacyLedger
+from privlm.errors import PrivlmError
+from privlm.service.datasets import load_records
+from privlm.service.db import Dataset, Job
+
+KINDS = ("dpsgd", "jft", "ensemble", "pate")
+
+
+class _Params(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DpSgdParams(_Params):
+    epsilon: float = Field(3.0, gt=0, le=100, description="target ε of the run")
+    epochs: int = Field(1, ge=1, le=100)
+    batch_size: int = Field(32, ge=1, le=4096)
+    physical_batch_size: int = Field(8, ge=1, le=256)
+    learning_rate: float = Field(4e-4, gt=0, le=1)
+    rank: int = Field(4, ge=1, le=64)
+    block_size: int = Field(128, ge=8, le=2048)
+    max_grad_norm: float = Field(1.0, gt=0)
+
+
+class JftParams(DpSgdParams):
+    detector: str = Field("low-entity", max_length=100)
+    phase1_epochs: int = Field(1, ge=1, le=100)
+
+
+class EnsembleParams(_Params):
+    parts: int = Field(4, ge=2, le=128)
+    protocol: Literal["pmixed", "submix"] = "pmixed"
+    epochs: int = Field(1, ge=1, le=100)
+    learning_rate: float = Field(2e-4, gt=0, le=1)
+    rank: int = Field(4, ge=1, le=64)
+    block_size: int = Field(128, ge=8, le=2048)
+    max_blocks: int | None = Field(None, ge=1)
+
+
+class PateParams(_Params):
+    task: str = Field(..., max_length=20)
+    public_dataset_id: str = Field(..., max_length=40)
+    teachers: int = Field(100, ge=2, le=10000)
+    threshold: float = Field(60.0, ge=0)
+    sigma_threshold: float = Field(30.0, gt=0)
+    sigma: float = Field(10.0, gt=0)
+    teacher_votes: Literal["top1", "labels"] = "top1"
+    student_candidates: int = Field(20, ge=1, le=1000)
+    holdout: int = Field(100, ge=0)
+
+
+PARAMS: dict[str, type[_Params]] = {
+    "dpsgd": DpSgdParams,
+    "jft": JftParams,
+    "ensemble": EnsembleParams,
+    "pate": PateParams,
+}
+
+
+def validate_params(kind: str, params: dict[str, Any]) -> dict[str, Any]:
+    """The full parameter set (defaults filled in), or a PrivlmError naming the problem."""
+    if kind not in PARAMS:
+        raise PrivlmError(f"unknown job kind {kind!r}; choose one of {', '.join(KINDS)}")
+    try:
+        return PARAMS[kind](**params).model_dump()
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'params'}: {e['msg']}" for e in exc.errors()
+        )
+        raise PrivlmError(f"invalid {kind} parameters: {problems}") from None
+
+
+def dataset_ledger(url: str, ds: Dataset) -> PrivacyLedger:
+    return PrivacyLedger(url, f"dataset-{ds.id}", Budget(ds.budget_epsilon, ds.budget_delta))
+
+
+@dataclass
+class JobContext:
+    """What a runner gets: the job, its dataset(s), where to write, and the database."""
+
+    job: Job
+    dataset: Dataset
+    public_dataset: Dataset | None
+    out_dir: Path
+    ledger_url: str  # the privacy ledgers' database
+    model: str
+    resumed: bool
+
+
+Runner = Callable[[JobContext], dict[str, Any]]
+
+
+def _dpsgd_config(p: dict[str, Any], delta: float) -> Any:
+    from privlm.training.dpsgd import DpSgdConfig
+
+    return DpSgdConfig(
+        target_epsilon=p["epsilon"], delta=delta, epochs=p["epochs"], batch_size=p["batch_size"],
+        physical_batch_size=p["physical_batch_size"], learning_rate=p["learning_rate"],
+        rank=p["rank"], block_size=p["block_size"], max_grad_norm=p["max_grad_norm"],
+    )  # fmt: skip
+
+
+def run_dpsgd(ctx: JobContext) -> dict[str, Any]:
+    from privlm.training.dpsgd import train_dpsgd
+
+    p = json.loads(ctx.job.params)
+    ledger = dataset_ledger(ctx.ledger_url, ctx.dataset)
+    st = train_dpsgd(
+        ctx.model, load_records(ctx.dataset), ctx.out_dir,
+        _dpsgd_config(p, ctx.dataset.budget_delta), progress=True, ledger=ledger,
+    )  # fmt: skip
+    return {"statement": st.to_dict(), "epsilon_spent": ledger.spent().epsilon}
+
+
+def run_jft(ctx: JobContext) -> dict[str, Any]:
+    from privlm.training.jft import JftConfig, train_jft
+    from privlm.training.lora_finetune import LoraTrainingConfig
+
+    p = json.loads(ctx.job.params)
+    ledger = dataset_ledger(ctx.ledger_url, ctx.dataset)
+    cfg = JftConfig(
+        detector=p["detector"],
+        phase1_training=LoraTrainingConfig(
+            epochs=p["phase1_epochs"], pack=False, block_size=p["block_size"], rank=p["rank"]
+        ),
+        phase2=_dpsgd_config(p, ctx.dataset.budget_delta),
+    )
+    st = train_jft(
+        ctx.model, load_records(ctx.dataset), ctx.out_dir, cfg,
+        phase1_dir=ctx.out_dir.with_name(ctx.out_dir.name + "-phase1"), ledger=ledger,
+    )  # fmt: skip
+    return {"statement": st.to_dict(), "epsilon_spent": ledger.spent().epsilon}
+
+
+def run_ensemble(ctx: JobContext) -> dict[str, Any]:
+    """Trains (or, after an interruption, resumes) one LoRA adapter per disjoint part."""
+    from privlm.training.ensemble import train_ensemble
+    from privlm.training.lora_finetune import LoraTrainingConfig
+
+    p = json.loads(ctx.job.params)
+    cfg = LoraTrainingConfig(
+        rank=p["rank"], epochs=p["epochs"], learning_rate=p["learning_rate"],
+        block_size=p["block_size"], max_blocks=p["max_blocks"],
+    )  # fmt: skip
+    manifest = train_ensemble(
+        ctx.model, load_records(ctx.dataset), p["parts"], ctx.out_dir, p["protocol"], cfg
+    )
+    return {"protocol": manifest["protocol"], "adapters": len(manifest["partition"])}
+
+
+def run_pate(ctx: JobContext) -> dict[str, Any]:
+    from privlm.models import load_public_model
+    from privlm.prompting.pate_pipeline import PromptPateConfig, run_prompt_pate
+    from privlm.prompting.tasks import get_task
+
+    p = json.loads(ctx.job.params)
+    if ctx.public_dataset is None:
+        raise PrivlmError("PromptPATE needs a public dataset (public_dataset_id)")
+    task = get_task(p["task"])
+    private = load_records(ctx.dataset).records
+    unknown = sorted({str(r.label) for r in private if r.label not in task.labels})
+    if unknown:
+        raise PrivlmError(
+            f"{len(unknown)} label value(s) of the private dataset are not {task.name} labels "
+            f"({', '.join(task.labels)}); PromptPATE teachers need labelled examples"
+        )
+    ledger = dataset_ledger(ctx.ledger_url, ctx.dataset)
+    cfg = PromptPateConfig(
+        teachers=p["teachers"], threshold=p["threshold"], sigma_threshold=p["sigma_threshold"],
+        sigma=p["sigma"], epsilon=ctx.dataset.budget_epsilon, delta=ctx.dataset.budget_delta,
+        student_candidates=p["student_candidates"], holdout=p["holdout"],
+        teacher_votes=p["teacher_votes"],
+    )  # fmt: skip
+    res = run_prompt_pate(
+        load_public_model(ctx.model), task, private,
+        load_records(ctx.public_dataset).records, ctx.out_dir, ledger, cfg,
+    )  # fmt: skip
+    out = res.to_dict()
+    out.pop("student", None)  # the student prompt is the artefact in out_dir
+    return {**out, "epsilon_spent": ledger.spent().epsilon}
+
+
+RUNNERS: dict[str, Runner] = {
+    "dpsgd": run_dpsgd,
+    "jft": run_jft,
+    "ensemble": run_ensemble,
+    "pate": run_pate,
+}
+
+
+def describe(job: Job) -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "kind": job.kind,
+        "dataset_id": job.dataset_id,
+        "params": json.loads(job.params),
+        "status": job.status,
+        "stage": job.stage,
+        "progress": {
+            "percent": round(job.percent, 2),
+            "steps_done": job.steps_done,
+            "steps_total": job.steps_total,
+        },
+        "epsilon": {"planned": job.epsilon_planned, "spent": job.epsilon_spent},
+        "error": job.error,
+        "attempts": job.attempts,
+        "events": json.loads(job.events),
+        "created_at": job.created_at.isoformat() + "Z",
+        "started_at": None if job.started_at is None else job.started_at.isoformat() + "Z",
+        "finished_at": None if job.finished_at is None else job.finished_at.isoformat() + "Z",
+    }

@@ -1,0 +1,245 @@
+"""The job worker: a separate process that claims queued jobs and runs them.
+
+Durability (issue 6 §4): the job row is the truth. A running job carries its worker's pid,
+host and a heartbeat. When a worker starts (and every minute after) it looks for running jobs
+whose worker is gone (pid dead on this host, or heartbeat older than ``STALE_SECONDS``):
+such a job is put back in the queue to resume (an ensemble resumes from its finished
+adapters; DP-SGD, JFT and PromptPATE restart, which costs no privacy, since nothing was
+released before the ledger charge that precedes writing the artefact), or, after
+``MAX_ATTEMPTS`` interruptions, marked failed with the reason. No job is silently lost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+import traceback
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from privlm.errors import PrivlmError
+from privlm.progress import watch
+from privlm.service.db import Dataset, Job, ledger_url, make_engine, now, session_factory
+from privlm.service.jobs import RUNNERS, JobContext, dataset_ledger
+from privlm.service.storage import job_dir
+
+MAX_ATTEMPTS = 3
+STALE_SECONDS = 30.0
+HEARTBEAT_SECONDS = 2.0
+PROGRESS_EVERY = 0.5
+
+
+def _pid_alive(pid: int | None) -> bool:
+    if pid is None:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def add_event(job: Job, what: str) -> None:
+    events = json.loads(job.events or "[]")
+    events.append({"at": now().isoformat() + "Z", "what": what})
+    job.events = json.dumps(events[-50:])
+
+
+class Worker:
+    def __init__(self, db_url: str, root: Path, model: str, poll: float = 1.0) -> None:
+        self.db_url, self.root, self.model, self.poll = db_url, Path(root), model, poll
+        self.ledger_url = ledger_url(db_url, self.root)
+        self.engine = make_engine(db_url)
+        self.sessions: sessionmaker[Session] = session_factory(self.engine)
+        self.pid, self.host = os.getpid(), socket.gethostname()
+
+    # -- recovery -----------------------------------------------------------------------------
+
+    def _gone(self, job: Job) -> str | None:
+        """Why ``job``'s worker is gone, or None if it may still be running it."""
+        if job.worker_pid == self.pid and job.worker_host == self.host:
+            return None  # ours
+        if job.worker_host == self.host and not _pid_alive(job.worker_pid):
+            return f"worker process {job.worker_pid} is gone"
+        beat = job.heartbeat_at or job.started_at
+        if beat is None or now() - beat > timedelta(seconds=STALE_SECONDS):
+            return f"no heartbeat from worker {job.worker_pid}@{job.worker_host} for {STALE_SECONDS:.0f} s"
+        return None
+
+    def recover(self) -> list[str]:
+        """Requeue or fail every running job whose worker is gone; returns their ids."""
+        touched = []
+        with self.sessions.begin() as s:
+            for job in s.scalars(select(Job).where(Job.status == "running")):
+                why = self._gone(job)
+                if why is None:
+                    continue
+                touched.append(job.id)
+                job.worker_pid = job.worker_host = None
+                if job.attempts >= MAX_ATTEMPTS:
+                    job.status, job.finished_at = "failed", now()
+                    job.error = f"interrupted {job.attempts} times ({why}); giving up"
+                    add_event(job, f"failed: {job.error}")
+                else:
+                    job.status = "queued"
+                    how = (
+                        "resumes from its finished adapters"
+                        if job.kind == "ensemble"
+                        else ("restarts (nothing was released before the interruption)")
+                    )
+                    add_event(job, f"interrupted: {why}; requeued, {how}")
+        return touched
+
+    # -- running ------------------------------------------------------------------------------
+
+    def claim(self) -> str | None:
+        with self.sessions.begin() as s:
+            job = s.scalars(
+                select(Job).where(Job.status == "queued").order_by(Job.created_at).limit(1)
+            ).first()
+            if job is None:
+                return None
+            done = s.execute(
+                update(Job)
+                .where(Job.id == job.id, Job.status == "queued")
+                .values(
+                    status="running",
+                    worker_pid=self.pid,
+                    worker_host=self.host,
+                    attempts=Job.attempts + 1,
+                    started_at=now(),
+                    heartbeat_at=now(),
+                )
+            )
+            if done.rowcount != 1:
+                return None
+            return job.id
+
+    def _heartbeat(self, job_id: str, stop: threading.Event) -> None:
+        while not stop.wait(HEARTBEAT_SECONDS):
+            with self.sessions.begin() as s:
+                s.execute(
+                    update(Job)
+                    .where(Job.id == job_id, Job.worker_pid == self.pid)
+                    .values(heartbeat_at=now())
+                )
+
+    def _progress_listener(self, job_id: str, kind: str) -> Any:
+        state: dict[str, Any] = {"last": 0.0, "outer": None}
+
+        def listener(desc: str, done: int, total: int | None) -> None:
+            if desc.endswith("ensemble"):
+                state["outer"] = (done, total)
+            t = time.monotonic()
+            if t - state["last"] < PROGRESS_EVERY and not (total and done >= total):
+                return
+            state["last"] = t
+            frac = done / total if total else 0.0
+            percent = 100.0 * frac
+            if kind == "ensemble" and state["outer"] and state["outer"][1]:
+                o_done, o_total = state["outer"]
+                inner = 0.0 if desc.endswith("ensemble") else frac
+                percent = 100.0 * min(1.0, (o_done + inner) / o_total)
+            with self.sessions.begin() as s:
+                s.execute(
+                    update(Job)
+                    .where(Job.id == job_id)
+                    .values(stage=desc[:80], steps_done=done, steps_total=total, percent=percent)
+                )
+
+        return listener
+
+    def run(self, job_id: str) -> None:
+        with self.sessions.begin() as s:
+            job = s.get(Job, job_id)
+            assert job is not None
+            ds = s.get(Dataset, job.dataset_id)
+            params = json.loads(job.params)
+            pub = params.get("public_dataset_id")
+            public = s.get(Dataset, pub) if pub else None
+            resumed = job.attempts > 1
+            add_event(job, f"started (attempt {job.attempts})")
+        stop = threading.Event()
+        beat = threading.Thread(target=self._heartbeat, args=(job_id, stop), daemon=True)
+        beat.start()
+        try:
+            if ds is None or (pub and (public is None or public.tenant_id != job.tenant_id)):
+                raise PrivlmError("a dataset of this job was deleted before it ran")
+            out = job_dir(self.root, job.tenant_id, job.id) / "output"
+            out.parent.mkdir(parents=True, exist_ok=True)
+            ctx = JobContext(
+                job, ds, public, out, self.ledger_url, params.get("model") or self.model, resumed
+            )
+            with watch(self._progress_listener(job_id, job.kind)):
+                result = RUNNERS[job.kind](ctx)
+            status, error = "succeeded", None
+        except PrivlmError as exc:
+            status, error, result = "failed", str(exc), {}
+        except Exception as exc:  # a bug: keep the type, not a message that may quote data
+            traceback.print_exc()
+            status, error, result = "failed", f"internal error ({type(exc).__name__})", {}
+        finally:
+            stop.set()
+        with self.sessions.begin() as s:
+            job = s.get(Job, job_id)
+            assert job is not None
+            job.status, job.error, job.finished_at = status, error, now()
+            job.worker_pid = None
+            if status == "succeeded":
+                job.percent = 100.0
+                job.output_dir = str(out)
+            if ds is not None and job.kind != "ensemble":
+                job.epsilon_spent = result.get(
+                    "epsilon_spent", dataset_ledger(self.ledger_url, ds).spent().epsilon
+                )
+            add_event(job, status if error is None else f"{status}: {error}")
+        if status == "succeeded":
+            (out.parent / "result.json").write_text(json.dumps(result, indent=2, default=str))
+
+    def loop(self, once: bool = False, stop: threading.Event | None = None) -> int:
+        """Run jobs until ``stop`` is set (or, with ``once``, until the queue is empty)."""
+        ran = 0
+        self.recover()
+        last_recover = time.monotonic()
+        while stop is None or not stop.is_set():
+            if time.monotonic() - last_recover > 60:
+                self.recover()
+                last_recover = time.monotonic()
+            job_id = self.claim()
+            if job_id is None:
+                if once:
+                    return ran
+                time.sleep(self.poll)
+                continue
+            self.run(job_id)
+            ran += 1
+        return ran
+
+
+def run_worker(db_url: str, root: Path, model: str, die_with_parent: bool = False) -> None:
+    """Entry point of ``privlm service worker``."""
+    if die_with_parent:
+        _die_with_parent()
+    Worker(db_url, root, model).loop()
+
+
+def _die_with_parent() -> None:
+    """On Linux, ask the kernel to SIGKILL this process when its parent (the server) dies,
+    so a killed server never leaves an orphan worker holding a job."""
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass

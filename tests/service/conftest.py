@@ -1,0 +1,59 @@
+"""A service on a temporary directory, the tiny model, and two tenants."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from privlm.service.app import ServiceSettings, create_app
+from privlm.service.db import database_url, ledger_url, make_engine, session_factory
+from privlm.service.keys import create_tenant
+
+TEXT = "\n".join(
+    f"patient {i} was seen on monday and feels {'better' if i % 2 else 'worse'} today"
+    for i in range(40)
+)
+
+
+@dataclass
+class Service:
+    client: TestClient
+    settings: ServiceSettings
+    keys: dict[str, str]
+
+    @property
+    def ledgers(self) -> str:
+        return ledger_url(self.settings.db_url, self.settings.data_dir)
+
+    def auth(self, tenant: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.keys[tenant]}"}
+
+    def upload(self, tenant: str, text: str = TEXT, filename: str = "notes.txt", **form):
+        return self.client.post(
+            "/v1/datasets",
+            headers=self.auth(tenant),
+            files={"file": (filename, text.encode(), "text/plain")},
+            data={k: str(v) for k, v in form.items()},
+        )
+
+
+def make_tenants(db_url: str, *names: str) -> dict[str, str]:
+    keys = {}
+    with session_factory(make_engine(db_url)).begin() as s:
+        for n in names:
+            _, keys[n] = create_tenant(s, n)
+    return keys
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Service:
+    settings = ServiceSettings(
+        data_dir=tmp_path / "svc", db_url=database_url(None, tmp_path), model="tiny",
+        max_body_bytes=64 << 10, max_upload_bytes=256 << 10, vocabulary=2000,
+    )  # fmt: skip
+    app = create_app(settings)
+    keys = make_tenants(settings.db_url, "acme", "globex")
+    return Service(TestClient(app.state.asgi), settings, keys)

@@ -1,0 +1,140 @@
+"""The HTTP API: keys, tenant isolation, datasets, validation, size limits."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from sqlalchemy import select
+
+from privlm.service.db import ApiKey, make_engine, session_factory
+
+
+def test_keys_are_stored_hashed(service):
+    with session_factory(make_engine(service.settings.db_url)).begin() as s:
+        stored = [k.key_hash for k in s.scalars(select(ApiKey))]
+    for key in service.keys.values():
+        assert key not in stored and all(key not in h for h in stored)
+    db = Path(service.settings.db_url.removeprefix("sqlite:///")).read_bytes()
+    assert not any(k.encode() in db for k in service.keys.values())
+
+
+def test_requests_without_a_valid_key_are_refused(service):
+    assert service.client.get("/v1/datasets").status_code == 401
+    r = service.client.get("/v1/datasets", headers={"Authorization": "Bearer plm_nope"})
+    assert r.status_code == 401 and r.json()["error"]["type"] == "unauthorized"
+
+
+def test_upload_list_get_delete(service):
+    r = service.upload("acme", budget_epsilon=4, budget_delta=1e-6)
+    assert r.status_code == 201, r.text
+    ds = r.json()
+    assert ds["records"] == 40 and ds["budget"] == {"epsilon": 4.0, "delta": 1e-6}
+    listed = service.client.get("/v1/datasets", headers=service.auth("acme")).json()["data"]
+    assert [d["id"] for d in listed] == [ds["id"]]
+    stored = list((service.settings.data_dir / "tenants").rglob(f"{ds['id']}.txt"))
+    assert len(stored) == 1 and stored[0].is_file()
+    r = service.client.delete(f"/v1/datasets/{ds['id']}", headers=service.auth("acme"))
+    assert r.status_code == 200 and not stored[0].exists()
+    r = service.client.get(f"/v1/datasets/{ds['id']}", headers=service.auth("acme"))
+    assert r.status_code == 404
+
+
+def test_tenants_never_see_each_other(service):
+    ds = service.upload("acme").json()
+    other = service.auth("globex")
+    assert service.client.get("/v1/datasets", headers=other).json()["data"] == []
+    for method, path in [
+        ("get", f"/v1/datasets/{ds['id']}"),
+        ("delete", f"/v1/datasets/{ds['id']}"),
+    ]:
+        r = getattr(service.client, method)(path, headers=other)
+        assert r.status_code == 404, (method, path)
+    r = service.client.post(
+        "/v1/jobs", headers=other, json={"kind": "dpsgd", "dataset_id": ds["id"]}
+    )
+    assert r.status_code == 404  # cannot train on it either
+    # the owner still has it
+    assert (
+        service.client.get(f"/v1/datasets/{ds['id']}", headers=service.auth("acme")).status_code
+        == 200
+    )
+
+
+def test_malformed_uploads_are_explained_without_their_content(service):
+    secret = "SSN 123-45-6789"
+    cases = {
+        "bad.jsonl": (f'{{"text": "{secret}"}}\n{{"text": "{secret}" oops\n', "line 2"),
+        "bad.csv": (f"label\n{secret}\n", "no 'text' column"),
+        "bad.pdf": (secret, "unsupported file type"),
+        "empty.txt": ("\n\n", "no records"),
+    }
+    for name, (content, expect) in cases.items():
+        r = service.upload("acme", content, filename=name)
+        assert r.status_code == 400, name
+        msg = r.json()["error"]["message"]
+        assert expect in msg and secret not in msg and "123-45" not in r.text, (name, msg)
+    r = service.client.post(
+        "/v1/datasets",
+        headers=service.auth("acme"),
+        files={"file": ("x.txt", b"caf\xe9 " + secret.encode(), "text/plain")},
+    )
+    assert r.status_code == 400 and "UTF-8" in r.text and secret not in r.text
+
+
+def test_invalid_budgets_and_params(service):
+    for form in ({"budget_epsilon": -1}, {"budget_delta": 1.5}, {"budget_epsilon": "inf"}):
+        r = service.upload("acme", **form)
+        assert r.status_code == 400, form
+    ds = service.upload("acme").json()
+    bad = [
+        {"kind": "dpsgd", "dataset_id": ds["id"], "params": {"epsilon": -3}},
+        {"kind": "dpsgd", "dataset_id": ds["id"], "params": {"epsilonn": 3}},
+        {"kind": "mining", "dataset_id": ds["id"]},
+        {"kind": "ensemble", "dataset_id": ds["id"], "params": {"protocol": "magic"}},
+    ]
+    for body in bad:
+        r = service.client.post("/v1/jobs", headers=service.auth("acme"), json=body)
+        assert r.status_code == 400, body
+        assert r.json()["error"]["message"]
+    r = service.client.post("/v1/jobs", headers=service.auth("acme"), json={"kind": "dpsgd"})
+    assert r.status_code == 400 and "dataset_id" in r.json()["error"]["message"]
+
+
+def test_unknown_ids_are_404(service):
+    h = service.auth("acme")
+    for path in ["/v1/jobs/job_0", "/v1/datasets/ds_0", "/v1/deployments/dep_0/budget"]:
+        assert service.client.get(path, headers=h).status_code == 404
+    r = service.client.post("/v1/completions", headers=h, json={"model": "dep_0", "prompt": "hi"})
+    assert r.status_code == 404
+
+
+def test_oversized_bodies_are_refused(service):
+    big = "word " * (300 << 10)  # over the 256 KiB upload limit
+    r = service.upload("acme", big)
+    assert r.status_code == 413 and "limit" in r.json()["error"]["message"]
+    r = service.client.post(
+        "/v1/jobs",
+        headers={**service.auth("acme"), "content-type": "application/json"},
+        content=json.dumps({"kind": "dpsgd", "dataset_id": "x", "params": {"p": "x" * (70 << 10)}}),
+    )
+    assert r.status_code == 413
+
+    def chunks():  # no Content-Length: counted as it streams
+        for _ in range(100):
+            yield b"x" * 4096
+
+    r = service.client.post(
+        "/v1/jobs",
+        headers={**service.auth("acme"), "content-type": "application/json"},
+        content=chunks(),
+    )
+    assert r.status_code == 413
+
+
+def test_validation_errors_do_not_echo_the_body(service):
+    secret = "Jane Roe, MRN 88213"
+    r = service.client.post(
+        "/v1/jobs", headers=service.auth("acme"), json={"kind": 5, "dataset_id": secret}
+    )
+    assert r.status_code == 400 and secret not in r.text

@@ -1,0 +1,176 @@
+"""Jobs run by the worker, deployments charged token by token (tiny model)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from privlm.accounting import PrivacyLedger
+from privlm.service.worker import Worker
+
+
+def run_queue(service) -> int:
+    s = service.settings
+    return Worker(s.db_url, s.data_dir, s.model, poll=0.05).loop(once=True)
+
+
+def submit(service, tenant, kind, dataset_id, **params):
+    r = service.client.post(
+        "/v1/jobs",
+        headers=service.auth(tenant),
+        json={"kind": kind, "dataset_id": dataset_id, "params": params},
+    )
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def job(service, tenant, job_id):
+    return service.client.get(f"/v1/jobs/{job_id}", headers=service.auth(tenant)).json()
+
+
+@pytest.fixture
+def ensemble_job(service):
+    ds = service.upload("acme").json()
+    j = submit(service, "acme", "ensemble", ds["id"], parts=2, block_size=16, max_blocks=2)
+    assert j["status"] == "queued"
+    assert run_queue(service) == 1
+    done = job(service, "acme", j["id"])
+    assert done["status"] == "succeeded", done
+    assert done["progress"]["percent"] == 100.0 and done["attempts"] == 1
+    return done
+
+
+def deploy(service, tenant, job_id, **kw):
+    return service.client.post(
+        "/v1/deployments", headers=service.auth(tenant), json={"job_id": job_id, **kw}
+    )
+
+
+def complete(service, tenant, dep, max_tokens=4, **kw):
+    return service.client.post(
+        "/v1/completions",
+        headers=service.auth(tenant),
+        json={"model": dep, "prompt": "the patient", "max_tokens": max_tokens, **kw},
+    )
+
+
+def test_pmixed_deployment_charges_every_token_then_refuses(service, ensemble_job):
+    r = deploy(service, "acme", ensemble_job["id"], mechanism="pmixed", epsilon=8, queries=6)
+    assert r.status_code == 201, r.text
+    dep = r.json()["id"]
+    released = 0
+    while True:
+        r = complete(service, "acme", dep)
+        if r.status_code == 429:
+            break
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["object"] == "text_completion" and not body["privlm"]["fallback"]
+        released += body["usage"]["completion_tokens"]
+        ledger = PrivacyLedger(service.ledgers, f"deployment-{dep}")
+        assert ledger.count() == released  # every returned token was charged
+    err = r.json()["error"]
+    assert err["type"] == "budget_exhausted" and "spent" in err["message"]
+    assert released == 6
+    b = service.client.get(f"/v1/deployments/{dep}/budget", headers=service.auth("acme")).json()
+    assert b["queries"] == {"used": 6, "total": 6, "left": 0} and b["exhausted"]
+    assert b["spent"]["epsilon"] <= b["budget"]["epsilon"]
+    # another tenant can neither query nor inspect it
+    assert complete(service, "globex", dep).status_code == 404
+    assert (
+        service.client.get(
+            f"/v1/deployments/{dep}/budget", headers=service.auth("globex")
+        ).status_code
+        == 404
+    )
+
+
+def test_fallback_answers_from_the_public_model_flagged(service, ensemble_job):
+    dep = deploy(
+        service, "acme", ensemble_job["id"], mechanism="pmixed", epsilon=8, queries=2,
+        fallback=True,
+    ).json()["id"]  # fmt: skip
+    first = complete(service, "acme", dep, max_tokens=2).json()
+    assert first["privlm"]["private_tokens"] == first["usage"]["completion_tokens"]
+    later = complete(service, "acme", dep, max_tokens=3).json()
+    assert later["privlm"]["fallback"] is True and later["privlm"]["private_tokens"] == 0
+    assert "public model" in later["privlm"]["note"]
+    assert PrivacyLedger(service.ledgers, f"deployment-{dep}").count() == 2
+
+
+def test_sampling_options_that_void_the_accounting_are_refused(service, ensemble_job):
+    dep = deploy(service, "acme", ensemble_job["id"], mechanism="pmixed").json()["id"]
+    for kw in ({"temperature": 0.7}, {"top_p": 0.9}, {"n": 2}, {"max_tokens": 10_000}):
+        r = complete(service, "acme", dep, **kw)
+        assert r.status_code == 400, kw
+    assert PrivacyLedger(service.ledgers, f"deployment-{dep}").count() == 0
+
+
+def test_deployments_must_match_their_job(service, ensemble_job):
+    r = deploy(service, "acme", ensemble_job["id"], mechanism="submix")
+    assert r.status_code == 400 and "pmixed" in r.json()["error"]["message"]
+    assert deploy(service, "acme", ensemble_job["id"], epsilon=-1).status_code == 400
+    r = deploy(service, "acme", ensemble_job["id"], epsilon=1, delta=1e-9)
+    assert r.status_code == 400 and "RDP budget" in r.json()["error"]["message"]
+    assert deploy(service, "acme", ensemble_job["id"], delta=1).status_code == 400
+    assert deploy(service, "globex", ensemble_job["id"]).status_code == 404
+
+
+def test_dpsgd_job_charges_the_dataset_and_serves_its_adapter(service):
+    ds = service.upload("acme", budget_epsilon=5, budget_delta=1e-5).json()
+    j = submit(
+        service, "acme", "dpsgd", ds["id"], epsilon=2.0, batch_size=8, physical_batch_size=4,
+        block_size=16,
+    )  # fmt: skip
+    run_queue(service)
+    done = job(service, "acme", j["id"])
+    assert done["status"] == "succeeded", done
+    ledger = PrivacyLedger(service.ledgers, f"dataset-{ds['id']}")
+    assert ledger.count() == 1 and done["epsilon"]["spent"] == pytest.approx(ledger.spent().epsilon)
+    assert done["epsilon"]["spent"] <= 2.0 + 1e-9
+    # a second run that would exceed the dataset's budget is refused before training
+    j2 = submit(service, "acme", "dpsgd", ds["id"], epsilon=5.0, batch_size=8, block_size=16)
+    run_queue(service)
+    failed = job(service, "acme", j2["id"])
+    assert failed["status"] == "failed" and "refused before training" in failed["error"]
+    assert ledger.count() == 1
+    dep = deploy(service, "acme", j["id"], mechanism="adapter").json()["id"]
+    out = complete(service, "acme", dep).json()
+    assert out["usage"]["completion_tokens"] >= 1
+    b = service.client.get(f"/v1/deployments/{dep}/budget", headers=service.auth("acme")).json()
+    assert b["per_token_cost"] == 0 and b["training"]["epsilon"] == pytest.approx(
+        done["epsilon"]["spent"]
+    )
+
+
+def test_pate_job_labels_public_data_under_the_dataset_budget(service):
+    private = "\n".join(
+        json.dumps({"text": f"a {'great' if i % 2 else 'awful'} film {i}", "label": "positive" if i % 2 else "negative"})
+        for i in range(12)
+    )  # fmt: skip
+    public = "\n".join(f"a film number {i}" for i in range(12))
+    p = service.upload("acme", private, filename="p.jsonl", budget_epsilon=20).json()
+    q = service.upload("acme", public, filename="q.txt").json()
+    j = submit(
+        service, "acme", "pate", p["id"], task="sst2", public_dataset_id=q["id"], teachers=12,
+        threshold=0, sigma_threshold=1, sigma=1, teacher_votes="labels", student_candidates=2,
+        holdout=3,
+    )  # fmt: skip
+    run_queue(service)
+    done = job(service, "acme", j["id"])
+    assert done["status"] == "succeeded", done
+    assert 0 < done["epsilon"]["spent"] <= 20
+    ledger = PrivacyLedger(service.ledgers, f"dataset-{p['id']}")
+    assert ledger.spent().epsilon == pytest.approx(done["epsilon"]["spent"])
+
+
+def test_a_job_on_another_tenants_public_data_is_refused(service):
+    p = service.upload("acme").json()
+    q = service.upload("globex").json()
+    r = service.client.post(
+        "/v1/jobs",
+        headers=service.auth("acme"),
+        json={"kind": "pate", "dataset_id": p["id"], "params": {"task": "sst2", "public_dataset_id": q["id"]}},
+    )  # fmt: skip
+    assert r.status_code == 404

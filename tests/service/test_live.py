@@ -1,0 +1,155 @@
+"""The service as a real process on loopback: 50 concurrent clients against a small budget,
+and SIGKILL mid-generation and mid-job (issue 6 §6)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+from privlm.accounting import PrivacyLedger
+from tests.service.live import LiveServer, wait_for_job
+
+LINES = "\n".join(
+    f"record {i}: the quick brown fox {i % 7} jumps over the lazy dog {i % 5}" for i in range(300)
+)
+
+
+def ledger(server: LiveServer, name: str) -> PrivacyLedger:
+    return PrivacyLedger(f"sqlite:///{server.data_dir / 'privacy-ledgers.db'}", name)
+
+
+def upload(c: httpx.Client, text: str = LINES) -> str:
+    r = c.post("/v1/datasets", files={"file": ("d.txt", text.encode())})
+    assert r.status_code == 201, r.text
+    return str(r.json()["id"])
+
+
+def ensemble(c: httpx.Client, ds: str, **params) -> dict:
+    r = c.post("/v1/jobs", json={"kind": "ensemble", "dataset_id": ds, "params": params})
+    assert r.status_code == 201, r.text
+    return dict(r.json())
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    srv = LiveServer(tmp_path_factory.mktemp("live-svc")).start()
+    key = srv.tenant("acme")
+    with srv.client(key) as c:
+        job = ensemble(c, upload(c), parts=2, block_size=16, max_blocks=2)
+        done = wait_for_job(c, job["id"])
+        assert done["status"] == "succeeded", done
+    yield srv, key, done["id"]
+    srv.stop()
+
+
+def test_fifty_concurrent_clients_never_exceed_the_budget(live):
+    srv, key, job_id = live
+    with srv.client(key) as c:
+        r = c.post(
+            "/v1/deployments",
+            json={"job_id": job_id, "mechanism": "pmixed", "epsilon": 8, "queries": 40},
+        )
+        dep = r.json()["id"]
+    returned: list[int] = []
+    statuses: list[int] = []
+    lock = threading.Lock()
+
+    def client(_: int) -> None:
+        with srv.client(key) as c:
+            for _ in range(10):
+                r = c.post(
+                    "/v1/completions", json={"model": dep, "prompt": "the fox", "max_tokens": 3}
+                )
+                with lock:
+                    statuses.append(r.status_code)
+                if r.status_code == 429:
+                    assert r.json()["error"]["type"] == "budget_exhausted"
+                    return
+                assert r.status_code == 200, r.text
+                with lock:
+                    returned.append(r.json()["usage"]["completion_tokens"])
+
+    with ThreadPoolExecutor(50) as pool:
+        list(pool.map(client, range(50)))
+    led = ledger(srv, f"deployment-{dep}")
+    assert set(statuses) <= {200, 429} and 429 in statuses
+    assert led.count() == sum(returned) == 40  # every returned token charged, none more
+    assert led.spent().epsilon <= 8.0
+    assert led.verify()
+    with srv.client(key) as c:
+        b = c.get(f"/v1/deployments/{dep}/budget").json()
+    assert b["queries"] == {"used": 40, "total": 40, "left": 0} and b["exhausted"]
+
+
+def test_sigkill_mid_generation_leaves_a_consistent_ledger(live):
+    srv, key, job_id = live
+    with srv.client(key) as c:
+        dep = c.post(
+            "/v1/deployments",
+            json={"job_id": job_id, "mechanism": "pmixed", "epsilon": 8, "queries": 100000},
+        ).json()["id"]
+        first = c.post("/v1/completions", json={"model": dep, "prompt": "a", "max_tokens": 5})
+        received = first.json()["usage"]["completion_tokens"]
+    errors: list[Exception] = []
+
+    def long_request() -> None:
+        try:
+            with srv.client(key) as c:
+                c.post("/v1/completions", json={"model": dep, "prompt": "b", "max_tokens": 256})
+        except httpx.HTTPError as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=long_request)
+    t.start()
+    led = ledger(srv, f"deployment-{dep}")
+    deadline = time.monotonic() + 60
+    while led.count() < received + 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    srv.kill()  # mid-generation: tokens charged, response never sent
+    t.join(timeout=60)
+    assert errors, "the in-flight request should have failed with the server"
+    charged = led.count()
+    assert charged > received  # the killed request's tokens were charged before release
+    assert led.verify()  # totals equal the sum of the recorded charges
+    srv.start()
+    with srv.client(key) as c:
+        r = c.post("/v1/completions", json={"model": dep, "prompt": "c", "max_tokens": 2})
+        assert r.status_code == 200
+        b = c.get(f"/v1/deployments/{dep}/budget").json()
+    assert b["queries"]["used"] == charged + r.json()["usage"]["completion_tokens"]
+    assert ledger(srv, f"deployment-{dep}").verify()
+
+
+def test_sigkill_mid_job_resumes_it(live):
+    srv, key, _ = live
+    with srv.client(key) as c:
+        job = ensemble(c, upload(c), parts=4, block_size=32, max_blocks=40, epochs=2)
+        deadline = time.monotonic() + 300
+        manifest = None
+        while time.monotonic() < deadline:
+            j = c.get(f"/v1/jobs/{job['id']}").json()
+            assert j["status"] in ("queued", "running"), j
+            manifest = next(
+                (srv.data_dir / "tenants").rglob(f"{job['id']}/output/manifest.json"), None
+            )
+            if manifest is not None and json.loads(manifest.read_text())["adapters"]:
+                break
+            time.sleep(0.05)
+    assert manifest is not None, "the job never started"
+    before = json.loads(manifest.read_text())["adapters"]
+    assert before and j["progress"]["percent"] < 100
+    srv.kill()  # the worker dies with the server (PR_SET_PDEATHSIG)
+    srv.start()
+    with srv.client(key) as c:
+        done = wait_for_job(c, job["id"], timeout=600)
+    assert done["status"] == "succeeded", done
+    assert done["attempts"] == 2
+    assert any("interrupted" in e["what"] for e in done["events"])
+    after = json.loads(manifest.read_text())["adapters"]
+    for name, stats in before.items():  # finished adapters were kept, not retrained
+        assert after[name] == stats
