@@ -7,7 +7,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.privlm-installed
 
 # (node, for the JavaScript test vectors, is on the machine)
-.PHONY: setup browser demo test lint typecheck unit bench bench-accounting bench-prediction bench-utility bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft bench-prompting clean
+.PHONY: setup browser postgres demo test lint typecheck unit bench bench-accounting bench-prediction bench-utility bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft bench-prompting clean
 
 setup: $(STAMP)
 
@@ -43,7 +43,16 @@ lint: setup
 typecheck: setup
 	$(VENV)/bin/mypy src/privlm/accounting
 
-unit: setup browser
+# PostgreSQL server binaries, for the service's --db postgresql:// test (a throwaway cluster
+# the test starts itself)
+POSTGRES_BIN := $(firstword $(wildcard /usr/lib/postgresql/*/bin/postgres))
+postgres:
+	@if [ -z "$(POSTGRES_BIN)" ]; then \
+	  SUDO=$$(command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql >/dev/null; \
+	fi
+
+unit: setup browser postgres
 	$(VENV)/bin/pytest -q -m "not slow"
 
 test: lint typecheck unit

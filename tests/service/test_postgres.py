@@ -1,0 +1,73 @@
+"""The service on PostgreSQL (``--db postgresql://…``): the same API, jobs and per-token
+charging, with the ledgers in the same database under row locks."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from fastapi.testclient import TestClient
+
+from privlm.accounting import PrivacyLedger
+from privlm.service.app import ServiceSettings, create_app
+from privlm.service.worker import Worker
+from tests.service.conftest import TEXT, Service, make_tenants
+from tests.service.pg import Postgres
+
+
+@pytest.fixture(scope="module")
+def pg():
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    # not under pytest's tmp (mode 700 for root): the postgres user must reach the cluster
+    root = Path(tempfile.mkdtemp(prefix="privlm-pg-"))
+    db = Postgres(root).start()
+    yield db
+    db.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def test_service_on_postgres(pg, tmp_path):
+    settings = ServiceSettings(data_dir=tmp_path / "svc", db_url=pg.url, model="tiny")
+    app = create_app(settings)
+    svc = Service(TestClient(app.state.asgi), settings, make_tenants(pg.url, "acme", "globex"))
+    assert svc.ledgers == pg.url  # one database holds service rows and ledgers
+    ds = svc.upload("acme", TEXT).json()
+    assert svc.client.get(f"/v1/datasets/{ds['id']}", headers=svc.auth("globex")).status_code == 404
+    r = svc.client.post(
+        "/v1/jobs",
+        headers=svc.auth("acme"),
+        json={"kind": "ensemble", "dataset_id": ds["id"], "params": {"parts": 2, "block_size": 16, "max_blocks": 2}},
+    )  # fmt: skip
+    job = r.json()["id"]
+    Worker(pg.url, settings.data_dir, "tiny").loop(once=True)
+    assert (
+        svc.client.get(f"/v1/jobs/{job}", headers=svc.auth("acme")).json()["status"] == "succeeded"
+    )
+    dep = svc.client.post(
+        "/v1/deployments", headers=svc.auth("acme"),
+        json={"job_id": job, "mechanism": "pmixed", "epsilon": 8, "queries": 12},
+    ).json()["id"]  # fmt: skip
+    returned, lock = [], threading.Lock()
+
+    def client() -> None:
+        for _ in range(5):
+            r = svc.client.post(
+                "/v1/completions", headers=svc.auth("acme"),
+                json={"model": dep, "prompt": "x", "max_tokens": 2},
+            )  # fmt: skip
+            if r.status_code == 429:
+                return
+            with lock:
+                returned.append(r.json()["usage"]["completion_tokens"])
+
+    threads = [threading.Thread(target=client) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    led = PrivacyLedger(pg.url, f"deployment-{dep}")
+    assert led.count() == sum(returned) == 12 and led.verify()
+    assert led.spent().epsilon <= 8
