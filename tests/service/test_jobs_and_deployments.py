@@ -174,3 +174,28 @@ def test_a_job_on_another_tenants_public_data_is_refused(service):
         json={"kind": "pate", "dataset_id": p["id"], "params": {"task": "sst2", "public_dataset_id": q["id"]}},
     )  # fmt: skip
     assert r.status_code == 404
+
+
+def test_submix_deployment_charges_its_part_ledgers(service):
+    ds = service.upload("acme").json()
+    j = submit(
+        service, "acme", "ensemble", ds["id"], parts=2, protocol="submix", block_size=16,
+        max_blocks=2,
+    )  # fmt: skip
+    run_queue(service)
+    assert job(service, "acme", j["id"])["status"] == "succeeded"
+    r = deploy(service, "acme", j["id"], mechanism="submix", epsilon=2, queries=4)
+    assert r.status_code == 201, r.text
+    dep = r.json()["id"]
+    total_private = 0
+    for _ in range(6):
+        r = complete(service, "acme", dep, max_tokens=3)
+        if r.status_code == 429:
+            break
+        body = r.json()
+        assert body["privlm"]["public_tokens"] == 0  # no fallback: only charged tokens leave
+        total_private += body["privlm"]["private_tokens"]
+    b = service.client.get(f"/v1/deployments/{dep}/budget", headers=service.auth("acme")).json()
+    assert b["mechanism"] == "submix" and b["spent"]["epsilon"] <= 2 + 1e-9
+    parts = [PrivacyLedger(service.ledgers, f"deployment-{dep}/part-{i:03d}") for i in range(2)]
+    assert all(p.verify() for p in parts)

@@ -82,7 +82,9 @@ class LoadedDeployment:
     def ledgers(self) -> list[PrivacyLedger]:
         if self.predictor is None:
             return []
-        return list(getattr(self.predictor, "ledgers", [self.predictor.ledger]))
+        if self.row.mechanism == "submix":
+            return list(self.predictor.ledgers)
+        return [self.predictor.ledger]
 
     def exhausted(self) -> bool:
         if self.predictor is None:
