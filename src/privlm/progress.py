@@ -18,7 +18,7 @@ Listener = Callable[[str, int, int | None], None]
 _listener: ContextVar[Listener | None] = ContextVar("privlm_progress_listener", default=None)
 
 
-class _WatchedBar(tqdm):  # type: ignore[type-arg]
+class _WatchedBar(tqdm):  # type: ignore[misc]  # tqdm has no type stubs
     """Counts its own progress, so a listener hears it even when the bar is disabled."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -33,7 +33,7 @@ class _WatchedBar(tqdm):  # type: ignore[type-arg]
             listener(str(self.desc or ""), self._done, total)
 
     def update(self, n: float | None = 1) -> bool | None:
-        out = super().update(n)
+        out: bool | None = super().update(n)
         self._done += int(n or 0)
         self._notify()
         return out
@@ -45,7 +45,7 @@ class _WatchedBar(tqdm):  # type: ignore[type-arg]
             self._notify()
 
 
-def progress_bar(*args: Any, **kwargs: Any) -> tqdm:  # type: ignore[type-arg]
+def progress_bar(*args: Any, **kwargs: Any) -> Any:
     """``tqdm(*args, **kwargs)``, reporting every update to the current listener (if any)."""
     return _WatchedBar(*args, **kwargs)
 

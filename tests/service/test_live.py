@@ -153,3 +153,11 @@ def test_sigkill_mid_job_resumes_it(live):
     after = json.loads(manifest.read_text())["adapters"]
     for name, stats in before.items():  # finished adapters were kept, not retrained
         assert after[name] == stats
+
+
+def test_no_private_text_in_the_logs(live):
+    srv, _, _ = live
+    log = srv.log.read_text()
+    assert "POST /v1/completions" in log  # the access log is there
+    for private in ("quick brown fox", "lazy dog", "the fox"):
+        assert private not in log

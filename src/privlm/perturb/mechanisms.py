@@ -44,8 +44,11 @@ def clip_rows(vectors: NDArray[Any], clip: float) -> NDArray[np.float64]:
 
 
 class WordMechanism(Protocol):
-    name: str
-    clip: float
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def clip(self) -> float: ...
 
     def uniforms_per_word(self, dim: int) -> int: ...
 

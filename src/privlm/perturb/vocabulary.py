@@ -64,7 +64,8 @@ class Vocabulary:
         cand = np.argpartition(approx, k - 1, axis=1)[:, :k]
         cand.sort(axis=1)  # ties go to the lowest index
         exact = ((self._vectors64[cand] - x[:, None, :]) ** 2).sum(-1)
-        return cand[np.arange(len(x)), exact.argmin(1)].astype(np.int64)
+        best: NDArray[np.int64] = cand[np.arange(len(x)), exact.argmin(1)].astype(np.int64)
+        return best
 
 
 def load_glove(

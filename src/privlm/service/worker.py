@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 import threading
 import time
 import traceback
@@ -120,7 +121,7 @@ class Worker:
                     heartbeat_at=now(),
                 )
             )
-            if done.rowcount != 1:
+            if getattr(done, "rowcount", 0) != 1:  # another worker claimed it first
                 return None
             return job.id
 
@@ -185,7 +186,11 @@ class Worker:
         except PrivlmError as exc:
             status, error, result = "failed", str(exc), {}
         except Exception as exc:  # a bug: keep the type, not a message that may quote data
-            traceback.print_exc()
+            print(
+                f"job {job_id} failed with {type(exc).__name__} (message withheld: it may quote "
+                "data)\n" + "".join(traceback.format_tb(exc.__traceback__)),
+                file=sys.stderr,
+            )
             status, error, result = "failed", f"internal error ({type(exc).__name__})", {}
         finally:
             stop.set()
