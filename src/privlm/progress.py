@@ -23,14 +23,23 @@ class _WatchedBar(tqdm):  # type: ignore[misc]  # tqdm has no type stubs
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._desc = str(kwargs.get("desc") or "")  # a disabled tqdm keeps neither of these
+        iterable = args[0] if args else kwargs.get("iterable")
+        total = kwargs.get("total")
+        if total is None and iterable is not None and hasattr(iterable, "__len__"):
+            total = len(iterable)
+        self._total = None if total is None else int(total)
         self._done = int(kwargs.get("initial", 0) or 0)
         self._notify()  # a listener learns the bar's total before its first step
 
     def _notify(self) -> None:
         listener = _listener.get()
         if listener is not None:
-            total = None if self.total is None else int(self.total)
-            listener(str(self.desc or ""), self._done, total)
+            listener(self._desc, self._done, self._total)
+
+    def set_description(self, desc: str | None = None, refresh: bool | None = True) -> None:
+        self._desc = str(desc or "")
+        super().set_description(desc, refresh)
 
     def update(self, n: float | None = 1) -> bool | None:
         out: bool | None = super().update(n)
