@@ -54,6 +54,13 @@ def test_tenants_never_see_each_other(service):
         "/v1/jobs", headers=other, json={"kind": "dpsgd", "dataset_id": ds["id"]}
     )
     assert r.status_code == 404  # cannot train on it either
+    mine = service.client.post(
+        "/v1/jobs", headers=service.auth("acme"), json={"kind": "dpsgd", "dataset_id": ds["id"]}
+    ).json()
+    assert service.client.get("/v1/jobs", headers=other).json()["data"] == []
+    assert service.client.get(f"/v1/jobs/{mine['id']}", headers=other).status_code == 404
+    r = service.client.post("/v1/deployments", headers=other, json={"job_id": mine["id"]})
+    assert r.status_code == 404
     # the owner still has it
     assert (
         service.client.get(f"/v1/datasets/{ds['id']}", headers=service.auth("acme")).status_code
