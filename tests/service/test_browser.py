@@ -3,6 +3,7 @@ perturbed in the browser and only the perturbed text reaches the server (issue 6
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -90,3 +91,39 @@ def test_only_perturbed_text_leaves_the_browser(server, tmp_path):
         assert line.lower() not in text
     first_perturbed = text.splitlines()[0]
     assert first_perturbed in preview.lower()  # what the page showed is what was stored
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "csv"])
+def test_structured_files_keep_their_other_fields(server, tmp_path, kind):
+    from playwright.sync_api import sync_playwright
+
+    key = server.tenant(f"tenant-{kind}")
+    src = tmp_path / f"notes.{kind}"
+    if kind == "jsonl":
+        src.write_text(
+            "\n".join(json.dumps({"text": t, "label": f"L{i}"}) for i, t in enumerate(ORIGINAL))
+        )
+    else:
+        src.write_text(
+            "text,label\n" + "\n".join(f'"{t}, really",L{i}' for i, t in enumerate(ORIGINAL))
+        )
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        page = browser.new_page()
+        page.goto(server.url + "/")
+        page.fill("#api-key", key)
+        page.click("#save-key")
+        page.set_input_files("#file", str(src))
+        page.click("#perturb")
+        page.wait_for_selector("#perturb-status:has-text('done')", timeout=60_000)
+        page.click("#upload")
+        page.wait_for_selector("#upload-status:has-text('stored as')", timeout=60_000)
+        browser.close()
+    stored = next((server.data_dir / "tenants").rglob(f"ds_*.{kind}"))
+    from privlm.data import load_file
+
+    records = load_file(stored).records
+    assert [r.label for r in records] == ["L0", "L1", "L2"]  # kept as they were
+    text = " ".join(r.text for r in records).lower()
+    for secret in SECRETS:
+        assert secret not in text

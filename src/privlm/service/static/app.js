@@ -55,40 +55,66 @@
   }
   function csvCell(s) { return /[",\n\r]/.test(s) ? '"' + s.replace(/"/g, '""') + '"' : s; }
 
-  function perturbFile(name, text, vocab, mech, field) {
-    var ext = name.toLowerCase().split(".").pop(), originals = [], outputs = [], longest = 0, words = 0;
-    function one(t) {
-      var r = P.perturbText(t, vocab, mech);
-      originals.push(t); outputs.push(r.text);
-      longest = Math.max(longest, r.words); words += r.words;
-      return r.text;
-    }
-    var out, lines = text.split(/\r\n|\r|\n/);
+  /* Parse the file into its texts (and how to put perturbed texts back), then perturb them
+   * in slices so the page stays responsive and shows its progress. */
+  function parseFile(name, text, field) {
+    var ext = name.toLowerCase().split(".").pop(), texts = [], render;
+    var lines = text.split(/\r\n|\r|\n/);
     if (lines.length && lines[lines.length - 1] === "") lines.pop();
     if (ext === "txt") {
-      out = lines.map(function (l) { return l.trim() ? one(l) : ""; }).join("\n");
+      lines.forEach(function (l) { if (l.trim()) texts.push(l); });
+      render = function (out) {
+        var k = 0;
+        return lines.map(function (l) { return l.trim() ? out[k++] : ""; }).join("\n");
+      };
     } else if (ext === "jsonl") {
-      out = lines.filter(function (l) { return l.trim(); }).map(function (l, i) {
+      var objs = lines.filter(function (l) { return l.trim(); }).map(function (l, i) {
         var o;
         try { o = JSON.parse(l); } catch (e) { throw new Error("line " + (i + 1) + ": invalid JSON"); }
         if (typeof o[field] !== "string") throw new Error("line " + (i + 1) + ": no text field '" + field + "'");
-        o[field] = one(o[field]);
-        return JSON.stringify(o);
-      }).join("\n");
+        texts.push(o[field]);
+        return o;
+      });
+      render = function (out) {
+        return objs.map(function (o, i) { o[field] = out[i]; return JSON.stringify(o); }).join("\n");
+      };
     } else if (ext === "csv") {
       var rows = parseCsv(text), col = rows.length ? rows[0].indexOf(field) : -1;
       if (col < 0) throw new Error("no '" + field + "' column in the header");
-      out = rows.map(function (r, i) {
-        if (i > 0) r[col] = one(r[col]);
-        return r.map(csvCell).join(",");
-      }).join("\n");
+      rows.slice(1).forEach(function (r) { texts.push(r[col] || ""); });
+      render = function (out) {
+        return rows.map(function (r, i) {
+          if (i > 0) r[col] = out[i - 1];
+          return r.map(csvCell).join(",");
+        }).join("\n");
+      };
     } else throw new Error("unsupported file type ." + ext + "; use .txt, .jsonl or .csv");
-    return {
-      name: name.replace(/(\.[^.]+)$/, ".perturbed$1"), text: out + "\n",
-      originals: originals, outputs: outputs,
-      perWord: mech.wordGuarantee(), perRecord: mech.documentGuarantee(longest),
-      perFile: mech.documentGuarantee(words), mechanism: mech.name,
-    };
+    return { texts: texts, render: render };
+  }
+
+  function perturbFile(name, text, vocab, mech, field, onProgress) {
+    var parsed = parseFile(name, text, field), outputs = [], longest = 0, words = 0, i = 0;
+    return new Promise(function (resolve, reject) {
+      function slice() {
+        try {
+          var until = Date.now() + 50;
+          while (i < parsed.texts.length && Date.now() < until) {
+            var r = P.perturbText(parsed.texts[i++], vocab, mech);
+            outputs.push(r.text);
+            longest = Math.max(longest, r.words); words += r.words;
+          }
+          onProgress(i, parsed.texts.length);
+          if (i < parsed.texts.length) { setTimeout(slice, 0); return; }
+          resolve({
+            name: name.replace(/(\.[^.]+)$/, ".perturbed$1"), text: parsed.render(outputs) + "\n",
+            originals: parsed.texts, outputs: outputs,
+            perWord: mech.wordGuarantee(), perRecord: mech.documentGuarantee(longest),
+            perFile: mech.documentGuarantee(words), mechanism: mech.name,
+          });
+        } catch (e) { reject(e); }
+      }
+      slice();
+    });
   }
 
   function fmt(g) {
@@ -106,8 +132,12 @@
     catch (e) { status("perturb-status", e.message, true); return; }
     status("perturb-status", "loading word vectors…");
     Promise.all([loadVocabulary(clip), file.text()]).then(function (res) {
-      status("perturb-status", "perturbing…");
-      var p = perturbFile(file.name, res[1], res[0], mech, $("text-field").value || "text");
+      return perturbFile(file.name, res[1], res[0], mech, $("text-field").value || "text",
+        function (done, total) {
+          status("perturb-status", "perturbing… " + done + " of " + total + " records");
+          $("perturb-progress").max = total || 1; $("perturb-progress").value = done;
+        });
+    }).then(function (p) {
       state.perturbed = p;
       $("g-word").textContent = fmt(p.perWord) + (p.perWord.metric_epsilon ? "; metric ε = " +
         p.perWord.metric_epsilon.toPrecision(4) + " per unit distance" : "; σ = " + p.perWord.sigma.toPrecision(4));
