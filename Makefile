@@ -7,7 +7,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.privlm-installed
 
 # (node, for the JavaScript test vectors, is on the machine)
-.PHONY: setup browser postgres demo test lint typecheck unit bench bench-accounting bench-prediction bench-utility bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft bench-prompting clean
+.PHONY: setup browser postgres demo test lint typecheck unit bench bench-accounting bench-prediction bench-utility bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft bench-prompting bench-service clean
 
 setup: $(STAMP)
 
@@ -57,7 +57,7 @@ unit: setup browser postgres
 
 test: lint typecheck unit
 
-bench: bench-accounting bench-prediction bench-utility bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft bench-prompting
+bench: bench-accounting bench-prediction bench-utility bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft bench-prompting bench-service
 
 bench-accounting: setup
 	$(PY) bench/bench_accounting.py
@@ -84,7 +84,10 @@ bench-jft: setup
 	$(PY) bench/bench_jft.py --records 400 --eval-blocks 8
 
 bench-prompting: setup
-	$(PY) bench/bench_prompting.py --tasks sst2,trec,agnews --test 200
+	$(PY) bench/bench_prompting.py --tasks sst2,trec,agnews --test 150 --oneshot 6 --teachers 30 --public 120 --mia-prompts 30 --dpsgd-private 1000
+
+bench-service: setup browser
+	PYTHONPATH=. $(PY) bench/bench_service.py --parts 4 --tokens 16 --requests 6
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -21,8 +21,8 @@ def free_port() -> int:
 
 
 class LiveServer:
-    def __init__(self, data_dir: Path, worker: bool = True) -> None:
-        self.data_dir, self.worker = data_dir, worker
+    def __init__(self, data_dir: Path, worker: bool = True, model: str = "tiny") -> None:
+        self.data_dir, self.worker, self.model = data_dir, worker, model
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -42,11 +42,11 @@ class LiveServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         cmd = [
             sys.executable, "-m", "privlm", "serve", "--port", str(self.port),
-            "--data-dir", str(self.data_dir), "--model", "tiny", "--max-upload-mb", "2",
+            "--data-dir", str(self.data_dir), "--model", self.model, "--max-upload-mb", "2",
         ]  # fmt: skip
         if not self.worker:
             cmd.append("--no-worker")
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        env = {**os.environ, "OMP_NUM_THREADS": "1"} if self.model == "tiny" else dict(os.environ)
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + 120
