@@ -99,6 +99,11 @@ def test_fallback_answers_from_the_public_model_flagged(service, ensemble_job):
     assert PrivacyLedger(service.ledgers, f"deployment-{dep}").count() == 2
 
 
+def test_an_ensembles_adapters_never_leave_the_service(service, ensemble_job):
+    r = service.client.get(f"/v1/jobs/{ensemble_job['id']}/artifact", headers=service.auth("acme"))
+    assert r.status_code == 403 and "not differentially private" in r.json()["error"]["message"]
+
+
 def test_sampling_options_that_void_the_accounting_are_refused(service, ensemble_job):
     dep = deploy(service, "acme", ensemble_job["id"], mechanism="pmixed").json()["id"]
     for kw in ({"temperature": 0.7}, {"top_p": 0.9}, {"n": 2}, {"max_tokens": 10_000}):
@@ -135,6 +140,15 @@ def test_dpsgd_job_charges_the_dataset_and_serves_its_adapter(service):
     failed = job(service, "acme", j2["id"])
     assert failed["status"] == "failed" and "refused before training" in failed["error"]
     assert ledger.count() == 1
+    r = service.client.get(f"/v1/jobs/{j['id']}/artifact", headers=service.auth("acme"))
+    assert r.status_code == 200 and r.headers["content-type"] == "application/zip"
+    import io
+    import zipfile
+
+    names = zipfile.ZipFile(io.BytesIO(r.content)).namelist()
+    assert "privacy.json" in names and "adapter_model.safetensors" in names
+    other = service.client.get(f"/v1/jobs/{j['id']}/artifact", headers=service.auth("globex"))
+    assert other.status_code == 404
     dep = deploy(service, "acme", j["id"], mechanism="adapter").json()["id"]
     out = complete(service, "acme", dep).json()
     assert out["usage"]["completion_tokens"] >= 1

@@ -279,6 +279,26 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     def get_job(job_id: str, s: Db, me: Me) -> dict[str, Any]:
         return jobs_api.describe(own(s, Job, job_id, me, "job"))
 
+    @app.get("/v1/jobs/{job_id}/artifact")
+    def artifact(job_id: str, s: Db, me: Me) -> Response:
+        """The released artefact of a DP job as a zip: the adapter or student prompt with its
+        privacy statement. An ensemble's adapters are not DP (each saw its part of the data
+        in the clear; only the mixing is private) and are never released."""
+        job = own(s, Job, job_id, me, "job")
+        if job.kind not in jobs_api.RELEASABLE:
+            raise ApiError(
+                403, "forbidden",
+                f"a {job.kind} job's adapters are not differentially private; they are served "
+                "only through a PMixED or SubMix deployment",
+            )  # fmt: skip
+        if job.status != "succeeded":
+            raise ApiError(409, "conflict", f"job {job.id} has not succeeded (status {job.status})")
+        blob = jobs_api.zip_artifact(Path(job.output_dir))
+        return Response(
+            blob, media_type="application/zip",
+            headers={"Content-Disposition": f'attachment; filename="{job.id}.zip"'},
+        )  # fmt: skip
+
     # -- deployments -----------------------------------------------------------------------------
 
     def describe_deployment(d: Deployment) -> dict[str, Any]:

@@ -22,6 +22,8 @@ from privlm.service.datasets import load_records
 from privlm.service.db import Dataset, Job
 
 KINDS = ("dpsgd", "jft", "ensemble", "pate")
+# jobs whose output is itself DP and may leave the service; an ensemble's adapters may not
+RELEASABLE = ("dpsgd", "jft", "pate")
 
 
 class _Params(BaseModel):
@@ -203,6 +205,19 @@ RUNNERS: dict[str, Runner] = {
     "ensemble": run_ensemble,
     "pate": run_pate,
 }
+
+
+def zip_artifact(out_dir: Path) -> bytes:
+    """The output directory as a zip (adapter or student prompt, and privacy statement)."""
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        for f in sorted(out_dir.rglob("*")):
+            if f.is_file():
+                z.write(f, f.relative_to(out_dir))
+    return buf.getvalue()
 
 
 def describe(job: Job) -> dict[str, Any]:
