@@ -51,3 +51,15 @@ def test_student_mia_uses_the_private_demos_as_members(tiny):
     res = student_mia(tiny.model, tiny.tokenizer, get_task("sst2"), [p[0]], p[1:6], p[6:30])
     assert res.members_per_prompt == 5 and res.nonmembers_per_prompt == 24
     assert 0.0 <= res.auc <= 1.0
+
+
+def test_auc_standard_error_matches_the_spread_under_the_null():
+    """Hanley–McNeil's SE against the empirical spread of AUCs of random scores."""
+    import numpy as np
+
+    from privlm.audit.prompt_mia import auc, auc_standard_error
+
+    rng = np.random.default_rng(0)
+    draws = [auc(rng.normal(size=30), rng.normal(size=60)) for _ in range(4000)]
+    assert auc_standard_error(0.5, 30, 60) == pytest.approx(np.std(draws), rel=0.1)
+    assert auc_standard_error(0.9, 30, 60) < auc_standard_error(0.5, 30, 60)

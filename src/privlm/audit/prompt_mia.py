@@ -40,6 +40,19 @@ def auc(members: ArrayLike, nonmembers: ArrayLike) -> float:
     return float(u / (m.size * n.size))
 
 
+def auc_standard_error(value: float, members: int, nonmembers: int) -> float:
+    """Standard error of an AUC from ``members`` × ``nonmembers`` scores (Hanley & McNeil
+    1982, Eq. 1): how far from 0.5 an AUC must be before it says anything."""
+    if members < 1 or nonmembers < 1:
+        raise PrivlmError("an AUC needs at least one member and one non-member score")
+    a = float(value)
+    q1, q2 = a / (2 - a), 2 * a * a / (1 + a)
+    var = (a * (1 - a) + (members - 1) * (q1 - a * a) + (nonmembers - 1) * (q2 - a * a)) / (
+        members * nonmembers
+    )
+    return float(np.sqrt(max(var, 0.0)))
+
+
 def correct_class_scores(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
