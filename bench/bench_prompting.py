@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from privlm.audit.prompt_mia import prompt_mia, student_mia
+from privlm.audit.prompt_mia import auc_standard_error, prompt_mia, student_mia
 from privlm.data import Record
 from privlm.errors import PrivlmError
 from privlm.models import load_public_model
@@ -49,6 +49,17 @@ def ood_public(task_name: str, n: int, seed: int) -> list[Record]:
     recs = get_task(source).load(get_task(source).splits[0]).records
     pick = np.random.default_rng(seed).permutation(len(recs))[:n]
     return [Record(recs[int(i)].text, f"ood{i}", None) for i in pick]
+
+
+def mia_control(lm, task, members, nonmembers, row: dict) -> None:
+    """The student's MIA AUC beside its standard error and a control: the same members and
+    non-members scored under the zero-shot prompt, which contains none of them. An AUC is
+    evidence of leakage only as far as it departs from the control by several SEs."""
+    control = student_mia(lm.model, lm.tokenizer, task, [], members, nonmembers)
+    row["student_mia_control_auc"] = control.auc
+    row["student_mia_se"] = auc_standard_error(
+        row["student_mia_auc"], len(members), len(nonmembers)
+    )
 
 
 def reference_points(lm, task, splits, test, teachers: int, r: dict) -> None:
@@ -110,7 +121,12 @@ def main() -> None:
             ("in-distribution", splits.public),
             ("out-of-distribution", ood_public(name, args.public, 0)),
         ):
-            if args.resume and "student_test_accuracy" in r.get(f"pate_{kind}", {}):
+            members, nonmembers = private, splits.public[: 2 * len(private)]
+            done = r.get(f"pate_{kind}", {})
+            if args.resume and "student_test_accuracy" in done:
+                if "student_mia_control_auc" not in done:
+                    mia_control(lm, task, members, nonmembers, done)
+                    save()
                 continue
             cfg = PromptPateConfig(
                 teachers=args.teachers, threshold=args.teachers * 0.5, sigma_threshold=args.teachers * 0.2,
@@ -134,15 +150,14 @@ def main() -> None:
             acc = accuracy(
                 prompt_probabilities(lm.model, lm.tokenizer, task, student, test), task, test
             )
-            mia = student_mia(
-                lm.model, lm.tokenizer, task, student, private, splits.public[: 2 * len(private)]
-            )
+            mia = student_mia(lm.model, lm.tokenizer, task, student, members, nonmembers)
             r[f"pate_{kind}"] = {
                 **{k: v for k, v in res.to_dict().items() if k not in ("config",)},
                 "public_source": "task train split" if kind == "in-distribution" else OOD[name][1],
                 "student_test_accuracy": acc, "student_mia_auc": mia.auc,
                 "seconds": time.perf_counter() - t, "config": res.config,
             }  # fmt: skip
+            mia_control(lm, task, members, nonmembers, r[f"pate_{kind}"])
             print(
                 f"  PromptPATE ({kind}): student {acc:.3f}, ε {res.epsilon:.3f}, {res.answered}/{res.queries} labelled, ensemble {res.ensemble_accuracy}, MIA {mia.auc:.3f}",
                 flush=True,
