@@ -166,6 +166,8 @@ class LoadedDeployment:
                 # SubMix answers from the public model after STOP; without fallback the
                 # deployment releases only the private tokens it charged
                 keep = gen.token_ids[:private]
+                if not keep:
+                    return self._fallback_or_refuse(prompt, max_tokens, n_prompt)
                 return Completion(
                     self.tokenizer.decode(keep), len(keep), n_prompt, "budget_exhausted",
                     private, 0, False, gen.stopped,
