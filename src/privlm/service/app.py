@@ -288,8 +288,8 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         if job.kind not in jobs_api.RELEASABLE:
             raise ApiError(
                 403, "forbidden",
-                f"a {job.kind} job's adapters are not differentially private; they are served "
-                "only through a PMixED or SubMix deployment",
+                f"job {job.id} trained an ensemble: its adapters are not differentially "
+                "private, and are served only through a PMixED or SubMix deployment",
             )  # fmt: skip
         if job.status != "succeeded":
             raise ApiError(409, "conflict", f"job {job.id} has not succeeded (status {job.status})")
