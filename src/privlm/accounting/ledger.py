@@ -168,14 +168,17 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
-def _engine_for(target: str | Path) -> Engine:
+def durable_engine(target: str | Path) -> Engine:
+    """A SQLAlchemy engine for a path or URL. SQLite runs in WAL mode with full fsync and
+    ``BEGIN IMMEDIATE`` transactions (a committed charge survives a crash; concurrent
+    writers queue); the service's database uses the same settings."""
     url = str(target)
     if "://" not in url:
         path = Path(url).expanduser()
         path.parent.mkdir(parents=True, exist_ok=True)
         url = f"sqlite:///{path}"
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"timeout": 60})
+        engine = create_engine(url, connect_args={"timeout": 60, "check_same_thread": False})
 
         @event.listens_for(engine, "connect")
         def _on_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -184,6 +187,7 @@ def _engine_for(target: str | Path) -> Engine:
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA synchronous=FULL")
             cur.execute("PRAGMA busy_timeout=60000")
+            cur.execute("PRAGMA foreign_keys=ON")
             cur.close()
 
         @event.listens_for(engine, "begin")
@@ -210,7 +214,7 @@ class PrivacyLedger:
         orders: tuple[float, ...] = DEFAULT_ORDERS,
     ) -> None:
         self.name = name
-        self._engine = target if isinstance(target, Engine) else _engine_for(target)
+        self._engine = target if isinstance(target, Engine) else durable_engine(target)
         _metadata.create_all(self._engine)
         with self._engine.begin() as conn:
             row = conn.execute(select(ledgers_table).where(ledgers_table.c.name == name)).first()
@@ -258,7 +262,7 @@ class PrivacyLedger:
     ) -> list[PrivacyLedger]:
         """Ledgers in one database sharing one connection pool, so that
         :func:`charge_together` can charge several of them in one transaction."""
-        engine = _engine_for(target)
+        engine = durable_engine(target)
         return [cls(engine, n, budget, orders) for n in names]
 
     # -- reading ----------------------------------------------------------------------------

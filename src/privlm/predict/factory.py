@@ -12,6 +12,15 @@ from privlm.predict.pmixed import PMixED, PMixEDConfig
 from privlm.predict.submix import SubMix, SubMixConfig, part_ledgers
 
 
+def submix_config(
+    epsilon: float, alpha: float, beta: float | None, queries: int, delta: float
+) -> SubMixConfig:
+    """SubMix's config from a deployment's numbers; β defaults to ε/T."""
+    return SubMixConfig(
+        epsilon, float(alpha), beta if beta is not None else epsilon / queries, delta
+    )
+
+
 def build_predictor(
     method: str,
     ensemble: Path,
@@ -42,9 +51,7 @@ def build_predictor(
             raise PrivlmError(
                 f"{ensemble} is a {manifest['protocol']} ensemble; SubMix needs --protocol submix"
             )
-        scfg = SubMixConfig(
-            epsilon, float(alpha), beta if beta is not None else epsilon / queries, delta
-        )
+        scfg = submix_config(epsilon, alpha, beta, queries, delta)
         return SubMix(
             engine,
             lm.tokenizer,

@@ -11,21 +11,19 @@ from __future__ import annotations
 import secrets
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import (
     Boolean,
-    Connection,
     Engine,
     Float,
     ForeignKey,
     Integer,
     String,
     Text,
-    create_engine,
-    event,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+
+from privlm.accounting.ledger import durable_engine
 
 
 def now() -> datetime:
@@ -129,25 +127,8 @@ def ledger_url(db_url: str, data_dir: Path) -> str:
 
 
 def make_engine(url: str) -> Engine:
-    if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"timeout": 60, "check_same_thread": False})
-
-        @event.listens_for(engine, "connect")
-        def _on_connect(dbapi_conn: Any, _record: Any) -> None:
-            dbapi_conn.isolation_level = None
-            cur = dbapi_conn.cursor()
-            cur.execute("PRAGMA journal_mode=WAL")
-            cur.execute("PRAGMA synchronous=FULL")
-            cur.execute("PRAGMA busy_timeout=60000")
-            cur.execute("PRAGMA foreign_keys=ON")
-            cur.close()
-
-        @event.listens_for(engine, "begin")
-        def _on_begin(conn: Connection) -> None:
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
-
-    else:
-        engine = create_engine(url, pool_pre_ping=True)
+    """The service's engine (the ledger's durable settings) with its schema created."""
+    engine = durable_engine(url)
     Base.metadata.create_all(engine)
     return engine
 

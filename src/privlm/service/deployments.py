@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from privlm.accounting import PrivacyLedger
 from privlm.errors import BudgetExceededError, PrivlmError
 from privlm.predict.engine import CachedDecoder, EnsembleEngine
-from privlm.predict.factory import build_predictor
+from privlm.predict.factory import build_predictor, submix_config
 from privlm.predict.loading import load_ensemble
 from privlm.predict.sampling import make_generator, sample
 from privlm.service.db import Deployment, Job
@@ -238,17 +238,11 @@ def load_deployment(row: Deployment, job: Job, ledger_url: str) -> LoadedDeploym
 def check_config(p: DeploymentParams) -> None:
     """Refuse at creation a configuration the mechanism would refuse at the first token."""
     from privlm.predict.pmixed import PMixEDConfig
-    from privlm.predict.submix import SubMixConfig
 
     if p.mechanism == "pmixed":
         PMixEDConfig(p.epsilon, p.delta, p.alpha, p.queries, p.sample_rate)
     elif p.mechanism == "submix":
-        SubMixConfig(
-            p.epsilon,
-            float(p.alpha),
-            p.beta if p.beta is not None else p.epsilon / p.queries,
-            p.delta,
-        )
+        submix_config(p.epsilon, p.alpha, p.beta, p.queries, p.delta)
 
 
 def create_ledgers(row: Deployment, job: Job, ledger_url: str) -> None:
@@ -263,12 +257,7 @@ def create_ledgers(row: Deployment, job: Job, ledger_url: str) -> None:
     if row.mechanism == "pmixed":
         PrivacyLedger(ledger_url, name, Budget(row.budget_epsilon, row.budget_delta))
     elif row.mechanism == "submix":
-        from privlm.predict.submix import SubMixConfig
-
-        cfg = SubMixConfig(
-            p.epsilon, float(p.alpha), p.beta if p.beta is not None else p.epsilon / p.queries,
-            p.delta,
-        )  # fmt: skip
+        cfg = submix_config(p.epsilon, p.alpha, p.beta, p.queries, p.delta)
         parts = len(load_manifest(job.output_dir)["partition"]) // 2
         part_ledgers(ledger_url, name, parts, cfg)
 
