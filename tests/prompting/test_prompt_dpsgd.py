@@ -119,3 +119,17 @@ def test_the_ledger_refuses_before_training_and_is_charged_before_the_prompt_is_
         "tiny", TASK, records(), tmp_path / "yes", cfg, ledger=enough, progress=False
     )
     assert enough.count() == 1 and enough.spent().epsilon == pytest.approx(st.epsilon, rel=1e-6)
+
+
+def test_the_prefix_starts_at_zero_and_the_soft_prompt_does_not():
+    """Zero prefix keys and values leave the model nearly intact at the start (PEFT's
+    N(0, 1) prefix swamps it); the init is data-independent."""
+    from privlm.models import load_public_model
+    from privlm.prompting.prompt_dpsgd import prompt_model
+
+    lm = load_public_model("tiny")
+    prefix = [p for p in prompt_model(lm, "prefix", 4, 0).parameters() if p.requires_grad]
+    assert prefix and all(not p.any() for p in prefix)
+    lm = load_public_model("tiny")
+    soft = [p for p in prompt_model(lm, "soft-prompt", 4, 0).parameters() if p.requires_grad]
+    assert any(p.any() for p in soft)
