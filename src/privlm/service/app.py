@@ -12,7 +12,7 @@ import json
 import logging
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any
@@ -63,7 +63,6 @@ class ServiceSettings:
     max_body_bytes: int = 1 << 20
     max_upload_bytes: int = 20 << 20
     vocabulary: int = DEFAULT_VOCABULARY
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class ApiError(Exception):

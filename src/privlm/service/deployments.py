@@ -11,7 +11,6 @@ was created with ``fallback``, answered by the public model and flagged as such.
 from __future__ import annotations
 
 import json
-import math
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -210,10 +209,6 @@ class DeploymentRuntime:
                 self._loaded[row.id] = load_deployment(row, job, self.ledger_url)
             return self._loaded[row.id]
 
-    def forget(self, deployment_id: str) -> None:
-        with self._lock:
-            self._loaded.pop(deployment_id, None)
-
 
 def load_deployment(row: Deployment, job: Job, ledger_url: str) -> LoadedDeployment:
     p = json.loads(row.params)
@@ -276,7 +271,3 @@ def check_deployable(job: Job, mechanism: str) -> None:
             raise PrivlmError(f"job {job.id} trained one DP adapter; deploy it as 'adapter'")
     else:
         raise PrivlmError(f"a {job.kind} job has no model to deploy")
-
-
-def finite(x: float) -> float | None:
-    return x if math.isfinite(x) else None

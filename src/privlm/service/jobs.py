@@ -103,7 +103,6 @@ class JobContext:
     out_dir: Path
     ledger_url: str  # the privacy ledgers' database
     model: str
-    resumed: bool
 
 
 Runner = Callable[[JobContext], dict[str, Any]]

@@ -167,7 +167,6 @@ class Worker:
             params = json.loads(job.params)
             pub = params.get("public_dataset_id")
             public = s.get(Dataset, pub) if pub else None
-            resumed = job.attempts > 1
             add_event(job, f"started (attempt {job.attempts})")
         stop = threading.Event()
         beat = threading.Thread(target=self._heartbeat, args=(job_id, stop), daemon=True)
@@ -178,7 +177,7 @@ class Worker:
             out = job_dir(self.root, job.tenant_id, job.id) / "output"
             out.parent.mkdir(parents=True, exist_ok=True)
             ctx = JobContext(
-                job, ds, public, out, self.ledger_url, params.get("model") or self.model, resumed
+                job, ds, public, out, self.ledger_url, params.get("model") or self.model
             )
             with watch(self._progress_listener(job_id, job.kind)):
                 result = RUNNERS[job.kind](ctx)
@@ -203,9 +202,10 @@ class Worker:
                 job.percent = 100.0
                 job.output_dir = str(out)
             if ds is not None and job.kind != "ensemble":
-                job.epsilon_spent = result.get(
-                    "epsilon_spent", dataset_ledger(self.ledger_url, ds).spent().epsilon
-                )
+                spent = result.get("epsilon_spent")
+                if spent is None:  # failed runs: read what the ledger holds
+                    spent = dataset_ledger(self.ledger_url, ds).spent().epsilon
+                job.epsilon_spent = spent
             add_event(job, status if error is None else f"{status}: {error}")
         if status == "succeeded":
             (out.parent / "result.json").write_text(json.dumps(result, indent=2, default=str))
