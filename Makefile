@@ -41,7 +41,7 @@ lint: setup
 	$(VENV)/bin/ruff format --check src tests bench
 
 typecheck: setup
-	$(VENV)/bin/mypy src/privlm/accounting src/privlm/perturb src/privlm/service src/privlm/progress.py
+	$(VENV)/bin/mypy src/privlm/accounting src/privlm/perturb src/privlm/service src/privlm/progress.py src/privlm/randomness.py
 
 # PostgreSQL server binaries, for the service's --db postgresql:// test (a throwaway cluster
 # the test starts itself)

@@ -8,12 +8,13 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "privlm"
-BASE = {"errors", "settings", "fsutil", "progress"}
+BASE = {"errors", "settings", "fsutil", "progress", "randomness"}
 ALLOWED = {
     "errors": set(),
     "settings": {"errors"},
     "fsutil": set(),
     "progress": set(),
+    "randomness": set(),
     "perturb": BASE | {"perturb"},
     "accounting": {"errors", "accounting"},
     "data": BASE | {"data"},

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from privlm.accounting import default_prompt_delta
 from privlm.data import Record
 from privlm.models import load_public_model
 from privlm.prompting.pate_pipeline import PromptPateConfig, pate_ledger, run_prompt_pate
@@ -35,7 +36,7 @@ def test_prompt_pate_end_to_end(tmp_path, monkeypatch):
     monkeypatch.setattr(pate_pipeline, "teacher_answers", answers)
     lm = load_public_model("tiny")
     task = get_task("sst2")
-    private, public = recs("secret", 20), recs("public", 30)
+    private, public = recs("secret", 60), recs("public", 30)
     cfg = PromptPateConfig(
         teachers=20, threshold=5, sigma_threshold=2, sigma=2, epsilon=50, student_candidates=3,
         holdout=5, batch_size=16,
@@ -44,7 +45,7 @@ def test_prompt_pate_end_to_end(tmp_path, monkeypatch):
     res = run_prompt_pate(lm, task, private, public, tmp_path / "out", led, cfg, progress=False)
     assert res.queries == led.count() <= 30
     assert res.epsilon == led.spent().epsilon <= 50
-    assert res.delta == 1 / 20
+    assert res.delta == default_prompt_delta(60) == 1e-6  # not 1/N (issue 18 §3)
     saved = (tmp_path / "out" / "student_prompt.json").read_text()
     assert "secret" not in saved  # the student is built from public inputs only
     statement = json.loads((tmp_path / "out" / "privacy.json").read_text())
@@ -59,13 +60,17 @@ def test_label_votes_never_vote_other_and_cost_the_same(tmp_path):
 
     from privlm.prompting.pate import make_teachers
     from privlm.prompting.pate_pipeline import teacher_answer_matrix
+    from privlm.prompting.scoring import OTHER
 
     lm = load_public_model("tiny")
     task = get_task("sst2")
-    teachers = make_teachers(recs("s", 6), 6, 1, 0)
+    teachers = make_teachers(recs("s", 18), 6, 1, "ab" * 16)
     both = teacher_answer_matrix(lm, task, teachers, recs("p", 5), 8, False)
     assert both.top1.shape == both.labels.shape == (6, 5)
-    assert set(np.unique(both.labels)) <= {0, 1}
+    voting = [i for i, t in enumerate(teachers) if not t.abstains]
+    assert voting and set(np.unique(both.labels[voting])) <= {0, 1}
+    for i in set(range(6)) - set(voting):  # an empty teacher abstains: votes for nothing
+        assert (both.top1[i] == OTHER).all() and (both.labels[i] == OTHER).all()
     assert both.votes("labels") is both.labels and both.votes("top1") is both.top1
 
 

@@ -29,7 +29,9 @@ def test_upload_list_get_delete(service):
     r = service.upload("acme", budget_epsilon=4, budget_delta=1e-6)
     assert r.status_code == 201, r.text
     ds = r.json()
-    assert ds["records"] == 40 and ds["budget"] == {"epsilon": 4.0, "delta": 1e-6}
+    assert ds["records"] == 40
+    assert (ds["budget"]["epsilon"], ds["budget"]["delta"]) == (4.0, 1e-6)
+    assert ds["budget"]["remaining"] == {"epsilon": 4.0} and ds["budget"]["charges"] == []
     listed = service.client.get("/v1/datasets", headers=service.auth("acme")).json()["data"]
     assert [d["id"] for d in listed] == [ds["id"]]
     stored = list((service.settings.data_dir / "tenants").rglob(f"{ds['id']}.txt"))

@@ -23,6 +23,33 @@ ORIGINAL = [
 SECRETS = ["zqxjkv", "wobblethorpe", "qqvbnm", "fizzlewick", "xxyyzz", "plumtree"]
 
 
+def capture_bodies_script() -> str:
+    """JavaScript that records every request body the page sends, FormData blobs included,
+    as text, in window.sentBodies."""
+    return (
+        "window.sentBodies = [];"
+        "const f = window.fetch.bind(window);"
+        "window.fetch = async (url, opts) => {"
+        "  const b = opts && opts.body;"
+        "  if (b instanceof FormData) {"
+        "    for (const [k, v] of b.entries())"
+        "      window.sentBodies.push(k + '=' + (v instanceof Blob ? await v.text() : v));"
+        "  } else if (b) { window.sentBodies.push(String(b)); }"
+        "  return f(url, opts);"
+        "};"
+    )
+
+
+def perturb_in_page(page, url: str, key: str, src) -> None:
+    """Open the page, use the key, and perturb ``src`` with the default mechanism."""
+    page.goto(url + "/")
+    page.fill("#api-key", key)
+    page.click("#save-key")
+    page.set_input_files("#file", str(src))
+    page.click("#perturb")
+    page.wait_for_selector("#perturb-status:has-text('done')", timeout=60_000)
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     srv = LiveServer(tmp_path_factory.mktemp("browser-svc"), worker=False).start()
@@ -49,17 +76,7 @@ def test_only_perturbed_text_leaves_the_browser(server, tmp_path):
             "const g = crypto.getRandomValues.bind(crypto);"
             "crypto.getRandomValues = (a) => { window.noteRandom(a.length); return g(a); };"
             "Math.random = () => { throw new Error('Math.random used'); };"
-            # every request body the page sends, FormData blobs included, as text
-            "window.sentBodies = [];"
-            "const f = window.fetch.bind(window);"
-            "window.fetch = async (url, opts) => {"
-            "  const b = opts && opts.body;"
-            "  if (b instanceof FormData) {"
-            "    for (const [k, v] of b.entries())"
-            "      window.sentBodies.push(k + '=' + (v instanceof Blob ? await v.text() : v));"
-            "  } else if (b) { window.sentBodies.push(String(b)); }"
-            "  return f(url, opts);"
-            "};"
+            + capture_bodies_script()
         )
         page.goto(server.url + "/")
         page.fill("#api-key", key)
@@ -110,12 +127,9 @@ def test_structured_files_keep_their_other_fields(server, tmp_path, kind):
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         page = browser.new_page()
-        page.goto(server.url + "/")
-        page.fill("#api-key", key)
-        page.click("#save-key")
-        page.set_input_files("#file", str(src))
-        page.click("#perturb")
-        page.wait_for_selector("#perturb-status:has-text('done')", timeout=60_000)
+        perturb_in_page(page, server.url, key, src)
+        page.select_option("#label-column", "label")  # a label leaves only when chosen
+        page.wait_for_selector("#preview-table th:has-text('label (uploaded)')")
         page.click("#upload")
         page.wait_for_selector("#upload-status:has-text('stored as')", timeout=60_000)
         browser.close()
@@ -127,3 +141,100 @@ def test_structured_files_keep_their_other_fields(server, tmp_path, kind):
     text = " ".join(r.text for r in records).lower()
     for secret in SECRETS:
         assert secret not in text
+
+
+PEOPLE = [  # (user_id, customer, email): none of these may leave the page in clear
+    ("cust-88123", "Aurelia Quenneville", "aurelia.q@example.org"),
+    ("cust-88123", "Aurelia Quenneville", "aurelia.q@example.org"),
+    ("cust-40917", "Bartholomew Ingersoll", "b.ingersoll@example.net"),
+]
+
+
+@pytest.mark.parametrize("kind", ["csv", "jsonl"])
+def test_other_columns_never_leave_and_user_ids_leave_only_as_pseudonyms(server, tmp_path, kind):
+    """Issue 17 §2: only the perturbed text, a chosen label and a keyed pseudonym of a chosen
+    user id are uploaded; every other column is dropped; the server stores nothing else."""
+    from playwright.sync_api import sync_playwright
+
+    key = server.tenant(f"columns-{kind}")
+    src = tmp_path / f"tickets.{kind}"
+    rows = [
+        {"text": t, "label": f"L{i % 2}", "user_id": u, "customer": c, "email": e}
+        for i, (t, (u, c, e)) in enumerate(zip(ORIGINAL, PEOPLE, strict=True))
+    ]
+    if kind == "jsonl":
+        src.write_text("\n".join(json.dumps(r) for r in rows))
+    else:
+        src.write_text(
+            "text,label,user_id,customer,email\n"
+            + "\n".join(",".join(f'"{v}"' for v in r.values()) for r in rows)
+        )
+    requests: list[bytes] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        page = browser.new_page()
+        page.on("request", lambda req: requests.append(req.post_data_buffer or b""))
+        page.add_init_script(capture_bodies_script())
+        perturb_in_page(page, server.url, key, src)
+        leaves = page.inner_text("#leaves")
+        assert "Dropped, never uploaded: label, user_id, customer, email" in leaves
+        page.select_option("#label-column", "label")
+        page.select_option("#user-column", "user_id")
+        page.wait_for_selector("#preview-table th:has-text('user pseudonym (uploaded)')")
+        leaves = page.inner_text("#leaves")
+        assert "Dropped, never uploaded: customer, email" in leaves
+        assert "keyed pseudonym of 'user_id'" in leaves
+        preview = page.inner_text("#preview-table")
+        page.click("#upload")
+        page.wait_for_selector("#upload-status:has-text('stored as')", timeout=60_000)
+        sent = [b.encode() for b in page.evaluate("window.sentBodies")]
+        browser.close()
+    everything = (b"".join(requests) + b"".join(sent)).lower()
+    assert any(b.startswith(b"file=") for b in sent)  # the upload itself was seen
+    for _, customer, email in PEOPLE:
+        for value in (customer, email, customer.split()[1], email.split("@")[0]):
+            assert value.lower().encode() not in everything, value
+    for user, _, _ in PEOPLE:
+        assert user.encode() not in everything and b"88123" not in everything
+    for secret in SECRETS:
+        assert secret.encode() not in everything, secret
+
+    from privlm.data import load_file
+
+    stored = max(
+        (server.data_dir / "tenants").rglob(f"ds_*.{kind}"), key=lambda f: f.stat().st_mtime
+    )
+    ds = load_file(stored)
+    assert ds.unit_kind == "user"
+    assert all(r.fields == {} for r in ds.records)  # nothing but text, label and user_id
+    units = [r.unit for r in ds.records]
+    assert units[0] == units[1] != units[2]  # one customer, one pseudonym, within the upload
+    assert all(len(u) == len("user-u") + 32 for u in units)
+    assert [r.label for r in ds.records] == ["L0", "L1", "L0"]
+    assert units[0].removeprefix("user-") in preview  # the preview showed what was sent
+
+
+def test_the_server_refuses_columns_no_job_uses(server):
+    import urllib.request
+
+    key = server.tenant("columns-direct")
+    body = json.dumps({"text": "a note", "email": "someone@example.org"}).encode()
+    boundary = "privlmtestboundary"
+    form = (
+        (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="x.jsonl"\r\n'
+            "Content-Type: text/plain\r\n\r\n"
+        ).encode()
+        + body
+        + f"\r\n--{boundary}--\r\n".encode()
+    )
+    req = urllib.request.Request(
+        server.url + "/v1/datasets", data=form, method="POST",
+        headers={"Authorization": f"Bearer {key}", "Content-Type": f"multipart/form-data; boundary={boundary}"},
+    )  # fmt: skip
+    with pytest.raises(urllib.request.HTTPError) as err:
+        urllib.request.urlopen(req)
+    assert err.value.code == 400
+    message = err.value.read().decode()
+    assert "'email'" in message and "used by no job" in message
+    assert "someone@example.org" not in message

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from privlm.accounting import PrivacyLedger
+from privlm.errors import PrivlmError
 from privlm.service.worker import Worker
 
 
@@ -161,7 +162,7 @@ def test_dpsgd_job_charges_the_dataset_and_serves_its_adapter(service):
 def test_pate_job_labels_public_data_under_the_dataset_budget(service):
     private = "\n".join(
         json.dumps({"text": f"a {'great' if i % 2 else 'awful'} film {i}", "label": "positive" if i % 2 else "negative"})
-        for i in range(12)
+        for i in range(36)  # about 3 per teacher: units go to teachers by a keyed hash
     )  # fmt: skip
     public = "\n".join(f"a film number {i}" for i in range(12))
     p = service.upload("acme", private, filename="p.jsonl", budget_epsilon=20).json()
@@ -191,7 +192,8 @@ def test_a_job_on_another_tenants_public_data_is_refused(service):
 
 
 def test_submix_deployment_charges_its_part_ledgers(service):
-    ds = service.upload("acme").json()
+    # (α=3, ε=2)-RDP per part is about (6.8, 1e-5)-DP, reserved on the dataset's budget
+    ds = service.upload("acme", budget_epsilon=20).json()
     j = submit(
         service, "acme", "ensemble", ds["id"], parts=2, protocol="submix", block_size=16,
         max_blocks=2,
@@ -210,6 +212,147 @@ def test_submix_deployment_charges_its_part_ledgers(service):
         assert body["privlm"]["public_tokens"] == 0  # no fallback: only charged tokens leave
         total_private += body["privlm"]["private_tokens"]
     b = service.client.get(f"/v1/deployments/{dep}/budget", headers=service.auth("acme")).json()
-    assert b["mechanism"] == "submix" and b["spent"]["epsilon"] <= 2 + 1e-9
+    assert b["mechanism"] == "submix" and b["spent"]["rdp_epsilon"] <= 2 + 1e-9
+    # issue 18 §3: an order-α RDP value, shown as one, with its (ε, δ) conversion beside it
+    from privlm.accounting import RdpCurve
+
+    as_dp = RdpCurve.from_mapping({3.0: 2.0}).to_dp(1e-5).epsilon  # about 6.8
+    assert b["budget"]["order"] == 3 and b["budget"]["rdp_epsilon"] == 2
+    assert "epsilon" not in b["budget"]
+    assert b["budget"]["as_dp"]["epsilon"] == pytest.approx(as_dp) and as_dp > 6
     parts = [PrivacyLedger(service.ledgers, f"deployment-{dep}/part-{i:03d}") for i in range(2)]
     assert all(p.verify() for p in parts)
+
+
+def test_deployments_reserve_the_dataset_budget_until_one_is_refused(service, ensemble_job):
+    """Issue 17 §3: every deployment of a dataset's ensembles counts against the dataset's
+    one budget. Each reserves its whole cost when created; the one that would not fit is
+    refused, and what is reserved never exceeds the dataset's ε."""
+    from privlm.accounting import Budget, PrivacyLedger
+    from privlm.predict.pmixed import PMixEDConfig
+
+    ds_id = ensemble_job["dataset_id"]
+    made = []
+    for _ in range(20):
+        r = deploy(service, "acme", ensemble_job["id"], mechanism="pmixed", epsilon=6, queries=8)
+        if r.status_code != 201:
+            break
+        made.append(r.json()["id"])
+    assert r.status_code == 409, r.text
+    err = r.json()["error"]
+    assert err["type"] == "budget_exceeded" and "does not fit" in err["message"]
+    assert 1 <= len(made) < 20
+    ds = service.client.get(f"/v1/datasets/{ds_id}", headers=service.auth("acme")).json()
+    budget = ds["budget"]
+    assert budget["spent"]["epsilon"] <= budget["epsilon"] == 8.0
+    assert budget["remaining"]["epsilon"] == pytest.approx(8.0 - budget["spent"]["epsilon"])
+    assert [c["deployment"] for c in budget["charges"]] == made
+    # independently: the reserved curves composed by hand give the ledger's ε, and one more
+    # deployment would have gone over
+    one = PMixEDConfig(6, 1e-5, 3, 8, 1.0).lifetime_curve(2)
+    total = one.times(len(made))
+    assert total.to_dp(1e-5).epsilon == pytest.approx(budget["spent"]["epsilon"], rel=1e-9)
+    assert total.to_dp(1e-5).epsilon <= 8.0 < one.times(len(made) + 1).to_dp(1e-5).epsilon
+    # tokens are charged to the deployment's own ledger, never twice to the dataset
+    before = PrivacyLedger(service.ledgers, f"dataset-{ds_id}", Budget(8.0, 1e-5)).count()
+    assert complete(service, "acme", made[0], max_tokens=2).status_code == 200
+    assert PrivacyLedger(service.ledgers, f"dataset-{ds_id}").count() == before
+    assert service.client.get("/v1/datasets", headers=service.auth("acme")).json()["data"][0][
+        "budget"
+    ]["remaining"]["epsilon"] == pytest.approx(budget["remaining"]["epsilon"])
+
+
+def test_a_dp_job_and_deployments_share_one_dataset_budget(service, ensemble_job):
+    """A deployment that fits alone is refused once a DP-SGD job has spent the budget."""
+    ds_id = ensemble_job["dataset_id"]
+    j = submit(
+        service, "acme", "dpsgd", ds_id, epsilon=7.5, batch_size=8, physical_batch_size=4,
+        block_size=16,
+    )  # fmt: skip
+    run_queue(service)
+    assert job(service, "acme", j["id"])["status"] == "succeeded"
+    r = deploy(service, "acme", ensemble_job["id"], mechanism="pmixed", epsilon=6, queries=8)
+    assert r.status_code == 409 and r.json()["error"]["type"] == "budget_exceeded"
+
+
+def test_a_jft_job_says_sdp_in_its_job_artefact_card_and_deployment(service):
+    """Issue 18 §2: a JFT model is (ε, δ)-SDP under its policy, never presented as DP."""
+    import io
+    import zipfile
+
+    ds = service.upload("acme").json()
+    j = submit(
+        service, "acme", "jft", ds["id"], epsilon=3.0, batch_size=8, physical_batch_size=4,
+        block_size=16, detector="regex",
+    )  # fmt: skip
+    run_queue(service)
+    done = job(service, "acme", j["id"])
+    assert done["status"] == "succeeded", done
+    assert done["guarantee"]["kind"] == "SDP" and done["guarantee"]["dp_epsilon"] is None
+    assert "no ordinary DP guarantee" in done["guarantee"]["text"]
+    r = service.client.get(f"/v1/jobs/{j['id']}/artifact", headers=service.auth("acme"))
+    files = zipfile.ZipFile(io.BytesIO(r.content))
+    privacy = json.loads(files.read("privacy.json"))
+    assert privacy["guarantee_kind"] == "SDP" and privacy["dp_epsilon"] is None
+    assert privacy["policy"] == "regex" and privacy["mechanism"].startswith("Just Fine-tune")
+    card = files.read("README.md").decode()
+    assert "-SDP under the policy 'regex'; ordinary DP: none" in card
+    assert ")-DP per" not in card  # never a plain DP claim
+    dep = deploy(service, "acme", j["id"], mechanism="adapter")
+    assert dep.status_code == 201, dep.text
+    assert dep.json()["guarantee"]["kind"] == "SDP"
+    b = service.client.get(
+        f"/v1/deployments/{dep.json()['id']}/budget", headers=service.auth("acme")
+    ).json()
+    assert b["training"]["guarantee_kind"] == "SDP" and "not DP" in b["note"]
+    c = complete(service, "acme", dep.json()["id"], max_tokens=2).json()
+    assert "SDP" in c["privlm"]["note"] and "not DP" in c["privlm"]["note"]
+    models = service.client.get("/v1/models", headers=service.auth("acme")).json()
+    (m,) = [m for m in models["data"] if m["id"] == dep.json()["id"]]
+    assert m["object"] == "model" and m["privlm"]["guarantee"]["kind"] == "SDP"
+
+
+def test_a_dataset_that_requires_dp_refuses_jft(service):
+    ds = service.upload("acme", require_dp="true").json()
+    assert ds["require_dp"] is True
+    r = service.client.post(
+        "/v1/jobs",
+        headers=service.auth("acme"),
+        json={"kind": "jft", "dataset_id": ds["id"], "params": {}},
+    )
+    assert r.status_code == 400 and "requires DP-only artefacts" in r.json()["error"]["message"]
+    submit(service, "acme", "dpsgd", ds["id"])  # DP-SGD is still accepted
+    assert service.upload("acme").json()["require_dp"] is False
+
+
+def test_a_database_from_before_require_dp_is_migrated(tmp_path):
+    import sqlite3
+
+    from privlm.service.db import make_engine
+
+    path = tmp_path / "old.db"
+    con = sqlite3.connect(path)
+    con.execute(
+        "CREATE TABLE datasets (id VARCHAR(40) PRIMARY KEY, tenant_id VARCHAR(40), name "
+        "VARCHAR(200), format VARCHAR(8), records INTEGER, bytes INTEGER, path TEXT, "
+        "budget_epsilon FLOAT, budget_delta FLOAT, perturbation TEXT, created_at DATETIME)"
+    )
+    con.execute("INSERT INTO datasets (id, name) VALUES ('ds_old', 'kept')")
+    con.commit()
+    con.close()
+    engine = make_engine(f"sqlite:///{path}")
+    with engine.connect() as conn:
+        row = conn.exec_driver_sql("SELECT name, require_dp FROM datasets").one()
+    assert tuple(row) == ("kept", 0)
+
+
+def test_the_service_never_passes_a_seed():
+    """Issue 17 §1: a tenant cannot ask for (or be given) reproducible noise."""
+    from privlm.service import jobs as jobs_api
+
+    for kind, model in jobs_api.PARAMS.items():
+        assert not any("seed" in f for f in model.model_fields), kind
+    with pytest.raises(PrivlmError, match="seed"):
+        jobs_api.validate_params("dpsgd", {"seed": 0})
+    cfg = jobs_api._dpsgd_config(jobs_api.validate_params("dpsgd", {}), 1e-5)
+    assert cfg.seed is None

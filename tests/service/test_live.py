@@ -24,7 +24,10 @@ def ledger(server: LiveServer, name: str) -> PrivacyLedger:
 
 
 def upload(c: httpx.Client, text: str = LINES) -> str:
-    r = c.post("/v1/datasets", files={"file": ("d.txt", text.encode())})
+    # the module's deployments all reserve on this one dataset: room for several at ε = 8
+    r = c.post(
+        "/v1/datasets", files={"file": ("d.txt", text.encode())}, data={"budget_epsilon": "100"}
+    )
     assert r.status_code == 201, r.text
     return str(r.json()["id"])
 

@@ -12,12 +12,16 @@ import pytest
 import torch
 
 from privlm.accounting import PrivacyLedger
+from privlm.randomness import PrivacyRandomness
 from privlm.training.distributed_dp import LockstepPoissonSampler, collate_with_empty
 
 
 def test_the_shards_partition_the_data_and_every_rank_takes_every_step():
     n, q, batches, world = 23, 0.2, 5, 2
-    samplers = [LockstepPoissonSampler(n, q, batches, r, world, seed=3) for r in range(world)]
+    samplers = [
+        LockstepPoissonSampler(n, q, batches, r, world, PrivacyRandomness(3).torch_generator())
+        for r in range(world)
+    ]
     shards = [set(s.shard.tolist()) for s in samplers]
     assert shards[0].isdisjoint(shards[1]) and shards[0] | shards[1] == set(range(n))
     runs = [list(s) for s in samplers]
@@ -26,7 +30,9 @@ def test_the_shards_partition_the_data_and_every_rank_takes_every_step():
 
 def test_inclusion_is_bernoulli_q_and_empty_batches_are_yielded():
     n, q = 10, 0.1
-    s = LockstepPoissonSampler(n, q, 4000, rank=1, world=2, seed=0)
+    s = LockstepPoissonSampler(
+        n, q, 4000, rank=1, world=2, generator=PrivacyRandomness().torch_generator()
+    )
     batches = list(s)
     counts = torch.zeros(n)
     for b in batches:

@@ -13,6 +13,7 @@ from privlm.accounting import dpsgd_epsilon
 from privlm.data import Dataset, Record
 from privlm.errors import PrivlmError
 from privlm.models import load_public_model
+from privlm.randomness import SEEDED_WARNING, PrivacyRandomness
 from privlm.training import dpsgd as dp
 from privlm.training.lora_finetune import record_sequences
 from privlm.training.lora_targets import discover_lora_targets
@@ -333,7 +334,77 @@ def test_one_example_per_sampled_user(tmp_path):
 def test_one_example_per_user_draws_each_users_own_records():
     tensors = (torch.arange(10).view(10, 1),)
     rows = [[0, 1, 2], [3], [4, 5, 6, 7, 8, 9]]
-    ds = dp.OneExamplePerUser(tensors, rows, seed=0)
+    ds = dp.OneExamplePerUser(tensors, rows, PrivacyRandomness().torch_generator())
     assert len(ds) == 3
     seen = {u: {int(ds[u][0]) for _ in range(200)} for u in range(3)}
     assert seen == {0: {0, 1, 2}, 1: {3}, 2: set(range(4, 10))}
+
+
+def adapter_digest(path):
+    import hashlib
+
+    return hashlib.sha256((path / "adapter_model.safetensors").read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def batch_log(monkeypatch):
+    """Every Poisson batch Opacus draws, in order (issue 17 §1)."""
+    from opacus.utils.uniform_sampler import UniformWithReplacementSampler
+
+    log: list[list[int]] = []
+    real = UniformWithReplacementSampler.__iter__
+
+    def spy(self):
+        for b in real(self):
+            log.append([int(i) for i in b])
+            yield b
+
+    monkeypatch.setattr(UniformWithReplacementSampler, "__iter__", spy)
+    return log
+
+
+def run_recording_batches(path, log, seed):
+    start = len(log)
+    st = dp.train_dpsgd(
+        "tiny",
+        dataset(),
+        path,
+        dp.DpSgdConfig(target_epsilon=3.0, seed=seed, **CFG),
+        progress=False,
+    )
+    return st, log[start:], adapter_digest(path)
+
+
+def test_without_a_seed_two_runs_differ_in_noise_and_batches(tmp_path, batch_log):
+    """Two identical jobs on the same data must not give the same adapter: the noise and the
+    batches come from fresh OS entropy, not from a default seed."""
+    st1, b1, d1 = run_recording_batches(tmp_path / "a", batch_log, None)
+    _, b2, d2 = run_recording_batches(tmp_path / "b", batch_log, None)
+    assert len(b1) == len(b2) == 6 and b1 != b2 and d1 != d2
+    assert st1.seed is None and st1.warning is None
+    assert json.loads((tmp_path / "a" / "privacy.json").read_text())["randomness"].startswith(
+        "fresh OS entropy"
+    )
+
+
+def test_the_same_explicit_seed_repeats_and_says_what_that_costs(tmp_path, batch_log):
+    st1, b1, d1 = run_recording_batches(tmp_path / "a", batch_log, 11)
+    _, b2, d2 = run_recording_batches(tmp_path / "b", batch_log, 11)
+    assert len(b1) == 6 and b1 == b2 and d1 == d2
+    assert st1.seed == 11 and st1.warning == SEEDED_WARNING
+    written = json.loads((tmp_path / "a" / "privacy.json").read_text())
+    assert written["warning"] == SEEDED_WARNING and written["seed"] == 11
+
+
+def test_the_cli_warns_about_a_seed(tmp_path):
+    from typer.testing import CliRunner
+
+    from privlm.cli import app
+
+    data = tmp_path / "d.txt"
+    data.write_text("\n".join(f"line {i} of private notes" for i in range(20)))
+    args = ["train", "dpsgd", str(data), "--out", str(tmp_path / "o"), "--model", "tiny"]
+    args += ["--batch-size", "10", "--block-size", "16", "--ledger", str(tmp_path / "l.db")]
+    res = CliRunner().invoke(app, [*args, "--seed", "3"])
+    assert res.exit_code == 0, res.output
+    assert "does not hold against anyone who knows the seed" in res.stderr

@@ -14,6 +14,9 @@ from privlm.training import ensemble as ens
 from privlm.training.lora_finetune import LoraTrainingConfig
 
 CFG = LoraTrainingConfig(epochs=1, block_size=32, batch_size=4, learning_rate=1e-2)
+# a partition key under which the 8 users of users_dataset split evenly (2 per part of 4;
+# 4 per part of 2, and 2 per SubMix half): found by search, so the tests below are exact
+KEY = "000000000000000000000000000000f7"
 
 
 def users_dataset(n_users=8):
@@ -31,7 +34,9 @@ def users_dataset(n_users=8):
 
 def test_pmixed_ensemble_manifest_and_adapters(tmp_path):
     ds = users_dataset()
-    manifest = ens.train_ensemble("tiny", ds, 4, tmp_path, "pmixed", CFG, progress=False)
+    manifest = ens.train_ensemble(
+        "tiny", ds, 4, tmp_path, "pmixed", CFG, progress=False, partition_key=KEY
+    )
     names = [p["name"] for p in manifest["partition"]]
     assert names == ["part-000", "part-001", "part-002", "part-003"]
     assert sum(p["units"] for p in manifest["partition"]) == 8
@@ -48,7 +53,7 @@ def test_pmixed_ensemble_manifest_and_adapters(tmp_path):
 
 def test_submix_halves(tmp_path):
     manifest = ens.train_ensemble(
-        "tiny", users_dataset(), 2, tmp_path, "submix", CFG, progress=False
+        "tiny", users_dataset(), 2, tmp_path, "submix", CFG, progress=False, partition_key=KEY
     )
     assert [p["name"] for p in manifest["partition"]] == [
         "part-000-a",
@@ -72,25 +77,65 @@ def test_interrupted_run_resumes_from_finished_adapters(tmp_path, monkeypatch):
 
     monkeypatch.setattr(ens, "finetune_lora", flaky)
     with pytest.raises(KeyboardInterrupt):
-        ens.train_ensemble("tiny", ds, 4, tmp_path, "pmixed", CFG, progress=False)
+        ens.train_ensemble(
+            "tiny", ds, 4, tmp_path, "pmixed", CFG, progress=False, partition_key=KEY
+        )
     with pytest.raises(PrivlmError, match="incomplete"):
         ens.load_manifest(tmp_path)
     seen = []
     monkeypatch.setattr(
         ens, "finetune_lora", lambda *a, **k: seen.append(k["desc"]) or real(*a, **k)
     )
+    # the resume takes the key from the manifest; another key is refused
+    with pytest.raises(PrivlmError, match="another key"):
+        ens.train_ensemble(
+            "tiny", ds, 4, tmp_path, "pmixed", CFG, progress=False, partition_key="ab"
+        )
     ens.train_ensemble("tiny", ds, 4, tmp_path, "pmixed", CFG, progress=False)
     assert seen == ["part-002", "part-003"]
     assert len(ens.load_manifest(tmp_path)["adapters"]) == 4
 
 
 def test_resume_with_other_settings_is_refused(tmp_path):
-    ens.train_ensemble("tiny", users_dataset(4), 2, tmp_path, "pmixed", CFG, progress=False)
+    ens.train_ensemble(
+        "tiny", users_dataset(4), 2, tmp_path, "pmixed", CFG, progress=False, partition_key=KEY
+    )
     with pytest.raises(PrivlmError, match="other settings or data"):
-        ens.train_ensemble("tiny", users_dataset(4), 3, tmp_path, "pmixed", CFG, progress=False)
+        ens.train_ensemble(
+            "tiny", users_dataset(4), 3, tmp_path, "pmixed", CFG, progress=False, partition_key=KEY
+        )
     assert json.loads((tmp_path / "manifest.json").read_text())["n_parts"] == 2
 
 
 def test_too_few_units(tmp_path):
     with pytest.raises(PrivlmError, match="cannot split 2 privacy units"):
-        ens.train_ensemble("tiny", users_dataset(2), 3, tmp_path, "pmixed", CFG, progress=False)
+        ens.train_ensemble(
+            "tiny", users_dataset(2), 3, tmp_path, "pmixed", CFG, progress=False, partition_key=KEY
+        )
+
+
+def test_an_empty_part_gets_the_public_model(tmp_path):
+    """Under this key the 3 users fill parts 0 and 1 only: part 2's member is the untrained
+    adapter (B = 0), i.e. the public model, still a function of its own (empty) part."""
+    manifest = ens.train_ensemble(
+        "tiny", users_dataset(3), 3, tmp_path, "pmixed", CFG, progress=False,
+        partition_key="0" * 32,
+    )  # fmt: skip
+    assert [p["units"] for p in manifest["partition"]] == [1, 2, 0]
+    assert manifest["adapters"]["part-002"]["empty_part"]
+    assert manifest["partition_key"] == "0" * 32 and "HMAC" in manifest["partition_rule"]
+    engine = EnsembleEngine.from_directories(
+        load_public_model("tiny").model, [tmp_path / "part-002", tmp_path / "part-000"]
+    )
+    lp = engine.log_probs([1, 2, 3], [-1, 0, 1])
+    assert lp[0].allclose(lp[1]) and not lp[0].allclose(lp[2])
+
+
+def test_a_fresh_key_is_drawn_and_recorded(tmp_path):
+    a = ens.train_ensemble(
+        "tiny", users_dataset(4), 2, tmp_path / "a", "pmixed", CFG, progress=False
+    )
+    b = ens.train_ensemble(
+        "tiny", users_dataset(4), 2, tmp_path / "b", "pmixed", CFG, progress=False
+    )
+    assert len(a["partition_key"]) == 32 and a["partition_key"] != b["partition_key"]

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from privlm.training import ensemble as ens
-from tests.training.test_ensemble import CFG, users_dataset
+from tests.training.test_ensemble import CFG, KEY, users_dataset
 
 RAY = Path(sys.executable).parent / "ray"
 
@@ -60,11 +60,14 @@ def ray_cluster(tmp_path_factory):
 def test_one_ray_task_per_adapter_gives_the_same_ensemble(ray_cluster, tmp_path):
     ds = users_dataset()
     manifest = ens.train_ensemble(
-        "tiny", ds, 4, tmp_path / "ray", "pmixed", CFG, progress=False, ray_address=ray_cluster
-    )
+        "tiny", ds, 4, tmp_path / "ray", "pmixed", CFG, progress=False, ray_address=ray_cluster,
+        partition_key=KEY,
+    )  # fmt: skip
     assert all(a["ray"] and a["status"] == "done" for a in manifest["adapters"].values())
     assert len(manifest["adapters"]) == 4
-    local = ens.train_ensemble("tiny", ds, 4, tmp_path / "local", "pmixed", CFG, progress=False)
+    local = ens.train_ensemble(
+        "tiny", ds, 4, tmp_path / "local", "pmixed", CFG, progress=False, partition_key=KEY
+    )
     from safetensors.torch import load_file
 
     for name in local["adapters"]:  # same seed, same part: the same adapter, up to the

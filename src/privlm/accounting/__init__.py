@@ -38,7 +38,12 @@ from privlm.accounting.ledger import (
     charge_together,
 )
 from privlm.accounting.orders import DEFAULT_ORDERS, INTEGER_ORDERS
-from privlm.accounting.pate import GnmaxPlan, confident_gnmax_curve, plan_gnmax
+from privlm.accounting.pate import (
+    GnmaxPlan,
+    confident_gnmax_curve,
+    default_prompt_delta,
+    plan_gnmax,
+)
 
 __all__ = [
     "ACCOUNTANTS",
@@ -61,6 +66,7 @@ __all__ = [
     "charge_together",
     "classic_epsilon",
     "confident_gnmax_curve",
+    "default_prompt_delta",
     "dpsgd_epsilon",
     "gaussian_rdp",
     "plan_gnmax",

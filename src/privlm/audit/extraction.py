@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 from tqdm.auto import tqdm
 
 from privlm.accounting import Budget, PrivacyLedger
@@ -24,7 +23,8 @@ from privlm.data import Dataset, Record
 from privlm.predict import PMixED, PMixEDConfig, SubMix, SubMixConfig, part_ledgers
 from privlm.predict.engine import CachedDecoder, EnsembleEngine
 from privlm.predict.loading import load_ensemble
-from privlm.predict.sampling import make_generator, sample
+from privlm.predict.sampling import sample
+from privlm.randomness import PrivacyRandomness
 from privlm.training.ensemble import train_ensemble
 from privlm.training.lora_finetune import LoraTrainingConfig
 
@@ -64,7 +64,7 @@ class AttackResult:
 
 
 def _sample_plain(
-    engine: EnsembleEngine, tokenizer: Any, row: int, n_tokens: int, gen: torch.Generator
+    engine: EnsembleEngine, tokenizer: Any, row: int, n_tokens: int, gen: PrivacyRandomness
 ) -> str:
     ids = tokenizer(PREFIX, add_special_tokens=False)["input_ids"]
     dec = CachedDecoder(engine, ids, [row])
@@ -103,7 +103,7 @@ def run_extraction(
     root = Path(workdir or tempfile.mkdtemp(prefix="privlm-extraction-"))
     tokens = length + 3  # room for a space and the digits
     queries = generations * tokens
-    gen = make_generator(seed)
+    gen = PrivacyRandomness(seed)
     results: list[AttackResult] = []
 
     train_ensemble(model, data, 1, root / "finetuned", "pmixed", cfg, progress=progress)

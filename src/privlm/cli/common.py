@@ -15,6 +15,20 @@ from privlm.errors import PrivlmError
 F = TypeVar("F", bound=Callable[..., Any])
 
 JSON_OPTION = typer.Option(False, "--json", help="Print machine-readable JSON.")
+SEED_OPTION = typer.Option(
+    None,
+    "--seed",
+    help="Reproducible experiments only: fixes the noise and sampling, so the privacy "
+    "guarantee does not hold against anyone who knows the seed. Default: fresh OS entropy.",
+)
+
+
+def warn_if_seeded(seed: int | None) -> None:
+    """Print, on stderr, what a seed does to the guarantee (issue 17)."""
+    if seed is not None:
+        from privlm.randomness import SEEDED_WARNING
+
+        typer.echo(f"warning: {SEEDED_WARNING}", err=True)
 
 
 def _clean(value: Any) -> Any:

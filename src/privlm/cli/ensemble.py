@@ -51,7 +51,13 @@ def train(
     block_size: int = typer.Option(256, help="Tokens per training block."),
     batch_size: int = typer.Option(8, help="Blocks per step."),
     max_blocks: int | None = typer.Option(None, help="Cap on blocks per adapter (quick runs)."),
-    seed: int = typer.Option(0, help="Partition and training seed."),
+    seed: int = typer.Option(
+        0, help="Training seed (initialisation, shuffling): no privacy randomness."
+    ),
+    partition_key: str | None = typer.Option(
+        None,
+        help="Hex key of the keyed-hash partition (default: fresh; recorded in the manifest).",
+    ),
     ray: str | None = typer.Option(
         None, "--ray", help="Ray cluster ADDRESS (or 'local'): one task per adapter."
     ),
@@ -71,12 +77,20 @@ def train(
         seed=seed,
     )
     manifest = train_ensemble(
-        model, ds, parts, out, protocol, cfg, progress=not as_json, ray_address=ray
-    )
+        model, ds, parts, out, protocol, cfg, progress=not as_json, ray_address=ray,
+        partition_key=partition_key,
+    )  # fmt: skip
     if as_json:
         emit_json(manifest)
         return
     secs = sum(a["seconds"] for a in manifest["adapters"].values())
+    empty = [n for n, a in manifest["adapters"].items() if a.get("empty_part")]
+    if empty:
+        typer.echo(
+            f"note: {len(empty)} part(s) received no unit ({', '.join(empty)}); their members "
+            "are the public model. Use fewer parts or more data for a fuller ensemble.",
+            err=True,
+        )
     typer.echo(
         f"{protocol} ensemble of {len(manifest['partition'])} adapters on {manifest['model']} in {out} "
         f"({manifest['units']} {manifest['privacy_unit']} units, {secs:.0f}s of training)"

@@ -7,12 +7,13 @@ from pathlib import Path
 
 import typer
 
-from privlm.cli.common import JSON_OPTION, emit_json, user_errors
+from privlm.cli.common import JSON_OPTION, SEED_OPTION, emit_json, user_errors, warn_if_seeded
 from privlm.errors import DataError
 from privlm.perturb import load_glove, make_mechanism, perturb_text
 from privlm.perturb.mechanisms import DEFAULT_CLIP
 from privlm.perturb.uniforms import UniformSource
 from privlm.perturb.vocabulary import DEFAULT_VOCABULARY
+from privlm.randomness import PrivacyRandomness
 
 
 @user_errors
@@ -24,14 +25,13 @@ def perturb(
     delta: float | None = typer.Option(None, help="δ per word (gaussian only)."),
     clip: float = typer.Option(DEFAULT_CLIP, help="Clipping norm C of the word vectors."),
     vocabulary: int = typer.Option(DEFAULT_VOCABULARY, help="GloVe words kept (most frequent)."),
-    seed: int | None = typer.Option(
-        None, help="Seed, for reproducible tests only (default: os.urandom, a CSPRNG)."
-    ),
+    seed: int | None = SEED_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Replace every word by a noisy nearest neighbour in GloVe space, as the service's web
     page does before upload; prints the guarantee per word and per document."""
     mech = make_mechanism(mechanism, epsilon, delta, clip)
+    warn_if_seeded(seed)
     if str(source) == "-":
         text = sys.stdin.read()
     else:
@@ -45,7 +45,13 @@ def perturb(
     if out is not None:
         out.write_text(res.text + "\n", encoding="utf-8")
     if as_json:
-        emit_json({**res.to_dict(), **({} if out else {"text": res.text})})
+        emit_json(
+            {
+                **res.to_dict(),
+                **PrivacyRandomness(seed).statement(),
+                **({} if out else {"text": res.text}),
+            }
+        )
         return
     if out is None:
         typer.echo(res.text)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from privlm.cli.common import JSON_OPTION, emit_json, user_errors
+from privlm.cli.common import JSON_OPTION, SEED_OPTION, emit_json, user_errors, warn_if_seeded
 from privlm.data import corpora
 from privlm.models.perplexity import token_blocks
 from privlm.predict.evaluate import METHODS, evaluate
@@ -29,7 +29,7 @@ def generate(
     sample_rate: float = typer.Option(0.03, help="PMixED: Poisson sampling rate q."),
     beta: float | None = typer.Option(None, help="SubMix: target leakage β (default ε/T)."),
     max_new_tokens: int = typer.Option(32, help="Tokens to generate."),
-    seed: int | None = typer.Option(None, help="Sampling seed (default: from the OS CSPRNG)."),
+    seed: int | None = SEED_OPTION,
     temperature: float | None = typer.Option(
         None, help="Refused: only ancestral sampling is private."
     ),
@@ -39,6 +39,7 @@ def generate(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Generate text privately; every released token is charged to the ledger first."""
+    warn_if_seeded(seed)
     predictor = build_predictor(
         method,
         ensemble,
@@ -57,7 +58,7 @@ def generate(
         prompt, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, greedy=greedy
     )
     if as_json:
-        emit_json({"method": method, **gen.__dict__})
+        emit_json({"method": method, **gen.__dict__, **predictor.rng.statement()})
         return
     typer.echo(prompt + gen.text)
     typer.echo(

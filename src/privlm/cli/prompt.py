@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from privlm.cli.common import JSON_OPTION, emit_json, user_errors
+from privlm.cli.common import JSON_OPTION, SEED_OPTION, emit_json, user_errors, warn_if_seeded
 from privlm.models import DEFAULT_MODEL, load_public_model
 from privlm.prompting.evaluate import accuracy, prompt_probabilities
 from privlm.prompting.pate_pipeline import PromptPateConfig, pate_ledger, run_prompt_pate
@@ -16,6 +16,9 @@ from privlm.prompting.tasks import TASKS, get_task
 
 app = typer.Typer(help="Private prompt learning: PromptDPSGD, PromptPATE.", no_args_is_help=True)
 TASK_OPTION = typer.Option("sst2", "--task", help=f"One of {', '.join(sorted(TASKS))}.")
+SPLIT_SEED_OPTION = typer.Option(
+    0, help="Which benchmark examples are private, public and test (no privacy randomness)."
+)
 
 
 @app.command("dpsgd")
@@ -33,12 +36,14 @@ def dpsgd(
     learning_rate: float = typer.Option(1e-2, "--lr", help="AdamW learning rate."),
     test: int = typer.Option(200, help="Test examples to report accuracy on (0: skip)."),
     model: str = typer.Option(DEFAULT_MODEL, help="Public model."),
-    seed: int = typer.Option(0, help="Seed."),
+    split_seed: int = SPLIT_SEED_OPTION,
+    seed: int | None = SEED_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Train a soft prompt or prefix with DP-SGD; the LLM stays frozen."""
     t = get_task(task)
-    splits = task_splits(t, private, 0, test, seed)
+    splits = task_splits(t, private, 0, test, split_seed)
+    warn_if_seeded(seed)
     cfg = PromptDpSgdConfig(
         kind=kind, virtual_tokens=virtual_tokens, target_epsilon=None if non_private else epsilon,
         epochs=epochs, batch_size=batch_size, learning_rate=learning_rate, seed=seed,
@@ -75,19 +80,29 @@ def pate(
     sigma_threshold: float = typer.Option(30.0, help="σ1 of the threshold check."),
     sigma: float = typer.Option(10.0, help="σ2 of GNMax."),
     epsilon: float = typer.Option(8.0, help="Budget ε: labelling stops before exceeding it."),
-    delta: float | None = typer.Option(None, help="δ (default 1/N private examples)."),
+    delta: float | None = typer.Option(
+        None, help="δ (default min(1/N^1.1, 1e-6), N private examples)."
+    ),
+    private: int | None = typer.Option(
+        None,
+        help="Private examples (default 3 × teachers × shots: units are placed by a keyed "
+        "hash, so a teacher is left empty, and abstains, with probability about e^-3).",
+    ),
     holdout: int = typer.Option(100, help="Labelled public inputs held back to pick the student."),
     candidates: int = typer.Option(20, help="Candidate student prompts."),
     test: int = typer.Option(200, help="Test examples for the student's accuracy (0: skip)."),
     ledger: Path = typer.Option(Path("privlm-ledger.db"), help="Budget ledger."),
     ledger_name: str = typer.Option("prompt-pate", help="Ledger name."),
     model: str = typer.Option(DEFAULT_MODEL, help="Public model."),
-    seed: int = typer.Option(0, help="Seed."),
+    split_seed: int = SPLIT_SEED_OPTION,
+    seed: int | None = SEED_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """PromptPATE: teachers label public inputs by Confident-GNMax; a student prompt is chosen."""
     t = get_task(task)
-    splits = task_splits(t, teachers * shots, public, test, seed)
+    n_private = private if private is not None else 3 * teachers * shots
+    splits = task_splits(t, n_private, public, test, split_seed)
+    warn_if_seeded(seed)
     cfg = PromptPateConfig(
         teachers=teachers, shots=shots, threshold=threshold, sigma_threshold=sigma_threshold,
         sigma=sigma, epsilon=epsilon, delta=delta, student_candidates=candidates,

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from privlm.accounting import Budget, DpSgdPlan, PrivacyLedger
-from privlm.cli.common import JSON_OPTION, emit_json, user_errors
+from privlm.cli.common import JSON_OPTION, SEED_OPTION, emit_json, user_errors, warn_if_seeded
 from privlm.cli.ensemble import load_training_data
 from privlm.errors import AccountingError
 from privlm.models import DEFAULT_MODEL
@@ -44,7 +44,7 @@ def dpsgd(
     ),
     model: str = typer.Option(DEFAULT_MODEL, help="Public model."),
     limit: int | None = typer.Option(None, help="Use only the first LIMIT privacy units."),
-    seed: int = typer.Option(0, help="Seed."),
+    seed: int | None = SEED_OPTION,
     ledger: Path = typer.Option(
         Path("privlm-ledger.db"), help="Budget ledger charged before the adapter is written."
     ),
@@ -75,6 +75,7 @@ def dpsgd(
     # a new ledger's default budget is what this run costs, as the ledger composes it (RDP)
     run_cost = DpSgdPlan(sigma, q, steps).rdp_curve().to_dp(run_delta).epsilon
     led = _open_ledger(ledger, ledger_name, budget_epsilon, run_cost, run_delta)
+    warn_if_seeded(seed)
     st = train_dpsgd(model, ds, out, cfg, progress=not as_json, ledger=led)
     if int(os.environ.get("RANK", "0")) != 0:  # under torchrun, rank 0 reports
         return
@@ -136,7 +137,7 @@ def jft(
     phase1_out: Path | None = typer.Option(None, help="Phase-1 adapter (default OUT-phase1)."),
     model: str = typer.Option(DEFAULT_MODEL, help="Public model."),
     limit: int | None = typer.Option(None, help="Use only the first LIMIT privacy units."),
-    seed: int = typer.Option(0, help="Seed."),
+    seed: int | None = SEED_OPTION,
     ledger: Path = typer.Option(Path("privlm-ledger.db"), help="Budget ledger."),
     ledger_name: str = typer.Option("jft", help="Ledger name (one per dataset)."),
     budget_epsilon: float | None = typer.Option(
@@ -174,7 +175,7 @@ def jft(
             pack=False,
             block_size=block_size,
             batch_size=physical_batch_size,
-            seed=seed,
+            seed=0 if seed is None else seed,  # phase 1's shuffle: no noise, no guarantee
         ),
         phase1_dpsgd=p1_dp,
         phase2=dp(epsilon),
@@ -185,6 +186,7 @@ def jft(
     if phase1 == "light-noise":
         run_cost += phase1_epsilon  # a new ledger's default: room for both charges
     led = _open_ledger(ledger, ledger_name, budget_epsilon, run_cost, run_delta)
+    warn_if_seeded(seed)
     st = train_jft(model, ds, out, cfg, phase1_dir=phase1_out, ledger=led, progress=not as_json)
     if as_json:
         emit_json(st.to_dict())

@@ -22,7 +22,8 @@ from privlm.accounting.analysis import pmixed as analysis
 from privlm.errors import BudgetExceededError, PrivlmError
 from privlm.predict.engine import CachedDecoder, EnsembleEngine
 from privlm.predict.pmixed_rule import pmixed_mixture, sample_subset
-from privlm.predict.sampling import check_ancestral, make_generator, sample
+from privlm.predict.sampling import check_ancestral, sample
+from privlm.randomness import PrivacyRandomness, as_randomness
 
 
 def rdp_budget_for(epsilon: float, delta: float, alpha: int) -> float:
@@ -57,6 +58,17 @@ class PMixEDConfig:
     def per_query_rdp(self) -> float:
         return rdp_budget_for(self.epsilon, self.delta, self.alpha) / self.queries
 
+    def query_cost(self, n_models: int) -> tuple[float, RdpCurve]:
+        """The radius ρ* for an ensemble of ``n_models``, and one query's RDP curve there."""
+        radius = analysis.solve_radius(self.per_query_rdp, self.alpha, n_models, self.sample_rate)
+        curve = analysis.query_rdp_curve(radius, self.alpha, n_models, self.sample_rate)
+        return radius, RdpCurve.from_mapping(curve)
+
+    def lifetime_curve(self, n_models: int) -> RdpCurve:
+        """What all T queries can cost together: the most a deployment can ever release,
+        reserved on the dataset's ledger when the deployment is created (issue 17 §3)."""
+        return self.query_cost(n_models)[1].times(self.queries)
+
 
 @dataclass
 class Generation:
@@ -82,7 +94,7 @@ class PMixED:
         tokenizer: PreTrainedTokenizerBase,
         ledger: PrivacyLedger,
         config: PMixEDConfig | None = None,
-        seed: int | None = None,
+        seed: PrivacyRandomness | int | None = None,
     ) -> None:
         self.engine, self.tokenizer, self.ledger = engine, tokenizer, ledger
         self.config = cfg = config or PMixEDConfig()
@@ -90,12 +102,8 @@ class PMixED:
             raise PrivlmError(
                 f"ledger {ledger.name!r} has budget {ledger.budget.describe()}, not ε={cfg.epsilon} at δ={cfg.delta}"
             )
-        n = engine.n_adapters
-        self.radius = analysis.solve_radius(cfg.per_query_rdp, cfg.alpha, n, cfg.sample_rate)
-        self.query_curve = RdpCurve.from_mapping(
-            analysis.query_rdp_curve(self.radius, cfg.alpha, n, cfg.sample_rate)
-        )
-        self.generator = make_generator(seed)
+        self.radius, self.query_curve = cfg.query_cost(engine.n_adapters)
+        self.rng = as_randomness(seed)  # the OS CSPRNG unless a seed is given
 
     # -- budget ------------------------------------------------------------------------------
 
@@ -126,7 +134,7 @@ class PMixED:
 
     def _mix(self, log_probs_all: torch.Tensor) -> torch.Tensor:
         """Row 0 public, rows 1..N adapters: the PMixED release distribution (unreleased)."""
-        subset = sample_subset(self.generator, self.engine.n_adapters, self.config.sample_rate)
+        subset = sample_subset(self.rng, self.engine.n_adapters, self.config.sample_rate)
         mix = pmixed_mixture(
             log_probs_all[1:][subset], log_probs_all[0], self.config.alpha, self.radius
         )
@@ -145,7 +153,7 @@ class PMixED:
         if self.queries_left() < 1:
             self._charge_one()  # raises with the reason
         n, q = self.engine.n_adapters, self.config.sample_rate
-        subsets = [sample_subset(self.generator, n, q).tolist() for _ in range(max_new_tokens)]
+        subsets = [sample_subset(self.rng, n, q).tolist() for _ in range(max_new_tokens)]
         last_use = {a: t for t, s in enumerate(subsets) for a in s}
         ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"] or [
             self.tokenizer.eos_token_id
@@ -157,7 +165,7 @@ class PMixED:
             position = {int(a): i for i, a in enumerate(decoder.rows.tolist())}
             sampled = decoder.last[[position[a] for a in subsets[t]]]
             mix = pmixed_mixture(sampled, decoder.last[0], self.config.alpha, self.radius)
-            token = sample(mix.log_probs, self.generator)
+            token = sample(mix.log_probs, self.rng)
             try:
                 self._charge_one()
             except BudgetExceededError as exc:

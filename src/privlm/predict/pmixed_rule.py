@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from privlm.accounting.analysis.pmixed import ball_order
 from privlm.predict.divergence import log_mix
 from privlm.predict.mollifier import LAMBDA_TOL, pmixed_lambdas
+from privlm.randomness import PrivacyRandomness
 
 
 @dataclass(frozen=True)
@@ -23,13 +25,13 @@ class PMixedMixture:
     lambdas: torch.Tensor  # (m,)
 
 
-def sample_subset(generator: torch.Generator, n_models: int, sample_rate: float) -> torch.Tensor:
+def sample_subset(rng: PrivacyRandomness, n_models: int, sample_rate: float) -> torch.Tensor:
     """Poisson subsampling: each model independently with probability q (§5.2).
 
-    Never sampling with replacement: Theorem C.4's amplification assumes this scheme.
+    Never sampling with replacement: Theorem C.4's amplification assumes this scheme, and
+    that the subset stays secret, so the coins come from the CSPRNG unless seeded.
     """
-    keep = torch.rand(n_models, generator=generator) < sample_rate
-    return torch.nonzero(keep).flatten()
+    return torch.from_numpy(np.flatnonzero(rng.bernoulli(n_models, sample_rate)))
 
 
 def pmixed_mixture(

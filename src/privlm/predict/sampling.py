@@ -7,12 +7,12 @@ which token is released as a function of the whole distribution, and leak more t
 
 from __future__ import annotations
 
-import secrets
 from typing import Any
 
 import torch
 
 from privlm.errors import PrivlmError
+from privlm.randomness import PrivacyRandomness
 
 FORBIDDEN = {
     "greedy": "greedy decoding releases the arg-max, a deterministic function of the private models",
@@ -45,10 +45,6 @@ def check_ancestral(options: dict[str, Any]) -> None:
             )
 
 
-def make_generator(seed: int | None) -> torch.Generator:
-    """A torch generator; without a seed, seeded from the operating system's CSPRNG."""
-    return torch.Generator().manual_seed(secrets.randbits(63) if seed is None else seed)
-
-
-def sample(log_probs: torch.Tensor, generator: torch.Generator) -> int:
-    return int(torch.multinomial(log_probs.double().exp(), 1, generator=generator))
+def sample(log_probs: torch.Tensor, rng: PrivacyRandomness) -> int:
+    """One token drawn from ``exp(log_probs)`` in float64 (the CSPRNG unless seeded)."""
+    return rng.categorical(log_probs.detach().double().cpu().numpy())

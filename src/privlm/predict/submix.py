@@ -19,8 +19,9 @@ from privlm.accounting import Budget, Charge, PrivacyLedger, RdpCurve, charge_to
 from privlm.errors import BudgetExceededError, PrivlmError
 from privlm.predict.engine import CachedDecoder, EnsembleEngine
 from privlm.predict.pmixed import Generation
-from privlm.predict.sampling import check_ancestral, make_generator, sample
+from privlm.predict.sampling import check_ancestral, sample
 from privlm.predict.submix_rule import submix_step
+from privlm.randomness import PrivacyRandomness, as_randomness
 
 STOP_FLAG = "submix-stop"
 
@@ -38,6 +39,11 @@ class SubMixConfig:
         if not (self.epsilon > 0 and self.beta > 0 and self.alpha > 1):
             raise PrivlmError("SubMix needs ε > 0, β > 0 and α > 1")
 
+    def lifetime_curve(self) -> RdpCurve:
+        """The most a deployment can release about one unit: a unit lies in one part, whose
+        ledger keeps its leakage within (α, ε)-RDP until STOP (Algorithm 2)."""
+        return RdpCurve.from_mapping({self.alpha: self.epsilon})
+
 
 def part_ledgers(target: Any, name: str, n_parts: int, config: SubMixConfig) -> list[PrivacyLedger]:
     """One RDP ledger per part, in one database, chargeable together."""
@@ -54,7 +60,7 @@ class SubMix:
         tokenizer: PreTrainedTokenizerBase,
         ledgers: list[PrivacyLedger],
         config: SubMixConfig | None = None,
-        seed: int | None = None,
+        seed: PrivacyRandomness | int | None = None,
     ) -> None:
         if engine.n_adapters % 2:
             raise PrivlmError("a SubMix ensemble has two adapters per part")
@@ -65,7 +71,7 @@ class SubMix:
             )
         self.engine, self.tokenizer, self.ledgers = engine, tokenizer, ledgers
         self.config = config or SubMixConfig()
-        self.generator = make_generator(seed)
+        self.rng = as_randomness(seed)  # the OS CSPRNG unless a seed is given
 
     @property
     def stopped(self) -> bool:
@@ -78,13 +84,13 @@ class SubMix:
         """One query: (token, private?). Charges before returning a private token."""
         public = log_probs_all[0]
         if self.stopped:
-            return sample(public, self.generator), False
+            return sample(public, self.rng), False
         step = submix_step(
             log_probs_all[1::2], log_probs_all[2::2], public, self.config.alpha, self.config.beta
         )
-        token = sample(step.log_probs, self.generator)
+        token = sample(step.log_probs, self.rng)
         if not self._charge_or_stop(step):
-            return sample(public, self.generator), False
+            return sample(public, self.rng), False
         return token, True
 
     def _charge_or_stop(self, step: Any) -> bool:

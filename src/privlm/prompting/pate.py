@@ -2,7 +2,8 @@
 inputs labelled by Confident-GNMax on the vote histogram, a student prompt from the labels.
 
 1. ``make_teachers``: each teacher is a k-shot prompt (one-shot by default) whose
-   demonstrations are private examples; every private example is in at most one teacher.
+   demonstrations are private examples; every private unit is in at most one teacher, placed
+   by a keyed hash of its identity, so one unit more or less changes one teacher only.
 2. ``teacher_votes``: each teacher answers each public input in black-box mode (top-1
    token); answers that map to no class are "other" and vote for nothing. Only the
    histogram of votes per class leaves this function's caller (``vote_histograms``).
@@ -17,7 +18,6 @@ inputs labelled by Confident-GNMax on the vote histogram, a student prompt from 
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -27,40 +27,61 @@ from numpy.typing import NDArray
 
 from privlm.accounting import Charge, PrivacyLedger, confident_gnmax_curve
 from privlm.data import Record
+from privlm.data.partition import (
+    assign_parts,
+    derive_key,
+    keyed_hash,
+    new_partition_key,
+    record_identities,
+)
 from privlm.errors import BudgetExceededError, PrivlmError
 from privlm.prompting.scoring import OTHER
 from privlm.prompting.tasks import Task, build_prompt
+from privlm.randomness import PrivacyRandomness, as_randomness
 
 
 @dataclass(frozen=True)
 class Teacher:
-    demos: tuple[Record, ...]
+    demos: tuple[Record, ...]  # empty: the teacher abstains (votes for nothing)
+
+    @property
+    def abstains(self) -> bool:
+        return not self.demos
+
+
+def _identities(private: Sequence[Record]) -> list[str]:
+    """Unit identities: user ids, or, for record-level units (``record-N``, whose number
+    shifts when another record is removed), each record's content and occurrence."""
+    if all(r.unit.startswith("record-") for r in private):
+        return record_identities(list(private))
+    return [r.unit for r in private]
 
 
 def make_teachers(
-    private: Sequence[Record], teachers: int, shots: int = 1, seed: int = 0
+    private: Sequence[Record], teachers: int, shots: int = 1, key: str | None = None
 ) -> list[Teacher]:
-    """``teachers`` prompts of ``shots`` distinct private examples each, disjoint."""
+    """``teachers`` prompts from disjoint private units (issue 18 §1).
+
+    Each unit goes to teacher ``HMAC(key, identity) mod teachers``, a function of that unit
+    alone, so removing one unit changes one teacher only: the sensitivity GNMax assumes.
+    A teacher uses ``shots`` of its examples, chosen by a second keyed hash of their own
+    identities (so the choice depends on that teacher's examples only); a teacher with fewer
+    uses what it has, and a teacher with none abstains: it casts no vote, which changes one
+    count by at most one. ``key`` (hex) defaults to a fresh random key; the CLI and service
+    record it with the run."""
     if teachers < 1 or shots < 1:
         raise PrivlmError("teachers and shots must be at least 1")
-    need = teachers * shots
-    if need > len(private):
-        raise PrivlmError(
-            f"{teachers} teachers × {shots} shots need {need} private examples; there are "
-            f"{len(private)}"
-        )
-    order = np.random.default_rng(seed).permutation(len(private))[:need]
-    out = [
-        Teacher(tuple(private[int(i)] for i in order[t * shots : (t + 1) * shots]))
-        for t in range(teachers)
+    if not private:
+        raise PrivlmError("PromptPATE needs private examples to build teachers from")
+    key = key if key is not None else new_partition_key()
+    ids = _identities(private)
+    rank_key = derive_key(key, "demo-order")
+    pools: list[list[tuple[int, Record]]] = [[] for _ in range(teachers)]
+    for r, ident, t in zip(private, ids, assign_parts(ids, teachers, key), strict=True):
+        pools[t].append((keyed_hash(rank_key, ident + "\0" + r.text), r))
+    return [
+        Teacher(tuple(r for _, r in sorted(pool, key=lambda x: x[0])[:shots])) for pool in pools
     ]
-    units = [r.unit for t in out for r in t.demos]
-    if len(set(units)) != len(units):
-        raise PrivlmError(
-            "a privacy unit would appear in two teacher prompts; PromptPATE needs each unit in "
-            "at most one teacher"
-        )
-    return out
 
 
 def teacher_prompts(task: Task, teacher: Teacher, queries: Sequence[Record]) -> list[str]:
@@ -104,13 +125,13 @@ def label_with_confident_gnmax(
     sigma: float,
     ledger: PrivacyLedger,
     teachers: int,
-    rng: np.random.Generator | None = None,
+    rng: PrivacyRandomness | int | None = None,
 ) -> LabellingResult:
     """Algorithm 2 on each histogram in turn, charged to ``ledger`` before each release."""
     h = np.asarray(histograms)
     if h.ndim != 2:
         raise PrivlmError("pass one vote histogram (counts per class) per public input")
-    rng = rng or np.random.default_rng(secrets.randbits(128))
+    rng = as_randomness(rng)  # the noisy threshold and votes: the CSPRNG unless seeded
     labels: list[int | None] = []
     stopped = False
     for votes in h:
@@ -118,7 +139,7 @@ def label_with_confident_gnmax(
         if not ledger.fits(Charge("pate-query", rdp=worst)):
             stopped = True  # the next query might not fit: stop before drawing anything
             break
-        answered = votes.max() + rng.normal(0.0, sigma_threshold) >= threshold
+        answered = votes.max() + float(rng.normal(sigma_threshold)) >= threshold
         cost = (
             worst  # answered: the threshold check plus GNMax, already computed
             if answered
@@ -130,7 +151,7 @@ def label_with_confident_gnmax(
             stopped = True
             break
         if answered:
-            labels.append(int(np.argmax(votes + rng.normal(0.0, sigma, size=votes.shape))))
+            labels.append(int(np.argmax(votes + rng.normal(sigma, votes.shape))))
         else:
             labels.append(None)
     return LabellingResult(

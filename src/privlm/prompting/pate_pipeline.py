@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from privlm.accounting import Budget, PrivacyLedger
+from privlm.accounting import Budget, PrivacyLedger, default_prompt_delta
 from privlm.data import Record
+from privlm.data.partition import new_partition_key
 from privlm.errors import AccountingError, PrivlmError
 from privlm.fsutil import write_directory_atomically
 from privlm.models import LoadedModel
@@ -37,6 +38,7 @@ from privlm.prompting.scoring import (
 )
 from privlm.prompting.student import StudentPrompt, select_student
 from privlm.prompting.tasks import Task, label_token_ids
+from privlm.randomness import PrivacyRandomness
 
 TEACHER_VOTES = ("top1", "labels")
 
@@ -49,10 +51,13 @@ class PromptPateConfig:
     sigma_threshold: float = 30.0
     sigma: float = 10.0
     epsilon: float = 8.0  # the ledger's budget: labelling stops before exceeding it
-    delta: float | None = None  # default 1/(private examples)
+    delta: float | None = None  # default min(1/N^1.1, 1e-6), N private examples
     student_candidates: int = 20
     holdout: int = 100
-    seed: int = 0
+    # None: the noisy threshold and votes come from the OS CSPRNG; a seed voids the guarantee
+    seed: int | None = None
+    # hex key of the keyed-hash teacher assignment (None: fresh); recorded in privacy.json
+    partition_key: str | None = None
     batch_size: int = 32
     # "top1": black-box teachers, a vote is the model's top-1 next token (OTHER never votes);
     # "labels": each teacher votes the argmax of its calibrated label-token probabilities.
@@ -86,11 +91,11 @@ class PromptPateResult:
 
 
 def pate_ledger(path: str | Path, name: str, cfg: PromptPateConfig, private: int) -> PrivacyLedger:
-    """An existing ledger, or a new one with budget (ε, δ = 1/N by default) from ``cfg``."""
+    """An existing ledger, or a new one with budget (ε, δ = min(1/N^1.1, 1e-6) by default)."""
     try:
         return PrivacyLedger(path, name)
     except AccountingError:
-        delta = cfg.delta if cfg.delta is not None else 1.0 / private
+        delta = cfg.delta if cfg.delta is not None else default_prompt_delta(private)
         return PrivacyLedger(path, name, Budget(cfg.epsilon, delta))
 
 
@@ -109,7 +114,11 @@ def teacher_answers(
     lm: LoadedModel, task: Task, teacher: Teacher, public: list[Record], batch_size: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """One teacher's top-1 (black-box) and calibrated label-argmax answers on ``public``,
-    from one batched forward pass (the content-free inputs ride along)."""
+    from one batched forward pass (the content-free inputs ride along). A teacher without
+    examples abstains: OTHER everywhere, a vote for nothing."""
+    if teacher.abstains:
+        nothing = np.full(len(public), OTHER, dtype=np.int64)
+        return nothing, nothing.copy()
     ids = label_token_ids(task, lm.tokenizer)
     free = [Record(c, "content-free", None, None, {"hypothesis": c}) for c in CONTENT_FREE]
     logits = next_token_logits(
@@ -153,12 +162,21 @@ def run_prompt_pate(
     t0 = time.perf_counter()
     if not public:
         raise PrivlmError("PromptPATE needs public (unlabelled) inputs to label")
-    teachers = make_teachers(private, cfg.teachers, cfg.shots, cfg.seed)
+    rng = PrivacyRandomness(cfg.seed)
+    key = cfg.partition_key if cfg.partition_key is not None else new_partition_key()
+    teachers = make_teachers(private, cfg.teachers, cfg.shots, key)
+    voting = sum(not t.abstains for t in teachers)
+    if voting < max(2, cfg.teachers // 2):
+        raise PrivlmError(
+            f"only {voting} of {cfg.teachers} teachers got a private example (units are placed "
+            f"by a keyed hash; {len(private)} examples for {cfg.teachers} teachers leaves many "
+            "empty); give about 3 examples per teacher, or use fewer teachers"
+        )
     both = teacher_answer_matrix(lm, task, teachers, public, cfg.batch_size, progress)
     answers = both.votes(cfg.teacher_votes)
     hist = vote_histograms(answers, len(task.labels))
     labelling = label_with_confident_gnmax(
-        hist, cfg.threshold, cfg.sigma_threshold, cfg.sigma, ledger, cfg.teachers
+        hist, cfg.threshold, cfg.sigma_threshold, cfg.sigma, ledger, cfg.teachers, rng
     )
     labelled = labelled_public(public[: labelling.queries], labelling.labels, task)
     if len(labelled) < cfg.shots + 1:
@@ -169,7 +187,7 @@ def run_prompt_pate(
         )
     student = select_student(
         lm.model, lm.tokenizer, task, labelled, cfg.student_candidates, cfg.shots,
-        min(cfg.holdout, max(0, len(labelled) - cfg.shots)), seed=cfg.seed, progress=progress,
+        min(cfg.holdout, max(0, len(labelled) - cfg.shots)), seed=rng.integer(), progress=progress,
     )  # fmt: skip
     gold = [r for r in public[: labelling.queries] if r.label in task.labels]
     label_acc = teacher_acc = ensemble_acc = None
@@ -193,7 +211,7 @@ def run_prompt_pate(
         other_rate=float(np.mean(both.top1 == OTHER)),
         stopped_by_budget=labelling.stopped_by_budget,
         seconds=time.perf_counter() - t0,
-        config=asdict(cfg),
+        config={**asdict(cfg), "partition_key": key, **rng.statement()},
     )
 
     def write(d: Path) -> None:
@@ -204,7 +222,10 @@ def run_prompt_pate(
             "delta": result.delta,
             "mechanism": "PromptPATE: Confident-GNMax over one-shot teacher prompts",
             "accounting": "data-dependent RDP (Papernot et al. 2018), composed over the queries",
-            "unit": "record (each private example is in at most one teacher)",
+            "unit": "record or user (each unit in at most one teacher, by a keyed hash)",
+            "partition_key": key,
+            "abstaining_teachers": sum(t.abstains for t in teachers),
+            **rng.statement(),
             "queries": result.queries,
             "answered": result.answered,
             "teachers": cfg.teachers,

@@ -34,6 +34,7 @@ from privlm.accounting import (
     DpSgdPlan,
     PrivacyLedger,
     calibrate_noise_multiplier,
+    default_prompt_delta,
     dpsgd_epsilon,
 )
 from privlm.data import Record
@@ -42,6 +43,7 @@ from privlm.fsutil import write_directory_atomically
 from privlm.models import LoadedModel, load_public_model
 from privlm.progress import progress_bar
 from privlm.prompting.tasks import Task, label_token_ids
+from privlm.randomness import PrivacyRandomness
 
 PROMPT_KINDS = ("soft-prompt", "prefix")
 
@@ -51,7 +53,7 @@ class PromptDpSgdConfig:
     kind: str = "soft-prompt"
     virtual_tokens: int = 10
     target_epsilon: float | None = 8.0  # None: non-private (the upper-bound baseline)
-    delta: float | None = None  # default 1/N
+    delta: float | None = None  # default min(1/N^1.1, 1e-6)
     max_grad_norm: float = 1.0
     batch_size: int = 32  # expected logical batch (Poisson): q = batch_size / N
     physical_batch_size: int = 16
@@ -59,7 +61,7 @@ class PromptDpSgdConfig:
     learning_rate: float = 1e-2
     max_length: int = 96
     accountant: str = "rdp"
-    seed: int = 0
+    seed: int | None = None  # None: fresh OS entropy; a seed voids the guarantee (issue 17)
 
     def __post_init__(self) -> None:
         if self.kind not in PROMPT_KINDS:
@@ -80,6 +82,9 @@ class PromptPrivacyStatement:
     kind: str
     unit: str = "record"
     mechanism: str = "DP-SGD on prompt parameters only (PromptDPSGD); the LLM is frozen"
+    randomness: str = "fresh OS entropy (CSPRNG); no seed"
+    seed: int | None = None
+    warning: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -197,7 +202,7 @@ def train_prompt_dpsgd(
     batches = max(1, math.ceil(n / cfg.batch_size))
     q, steps = 1.0 / batches, cfg.epochs * batches
     private = cfg.target_epsilon is not None
-    delta = cfg.delta if cfg.delta is not None else 1.0 / n
+    delta = cfg.delta if cfg.delta is not None else default_prompt_delta(n)
     sigma = None
     if private:
         assert cfg.target_epsilon is not None
@@ -213,14 +218,17 @@ def train_prompt_dpsgd(
             ledger.require_fits(charge, "this PromptDPSGD run")
     lm = load_public_model(model_name)
     label_ids = label_token_ids(task, lm.tokenizer)
-    model = prompt_model(lm, cfg.kind, cfg.virtual_tokens, cfg.seed)
+    rng = PrivacyRandomness(cfg.seed)
+    model = prompt_model(lm, cfg.kind, cfg.virtual_tokens, rng.integer())
     trainable = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
     ids, mask, last, classes = encode_examples(lm, task, records, cfg.max_length)
-    loader = DataLoader(
-        TensorDataset(ids, mask, last, classes), batch_size=cfg.batch_size, shuffle=not private
+    loader = DataLoader(  # Opacus draws its Poisson batches with the loader's generator
+        TensorDataset(ids, mask, last, classes),
+        batch_size=cfg.batch_size,
+        shuffle=not private,
+        generator=rng.torch_generator(),
     )
     optimizer = torch.optim.AdamW([p for _, p in trainable], lr=cfg.learning_rate, weight_decay=0.0)
-    torch.manual_seed(cfg.seed)
     run_model = training_module(model, cfg.kind)
     if private:
         engine = PrivacyEngine(accountant="rdp")
@@ -231,6 +239,7 @@ def train_prompt_dpsgd(
             noise_multiplier=sigma,
             max_grad_norm=cfg.max_grad_norm,
             poisson_sampling=True,
+            noise_generator=rng.torch_generator(trainable[0][1].device),
         )
     before = {name: p.detach().clone() for name, p in trainable}
     run_model.train()
@@ -259,8 +268,9 @@ def train_prompt_dpsgd(
         raise PrivlmError(f"prompt parameters did not change during training: {frozen[:5]}")
     epsilon = dpsgd_epsilon(sigma, q, steps, delta, cfg.accountant).epsilon if sigma else None
     statement = PromptPrivacyStatement(
-        epsilon, delta if private else None, sigma, q, steps, cfg.accountant, n, cfg.kind
-    )
+        epsilon, delta if private else None, sigma, q, steps, cfg.accountant, n, cfg.kind,
+        **rng.statement(),
+    )  # fmt: skip
 
     def write(d: Path) -> None:
         model.save_pretrained(d)

@@ -25,7 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from privlm.errors import PrivlmError
+from privlm.accounting.ledger import durable_engine
+from privlm.errors import BudgetExceededError, PrivlmError
 from privlm.perturb.mechanisms import DEFAULT_CLIP
 from privlm.perturb.vocabulary import DEFAULT_VOCABULARY, load_glove
 from privlm.service import datasets as ds_api
@@ -47,6 +48,8 @@ from privlm.service.deployments import (
     check_config,
     check_deployable,
     create_ledgers,
+    deployment_guarantee,
+    reserve_on_dataset,
 )
 from privlm.service.keys import tenant_for_key
 from privlm.service.limits import BodySizeLimit
@@ -129,6 +132,7 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     engine = make_engine(settings.db_url)
     sessions = session_factory(engine)
     ledgers = ledger_url(settings.db_url, settings.data_dir)
+    ledger_engine = durable_engine(ledgers)  # one pool for the datasets' ledgers
     runtime = DeploymentRuntime(ledgers)
     app = FastAPI(title="privlm", version="1", docs_url="/docs", redoc_url=None)
     app.state.settings, app.state.engine, app.state.runtime = settings, engine, runtime
@@ -211,6 +215,7 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         budget_delta: Annotated[float, Form()] = 1e-5,
         perturbation: Annotated[str | None, Form(max_length=10_000)] = None,
         name: Annotated[str | None, Form(max_length=200)] = None,
+        require_dp: Annotated[bool, Form()] = False,
     ) -> dict[str, Any]:
         content = await file.read()
         meta = None
@@ -222,22 +227,25 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         try:
             row = ds_api.store_dataset(
                 s, settings.data_dir, me.id, file.filename or "upload.txt", content,
-                budget_epsilon, budget_delta, meta, name,
+                budget_epsilon, budget_delta, meta, name, require_dp,
             )  # fmt: skip
         except ds_api.UploadError as exc:
             raise ApiError(400, "invalid_dataset", str(exc)) from None
-        return ds_api.describe(row)
+        return ds_api.describe(row, jobs_api.dataset_ledger(ledger_engine, row))
 
     @app.get("/v1/datasets")
     def list_datasets(s: Db, me: Me) -> dict[str, Any]:
         rows = s.scalars(
             select(Dataset).where(Dataset.tenant_id == me.id).order_by(Dataset.created_at)
         )
-        return {"data": [ds_api.describe(r) for r in rows]}
+        return {
+            "data": [ds_api.describe(r, jobs_api.dataset_ledger(ledger_engine, r)) for r in rows]
+        }
 
     @app.get("/v1/datasets/{dataset_id}")
     def get_dataset(dataset_id: str, s: Db, me: Me) -> dict[str, Any]:
-        return ds_api.describe(own(s, Dataset, dataset_id, me, "dataset"))
+        row = own(s, Dataset, dataset_id, me, "dataset")
+        return ds_api.describe(row, jobs_api.dataset_ledger(ledger_engine, row))
 
     @app.delete("/v1/datasets/{dataset_id}")
     def delete_dataset(dataset_id: str, s: Db, me: Me) -> dict[str, Any]:
@@ -254,8 +262,9 @@ def create_app(settings: ServiceSettings) -> FastAPI:
 
     @app.post("/v1/jobs", status_code=201)
     def submit_job(req: JobRequest, s: Db, me: Me) -> dict[str, Any]:
-        own(s, Dataset, req.dataset_id, me, "dataset")
+        dataset = own(s, Dataset, req.dataset_id, me, "dataset")
         params = jobs_api.validate_params(req.kind, req.params)
+        jobs_api.check_dataset_policy(req.kind, dataset)
         if req.kind == "pate":
             own(s, Dataset, params["public_dataset_id"], me, "dataset")
         params["model"] = settings.model
@@ -300,11 +309,13 @@ def create_app(settings: ServiceSettings) -> FastAPI:
 
     # -- deployments -----------------------------------------------------------------------------
 
-    def describe_deployment(d: Deployment) -> dict[str, Any]:
+    def describe_deployment(d: Deployment, s: Session) -> dict[str, Any]:
+        job = s.get(Job, d.job_id)
         return {
             "id": d.id, "job_id": d.job_id, "mechanism": d.mechanism,
             "params": json.loads(d.params), "fallback": d.fallback,
             "budget": {"epsilon": d.budget_epsilon, "delta": d.budget_delta},
+            "guarantee": deployment_guarantee(d, job),
             "created_at": d.created_at.isoformat() + "Z",
         }  # fmt: skip
 
@@ -318,19 +329,55 @@ def create_app(settings: ServiceSettings) -> FastAPI:
             params=json.dumps(req.model_dump()), budget_epsilon=req.epsilon,
             budget_delta=req.delta, fallback=req.fallback,
         )  # fmt: skip
+        dataset = s.get(Dataset, job.dataset_id)
+        if dataset is None and req.mechanism != "adapter":
+            raise ApiError(
+                409, "conflict", f"the dataset of job {job.id} was deleted, and its budget with it"
+            )
+        if dataset is not None:  # fail-closed: reserved, durably, before the deployment exists
+            try:
+                reserve_on_dataset(jobs_api.dataset_ledger(ledger_engine, dataset), req, job, d.id)
+            except BudgetExceededError as exc:
+                raise ApiError(
+                    409, "budget_exceeded",
+                    f"refused: this deployment can release up to ε={req.epsilon:g} at "
+                    f"δ={req.delta:g} about dataset {dataset.id}, and that does not fit what is "
+                    f"left of the dataset's budget. {exc}",
+                ) from None  # fmt: skip
         create_ledgers(d, job, ledgers)
         s.add(d)
         s.flush()
-        return describe_deployment(d)
+        return describe_deployment(d, s)
 
     @app.get("/v1/deployments")
     def list_deployments(s: Db, me: Me) -> dict[str, Any]:
         rows = s.scalars(select(Deployment).where(Deployment.tenant_id == me.id))
-        return {"data": [describe_deployment(d) for d in rows]}
+        return {"data": [describe_deployment(d, s) for d in rows]}
+
+    @app.get("/v1/models")
+    def list_models(s: Db, me: Me) -> dict[str, Any]:
+        """The tenant's deployments as OpenAI models, each with what its answers guarantee."""
+        rows = s.scalars(select(Deployment).where(Deployment.tenant_id == me.id))
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": d.id,
+                    "object": "model",
+                    "created": int(d.created_at.timestamp()),
+                    "owned_by": me.name,
+                    "privlm": {
+                        "mechanism": d.mechanism,
+                        "guarantee": deployment_guarantee(d, s.get(Job, d.job_id)),
+                    },
+                }
+                for d in rows
+            ],
+        }
 
     @app.get("/v1/deployments/{deployment_id}")
     def get_deployment(deployment_id: str, s: Db, me: Me) -> dict[str, Any]:
-        return describe_deployment(own(s, Deployment, deployment_id, me, "deployment"))
+        return describe_deployment(own(s, Deployment, deployment_id, me, "deployment"), s)
 
     def loaded(me: Tenant, deployment_id: str) -> Any:
         """The loaded deployment; the rows are read in a transaction closed before loading

@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from privlm.accounting import PrivacyLedger
 from privlm.data import Dataset as Records
 from privlm.data import load_file
 from privlm.errors import DataError, PrivlmError
@@ -19,6 +20,9 @@ from privlm.service.storage import dataset_path
 
 FORMATS = (".txt", ".jsonl", ".csv")
 MAX_NAME = 200
+# The fields a job reads: the text, a label, a (pseudonymous) user id, and the second text of
+# the bundled sentence-pair tasks. Anything else is refused, never stored (issue 17 §2).
+USED_FIELDS = ("text", "label", "user_id", "hypothesis")
 
 
 class UploadError(PrivlmError):
@@ -53,6 +57,7 @@ def store_dataset(
     budget_delta: float,
     perturbation: dict[str, Any] | None = None,
     name: str | None = None,
+    require_dp: bool = False,
 ) -> Dataset:
     """Validate ``content`` as a ``.txt``/``.jsonl``/``.csv`` file and store it."""
     suffix = _suffix(filename)
@@ -69,12 +74,21 @@ def store_dataset(
         tmp.unlink(missing_ok=True)
         where = f"line {exc.line}: " if exc.line else ""
         raise UploadError(f"{display}: {where}{exc.problem}") from None
+    unused = sorted({k for r in records.records for k in r.fields} - set(USED_FIELDS))
+    if unused:
+        tmp.unlink(missing_ok=True)
+        raise UploadError(
+            f"{display}: column(s) {', '.join(repr(c) for c in unused[:10])} are used by no job "
+            f"and are not stored; upload only {', '.join(USED_FIELDS)} (the page drops the "
+            "other columns, and sends a user id only as a keyed pseudonym)"
+        )
     os.replace(tmp, path)
     row = Dataset(
         id=ds_id, tenant_id=tenant_id, name=display, format=suffix.lstrip("."),
         records=len(records), bytes=len(content), path=str(path),
         budget_epsilon=budget_epsilon, budget_delta=budget_delta,
         perturbation=None if perturbation is None else json.dumps(perturbation),
+        require_dp=require_dp,
     )  # fmt: skip
     session.add(row)
     session.flush()
@@ -91,14 +105,34 @@ def delete_dataset(session: Session, row: Dataset) -> None:
     session.delete(row)
 
 
-def describe(row: Dataset) -> dict[str, Any]:
+def budget_state(ledger: PrivacyLedger) -> dict[str, Any]:
+    """What the dataset's ledger has spent and reserved, and what is left (issue 17 §3)."""
+    spent = ledger.spent()
+    return {
+        "spent": {"epsilon": spent.epsilon, "delta": spent.delta},
+        "remaining": {"epsilon": max(ledger.budget.epsilon - spent.epsilon, 0.0)},
+        "charges": [
+            {"mechanism": c.mechanism, "at": c.created_at,
+             **{k: c.params[k] for k in ("deployment", "job") if k in c.params}}
+            for c in ledger.charges()
+        ],
+        "rule": "every DP job and every deployment of its ensembles is charged to this "
+        "budget; a deployment reserves its whole (ε, δ) when it is created",
+    }  # fmt: skip
+
+
+def describe(row: Dataset, ledger: PrivacyLedger | None = None) -> dict[str, Any]:
+    budget: dict[str, Any] = {"epsilon": row.budget_epsilon, "delta": row.budget_delta}
+    if ledger is not None:
+        budget.update(budget_state(ledger))
     return {
         "id": row.id,
         "name": row.name,
         "format": row.format,
         "records": row.records,
         "bytes": row.bytes,
-        "budget": {"epsilon": row.budget_epsilon, "delta": row.budget_delta},
+        "budget": budget,
         "perturbation": None if row.perturbation is None else json.loads(row.perturbation),
+        "require_dp": bool(row.require_dp),
         "created_at": row.created_at.isoformat() + "Z",
     }

@@ -20,6 +20,7 @@ from sqlalchemy import (
     Integer,
     String,
     Text,
+    inspect,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
@@ -68,6 +69,8 @@ class Dataset(Base):
     budget_epsilon: Mapped[float] = mapped_column(Float)
     budget_delta: Mapped[float] = mapped_column(Float)
     perturbation: Mapped[str | None] = mapped_column(Text, nullable=True)  # JSON, if perturbed
+    # the tenant requires DP-only artefacts: selective-DP jobs (JFT direct mode) are refused
+    require_dp: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(default=now)
 
 
@@ -126,10 +129,20 @@ def ledger_url(db_url: str, data_dir: Path) -> str:
     return db_url
 
 
+# columns added after a table was first created: (table, column, DDL type and default)
+ADDED_COLUMNS = [("datasets", "require_dp", "BOOLEAN NOT NULL DEFAULT FALSE")]
+
+
 def make_engine(url: str) -> Engine:
-    """The service's engine (the ledger's durable settings) with its schema created."""
+    """The service's engine (the ledger's durable settings) with its schema created, and a
+    database made by an earlier privlm brought up to date (its rows kept)."""
     engine = durable_engine(url)
     Base.metadata.create_all(engine)
+    with engine.begin() as conn:  # one connection: a second would wait on this one's lock
+        have = inspect(conn)
+        for table, column, ddl in ADDED_COLUMNS:
+            if column not in {c["name"] for c in have.get_columns(table)}:
+                conn.exec_driver_sql(f"ALTER TABLE {table} ADD COLUMN {column} {ddl}")
     return engine
 
 

@@ -19,12 +19,13 @@ from typing import Any
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from privlm.accounting import PrivacyLedger
+from privlm.accounting import Charge, PrivacyLedger, RdpCurve
 from privlm.errors import BudgetExceededError, PrivlmError
 from privlm.predict.engine import CachedDecoder, EnsembleEngine
 from privlm.predict.factory import build_predictor, submix_config
 from privlm.predict.loading import load_ensemble
-from privlm.predict.sampling import make_generator, sample
+from privlm.predict.sampling import sample
+from privlm.randomness import PrivacyRandomness
 from privlm.service.db import Deployment, Job
 
 MAX_TOKENS = 256
@@ -99,10 +100,18 @@ class LoadedDeployment:
                 "deployment": row.id, "mechanism": "adapter",
                 "per_token_cost": 0.0,
                 "training": self.adapter_epsilon,
-                "note": "a DP-trained adapter: its tokens are post-processing and cost nothing",
+                "note": (
+                    "a JFT adapter: selective DP (SDP) under its policy, not DP; its tokens "
+                    "are post-processing and cost nothing more"
+                    if self.adapter_epsilon.get("guarantee_kind") == "SDP"
+                    else "a DP-trained adapter: its tokens are post-processing and cost nothing"
+                ),
             }  # fmt: skip
+        if row.mechanism == "submix":
+            return self._submix_budget()
         spent = max(lg.spent().epsilon for lg in self.ledgers())
-        out: dict[str, Any] = {
+        p = self.predictor
+        return {
             "deployment": row.id,
             "mechanism": row.mechanism,
             "budget": {"epsilon": row.budget_epsilon, "delta": row.budget_delta},
@@ -110,15 +119,35 @@ class LoadedDeployment:
             "remaining": {"epsilon": max(row.budget_epsilon - spent, 0.0)},
             "exhausted": self.exhausted(),
             "fallback": row.fallback,
-        }
-        if row.mechanism == "pmixed":
-            p = self.predictor
-            out["queries"] = {
+            "queries": {
                 "used": p.queries_used(), "total": p.config.queries, "left": p.queries_left()
-            }  # fmt: skip
-        else:
-            out["queries"] = {"used": self.ledgers()[0].count()}
-        return out
+            },
+            "note": "(ε, δ)-DP over all T queries, reserved on the dataset's budget at "
+            "creation. Even one query shows a large ε: the RDP-to-(ε, δ) conversion adds "
+            "about log(1/δ)/(α−1) at the first query, and little after it.",
+        }  # fmt: skip
+
+    def _submix_budget(self) -> dict[str, Any]:
+        """SubMix's budget is Rényi DP at order α per part (Algorithm 2), shown as such, with
+        its (ε, δ) conversion beside it, never as if it were an (ε, δ) pair itself."""
+        cfg = self.predictor.config
+        spent = max(lg.spent().epsilon for lg in self.ledgers())  # RDP at order α
+        return {
+            "deployment": self.row.id,
+            "mechanism": "submix",
+            "budget": {
+                "rdp_epsilon": cfg.epsilon, "order": cfg.alpha, "per": "part",
+                "as_dp": {"epsilon": cfg.lifetime_curve().to_dp(cfg.delta).epsilon,
+                          "delta": cfg.delta},
+            },
+            "spent": {"rdp_epsilon": spent, "order": cfg.alpha},
+            "remaining": {"rdp_epsilon": max(cfg.epsilon - spent, 0.0), "order": cfg.alpha},
+            "exhausted": self.exhausted(),
+            "fallback": self.row.fallback,
+            "queries": {"used": self.ledgers()[0].count()},
+            "note": "Rényi DP at order α for each part (a unit lies in one part); as_dp is "
+            "what that converts to at δ, and what the dataset's budget was charged",
+        }  # fmt: skip
 
     # -- generation --------------------------------------------------------------------------
 
@@ -127,7 +156,7 @@ class LoadedDeployment:
         ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"] or [
             self.tokenizer.eos_token_id
         ]
-        gen = make_generator(None)
+        gen = PrivacyRandomness()
         decoder = CachedDecoder(self.engine, ids, [row])
         out: list[int] = []
         with torch.no_grad():
@@ -150,7 +179,9 @@ class LoadedDeployment:
                 return Completion(
                     self.tokenizer.decode(toks), len(toks), n_prompt,
                     _finish(toks, eos, max_tokens, False), 0, len(toks), False,
-                    "DP-trained adapter (post-processing: no per-token charge)",
+                    "JFT adapter: (ε, δ)-SDP under its policy, not DP (post-processing: no "
+                    "per-token charge)" if self.adapter_epsilon.get("guarantee_kind") == "SDP"
+                    else "DP-trained adapter (post-processing: no per-token charge)",
                 )  # fmt: skip
             if self.exhausted():
                 return self._fallback_or_refuse(prompt, max_tokens, n_prompt)
@@ -182,10 +213,16 @@ class LoadedDeployment:
     def _fallback_or_refuse(self, prompt: str, max_tokens: int, n_prompt: int) -> Completion:
         if not self.row.fallback:
             b = self.budget()
+            spent = (
+                f"RDP ε {b['spent']['rdp_epsilon']:.4g} of {b['budget']['rdp_epsilon']:g} at "
+                f"order α={b['budget']['order']:g}"
+                if self.row.mechanism == "submix"
+                else f"ε {b['spent']['epsilon']:.4g} of {self.row.budget_epsilon:g} at δ "
+                f"{self.row.budget_delta:g}"
+            )
             raise BudgetExhausted(
-                f"the privacy budget of deployment {self.row.id} is spent "
-                f"(ε {b['spent']['epsilon']:.4g} of {self.row.budget_epsilon:g} at δ "
-                f"{self.row.budget_delta:g}); no further private tokens can be released"
+                f"the privacy budget of deployment {self.row.id} is spent ({spent}); no "
+                "further private tokens can be released"
             )
         toks = self._decode(prompt, max_tokens, -1)
         return Completion(
@@ -226,8 +263,26 @@ def load_deployment(row: Deployment, job: Job, ledger_url: str) -> LoadedDeploym
     statement = json.loads((out / "privacy.json").read_text())
     lm = load_public_model(json.loads(job.params)["model"])
     engine = EnsembleEngine.from_directories(lm.model, [out])
-    eps = {k: statement.get(k) for k in ("epsilon", "delta", "mechanism")}
+    keys = ("epsilon", "delta", "mechanism", "guarantee_kind", "policy", "dp_epsilon", "not_dp")
+    eps = {k: statement.get(k) for k in keys if k in statement}
     return LoadedDeployment(row, lm.tokenizer, engine, None, eps)
+
+
+def deployment_guarantee(row: Deployment, job: Job | None) -> dict[str, Any]:
+    """What a deployment's answers guarantee (issue 18 §2 and §3): PMixED in (ε, δ), SubMix
+    in Rényi DP at its order, a DP adapter's training ε, or a JFT adapter's SDP."""
+    p = json.loads(row.params)
+    if row.mechanism == "pmixed":
+        return {"kind": "DP", "text": f"({row.budget_epsilon:g}, {row.budget_delta:g})-DP "
+                "over all its private tokens, per unit of the dataset"}  # fmt: skip
+    if row.mechanism == "submix":
+        return {"kind": "RDP", "order": p["alpha"], "rdp_epsilon": p["epsilon"],
+                "text": f"(α={p['alpha']:g}, ε={p['epsilon']:g})-Rényi DP per part"}  # fmt: skip
+    if job is not None and job.kind == "jft":
+        from privlm.service.jobs import guarantee
+
+        return guarantee(job)
+    return {"kind": "DP", "text": "a DP-trained adapter: its tokens are post-processing"}
 
 
 def check_config(p: DeploymentParams) -> None:
@@ -238,6 +293,48 @@ def check_config(p: DeploymentParams) -> None:
         PMixEDConfig(p.epsilon, p.delta, p.alpha, p.queries, p.sample_rate)
     elif p.mechanism == "submix":
         submix_config(p.epsilon, p.alpha, p.beta, p.queries, p.delta)
+
+
+def lifetime_cost(p: DeploymentParams, job: Job) -> RdpCurve | None:
+    """Everything the deployment can ever release about its dataset, as one RDP curve:
+    PMixED's T queries at the radius its ensemble gets, or SubMix's (α, ε) per part. None
+    for a DP adapter, whose tokens are post-processing of a release already charged.
+
+    privlm reserves this on the dataset's ledger when the deployment is created (issue 17
+    §3), so every deployment of every ensemble counts against the dataset's one budget."""
+    from privlm.predict.pmixed import PMixEDConfig
+    from privlm.training.ensemble import load_manifest
+
+    if p.mechanism == "pmixed":
+        cfg = PMixEDConfig(p.epsilon, p.delta, p.alpha, p.queries, p.sample_rate)
+        return cfg.lifetime_curve(len(load_manifest(job.output_dir)["partition"]))
+    if p.mechanism == "submix":
+        return submix_config(p.epsilon, p.alpha, p.beta, p.queries, p.delta).lifetime_curve()
+    return None
+
+
+def reserve_on_dataset(ledger: PrivacyLedger, p: DeploymentParams, job: Job, dep_id: str) -> None:
+    """Charge the deployment's whole cost to its dataset's ledger, durably, or refuse
+    (:class:`BudgetExceededError`, recording nothing) if it does not fit."""
+    cost = lifetime_cost(p, job)
+    if cost is None:
+        return
+    ledger.charge(
+        Charge(
+            "deployment-reservation",
+            rdp=cost,
+            unit="ensemble member (one part of the data)",
+            params={
+                "deployment": dep_id,
+                "job": job.id,
+                "mechanism": p.mechanism,
+                "epsilon": p.epsilon,
+                "delta": p.delta,
+                "queries": p.queries,
+                "alpha": p.alpha,
+            },
+        )
+    )
 
 
 def create_ledgers(row: Deployment, job: Job, ledger_url: str) -> None:

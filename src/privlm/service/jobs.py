@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from sqlalchemy import Engine
 
 from privlm.accounting import Budget, PrivacyLedger
 from privlm.errors import PrivlmError
@@ -89,7 +90,8 @@ def validate_params(kind: str, params: dict[str, Any]) -> dict[str, Any]:
         raise PrivlmError(f"invalid {kind} parameters: {problems}") from None
 
 
-def dataset_ledger(url: str, ds: Dataset) -> PrivacyLedger:
+def dataset_ledger(url: str | Engine, ds: Dataset) -> PrivacyLedger:
+    """The dataset's one budget: every DP job and every deployment of its ensembles."""
     return PrivacyLedger(url, f"dataset-{ds.id}", Budget(ds.budget_epsilon, ds.budget_delta))
 
 
@@ -219,6 +221,37 @@ def zip_artifact(out_dir: Path) -> bytes:
     return buf.getvalue()
 
 
+def guarantee(job: Job) -> dict[str, Any]:
+    """What a job's output guarantees, in the words the page, the API and the model card use
+    (issue 18 §2): a JFT model is selective DP under its policy, never plain DP."""
+    if job.kind == "jft":
+        policy = json.loads(job.params).get("detector")
+        return {
+            "kind": "SDP",
+            "policy": policy,
+            "dp_epsilon": None,
+            "text": f"(ε, δ)-SDP under the policy '{policy}' (JFT direct mode): what the policy "
+            "flags is protected; phase 1 trained without noise on the rest, so there is no "
+            "ordinary DP guarantee",
+        }
+    if job.kind == "ensemble":
+        return {
+            "kind": "none released",
+            "text": "the adapters never leave the service; a deployment's tokens are DP, "
+            "and reserved on the dataset's budget",
+        }
+    return {"kind": "DP", "text": "(ε, δ)-DP per privacy unit"}
+
+
+def check_dataset_policy(kind: str, ds: Dataset) -> None:
+    """Refuse a job whose output the dataset's owner said must not be released."""
+    if kind == "jft" and ds.require_dp:
+        raise PrivlmError(
+            f"dataset {ds.id} requires DP-only artefacts; a JFT job (direct mode) gives "
+            "selective DP only, since its phase 1 trains without noise. Use a dpsgd job."
+        )
+
+
 def describe(job: Job) -> dict[str, Any]:
     return {
         "id": job.id,
@@ -233,6 +266,7 @@ def describe(job: Job) -> dict[str, Any]:
             "steps_total": job.steps_total,
         },
         "epsilon": {"planned": job.epsilon_planned, "spent": job.epsilon_spent},
+        "guarantee": guarantee(job),
         "error": job.error,
         "attempts": job.attempts,
         "events": json.loads(job.events),

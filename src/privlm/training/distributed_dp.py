@@ -46,13 +46,15 @@ def init_distributed() -> tuple[int, int]:
 class LockstepPoissonSampler(Sampler[list[int]]):
     """Poisson batches of this rank's shard, ``batches`` per epoch, empty ones included."""
 
-    def __init__(self, n: int, q: float, batches: int, rank: int, world: int, seed: int) -> None:
+    def __init__(
+        self, n: int, q: float, batches: int, rank: int, world: int, generator: torch.Generator
+    ) -> None:
         if not 0 < q <= 1:
             raise PrivlmError(f"the sampling rate must lie in (0, 1], got {q}")
         self.shard = torch.arange(rank, n, world)
         self.q = q
         self.batches = batches
-        self.generator = torch.Generator().manual_seed(seed * 7919 + rank)
+        self.generator = generator  # this rank's coins, independent of the other ranks'
 
     def __len__(self) -> int:
         return self.batches

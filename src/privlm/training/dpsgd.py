@@ -50,6 +50,7 @@ from privlm.detect import Detector
 from privlm.errors import PrivlmError
 from privlm.fsutil import write_directory_atomically
 from privlm.progress import progress_bar
+from privlm.randomness import PrivacyRandomness
 from privlm.training.distributed_dp import (
     LockstepPoissonSampler,
     barrier,
@@ -58,6 +59,7 @@ from privlm.training.distributed_dp import (
     replicas_agree,
 )
 from privlm.training.lora_finetune import lora_model, record_sequences
+from privlm.training.model_card import model_card
 from privlm.training.redaction import (
     IGNORE,
     embed_with_masks,
@@ -89,7 +91,9 @@ class DpSgdConfig:
     targets: list[str] | None = None
     block_size: int = 128
     accountant: str = "rdp"
-    seed: int = 0
+    # None (the default): noise, batches and initialisation from fresh OS entropy. A seed makes
+    # the run reproducible, and its guarantee void against anyone who knows the seed.
+    seed: int | None = None
     secure_mode: bool = False  # Opacus's CSPRNG noise; needs the torchcsprng package
     # "hooks": per-sample gradients materialised; "ghost": Opacus's ghost clipping, which
     # computes per-sample gradient norms only and clips in a second backward pass
@@ -132,6 +136,10 @@ class PrivacyStatement:
     # JFT light noise: the rate the accountant used, q·m̃ (an empirical estimate, §3.1)
     accounted_sample_rate: float | None = None
     unit_detail: str = ""  # how a user-level unit's records enter a step
+    # where the noise and batches came from; a seeded run carries the warning (issue 17)
+    randomness: str = "fresh OS entropy (CSPRNG); no seed"
+    seed: int | None = None
+    warning: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -150,10 +158,12 @@ class OneExamplePerUser(TorchDataset[tuple[torch.Tensor, ...]]):
     sampling over users, each sampled user contributes exactly one clipped example to a
     step, so a user's influence on it is bounded by the clipping norm."""
 
-    def __init__(self, tensors: tuple[torch.Tensor, ...], rows: list[list[int]], seed: int):
+    def __init__(
+        self, tensors: tuple[torch.Tensor, ...], rows: list[list[int]], generator: torch.Generator
+    ):
         self.tensors = tensors
         self.rows = rows
-        self.generator = torch.Generator().manual_seed(seed)
+        self.generator = generator
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -251,8 +261,9 @@ def train_dpsgd(
     )
     if ledger is not None:
         ledger.require_fits(charge, "this DP-SGD run")
+    rng = PrivacyRandomness(cfg.seed)
     lm, model, _ = lora_model(
-        model_name, cfg.rank, cfg.alpha, cfg.targets, cfg.seed, init_adapter=init_adapter
+        model_name, cfg.rank, cfg.alpha, cfg.targets, rng.integer(), init_adapter=init_adapter
     )
     errors = ModuleValidator.validate(model, strict=False)
     if errors:
@@ -268,25 +279,26 @@ def train_dpsgd(
         masked = torch.zeros_like(ids, dtype=torch.bool)
     mask_vector = mask_embedding(lm.model, lm.tokenizer)
     examples: TorchDataset[tuple[torch.Tensor, ...]] = (
-        OneExamplePerUser((ids, labels, masked), rows, cfg.seed)
+        OneExamplePerUser((ids, labels, masked), rows, rng.torch_generator())
         if one_per_user
         else TensorDataset(ids, labels, masked)
     )
     rank, world = init_distributed()
     module: torch.nn.Module = model
     if world > 1:  # torchrun: DPDDP, and Poisson batches drawn in lockstep (distributed_dp)
-        sampler = LockstepPoissonSampler(n, q, round(1 / q), rank, world, cfg.seed)
+        sampler = LockstepPoissonSampler(n, q, round(1 / q), rank, world, rng.torch_generator())
         loader = DataLoader(
             examples, batch_sampler=sampler, collate_fn=collate_with_empty(examples[0])
         )
         module = DPDDP(model)
     else:
-        loader = DataLoader(examples, batch_size=cfg.batch_size)
+        # Opacus draws its Poisson batches with the loader's generator
+        loader = DataLoader(examples, batch_size=cfg.batch_size, generator=rng.torch_generator())
     optimizer = torch.optim.AdamW(
         [p for p in model.parameters() if p.requires_grad], lr=cfg.learning_rate, weight_decay=0.0
     )
     engine = PrivacyEngine(accountant="rdp", secure_mode=cfg.secure_mode)
-    torch.manual_seed(cfg.seed)
+    device = next(p for p in model.parameters() if p.requires_grad).device
     ghost = cfg.grad_sample_mode == "ghost"
     private = engine.make_private(
         module=module,
@@ -296,6 +308,7 @@ def train_dpsgd(
         max_grad_norm=cfg.max_grad_norm,
         poisson_sampling=world == 1,  # distributed: the lockstep Poisson sampler above
         grad_sample_mode=cfg.grad_sample_mode,
+        noise_generator=None if cfg.secure_mode else rng.torch_generator(device),
     )
     # ghost mode also returns a criterion wrapper; privlm builds the per-example loss itself
     dp_model, dp_opt, dp_loader = private[0], private[1], private[-1]
@@ -365,27 +378,26 @@ def train_dpsgd(
         cfg.max_grad_norm,
         accounted_sample_rate=q_acc if rate_factor != 1.0 else None,
         unit_detail=unit_description(unit, cfg),
+        **rng.statement(),
     )
     out = Path(out_dir)
 
+    privacy = {
+        **statement.to_dict(),
+        "training": asdict(cfg),
+        "model": model_name,
+        "init_adapter": str(init_adapter) if init_adapter is not None else None,
+        "detector": detector.name if detector is not None else None,
+        "redacted_token_fraction": redacted_fraction,
+        "seconds": time.perf_counter() - t0,
+        "processes": world,
+        **(extra or {}),
+    }
+
     def write(d: Path) -> None:
         model.save_pretrained(d)
-        (d / "privacy.json").write_text(
-            json.dumps(
-                {
-                    **statement.to_dict(),
-                    "training": asdict(cfg),
-                    "model": model_name,
-                    "init_adapter": str(init_adapter) if init_adapter is not None else None,
-                    "detector": detector.name if detector is not None else None,
-                    "redacted_token_fraction": redacted_fraction,
-                    "seconds": time.perf_counter() - t0,
-                    "processes": world,
-                    **(extra or {}),
-                },
-                indent=2,
-            )
-        )
+        (d / "privacy.json").write_text(json.dumps(privacy, indent=2))
+        (d / "README.md").write_text(model_card(privacy))  # after PEFT's own card
 
     if rank == 0:  # one charge and one adapter, however many processes trained
         if ledger is not None:

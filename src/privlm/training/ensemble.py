@@ -3,10 +3,16 @@
 - ``pmixed``: the corpus is split by privacy unit into N disjoint parts, one adapter each.
 - ``submix``: k parts, each split in two halves by unit, one adapter per half.
 
+Parts are assigned by a keyed hash of each unit's identity (``privlm.data.partition``), so
+removing one unit changes one part only, the assumption of both analyses. A part that
+receives no unit gets the untrained adapter (LoRA's B starts at zero): its member is the
+public model, still a function of its own (empty) part.
+
 The output directory holds one PEFT adapter per (sub)part and ``manifest.json``: model,
-protocol, N, seed, partition sizes, privacy unit, training config. Never private text, and no
-hash of it. A run that is interrupted resumes from the adapters already finished; a resume
-with different settings or data is refused rather than mixing two ensembles.
+protocol, N, seed, the partition key, partition sizes, privacy unit, training config. Never
+private text, and no hash of it. A run that is interrupted resumes from the adapters already
+finished, with the key recorded in the manifest; a resume with different settings or data is
+refused rather than mixing two ensembles.
 """
 
 from __future__ import annotations
@@ -18,10 +24,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from privlm.data import Dataset, partition_by_unit
+from privlm.data import Dataset
+from privlm.data.partition import derive_key, new_partition_key, partition_by_unit
 from privlm.errors import PrivlmError
 from privlm.progress import progress_bar
-from privlm.training.lora_finetune import LoraTrainingConfig, finetune_lora
+from privlm.training.lora_finetune import LoraTrainingConfig, finetune_lora, save_untrained_adapter
 
 MANIFEST = "manifest.json"
 FORMAT = "privlm-ensemble/1"
@@ -37,19 +44,39 @@ def _units_fingerprint(dataset: Dataset) -> str:
 
 
 def plan_parts(
-    dataset: Dataset, n_parts: int, protocol: str, seed: int
+    dataset: Dataset, n_parts: int, protocol: str, key: str
 ) -> list[tuple[str, Dataset]]:
-    """The (name, data) of every adapter to train."""
+    """The (name, data) of every adapter to train; SubMix's halves use a derived key."""
     if protocol not in PROTOCOLS:
         raise PrivlmError(f"unknown protocol {protocol!r}; choose one of {PROTOCOLS}")
-    parts = partition_by_unit(dataset, n_parts, seed)
+    parts = partition_by_unit(dataset, n_parts, key)
     if protocol == "pmixed":
         return [(f"part-{i:03d}", p) for i, p in enumerate(parts)]
     out = []
     for i, p in enumerate(parts):
-        halves = partition_by_unit(p, 2, seed + 1 + i)
+        halves = partition_by_unit(  # a half may be empty: its member is the public model
+            p, 2, derive_key(key, f"submix-halves-{i}"), fewer_units_ok=True
+        )
         out += [(f"part-{i:03d}-a", halves[0]), (f"part-{i:03d}-b", halves[1])]
     return out
+
+
+def _partition_key(manifest_path: Path, given: str | None) -> str:
+    """The key of an ensemble being resumed, the one given, or a fresh random one."""
+    if manifest_path.is_file():
+        old = json.loads(manifest_path.read_text()).get("partition_key")
+        if old is None:
+            raise PrivlmError(
+                f"{manifest_path.parent}: holds an ensemble from an older privlm (no partition "
+                "key); use another output directory"
+            )
+        if given is not None and given != old:
+            raise PrivlmError(
+                f"{manifest_path.parent}: holds an ensemble partitioned with another key; use "
+                "another output directory"
+            )
+        return str(old)
+    return given if given is not None else new_partition_key()
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
@@ -67,26 +94,31 @@ def train_ensemble(
     config: LoraTrainingConfig | None = None,
     progress: bool = True,
     ray_address: str | None = None,
+    partition_key: str | None = None,
 ) -> dict[str, Any]:
     """Train (or resume) an ensemble; returns the manifest. With ``ray_address``, one Ray
-    task per adapter ('local' starts a Ray instance in this process)."""
+    task per adapter ('local' starts a Ray instance in this process). ``partition_key``
+    (hex) fixes the partition; by default a fresh random key is drawn and recorded."""
     cfg = config or LoraTrainingConfig()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    planned = plan_parts(dataset, n_parts, protocol, cfg.seed)
+    manifest_path = out / MANIFEST
+    key = _partition_key(manifest_path, partition_key)
+    planned = plan_parts(dataset, n_parts, protocol, key)
     identity = {
         "format": FORMAT,
         "model": model_name,
         "protocol": protocol,
         "n_parts": n_parts,
         "seed": cfg.seed,
+        "partition_key": key,
+        "partition_rule": "HMAC-SHA256(key, unit identity) mod parts (privlm.data.partition)",
         "privacy_unit": dataset.unit_kind,
         "records": len(dataset),
         "units": len(dataset.units()),
         "units_fingerprint": _units_fingerprint(dataset),
         "training": cfg.to_dict(),
     }
-    manifest_path = out / MANIFEST
     if manifest_path.is_file():
         old = json.loads(manifest_path.read_text())
         changed = [k for k, v in identity.items() if old.get(k) != v]
@@ -121,6 +153,9 @@ def train_ensemble(
         _write_json(manifest_path, manifest)
         bar.update(1)
 
+    for name in [n for n, d in todo if not d.records]:
+        record(name, save_untrained_adapter(model_name, cfg, out / name))
+    todo = [(n, d) for n, d in todo if d.records]
     if ray_address is not None and todo:
         from privlm.training.distributed import train_on_ray
 

@@ -116,6 +116,22 @@ def lora_model(
     return lm, model, targets
 
 
+def save_untrained_adapter(
+    model_name: str, config: LoraTrainingConfig, out_dir: Path
+) -> dict[str, Any]:
+    """The adapter of an empty part: LoRA's B starts at zero, so it equals the public model."""
+    t0 = time.perf_counter()
+    _, model, targets = lora_model(
+        model_name, config.rank, config.alpha, config.targets, config.seed
+    )
+    write_directory_atomically(out_dir, model.save_pretrained)
+    return {
+        "blocks": 0, "tokens": 0, "steps": 0, "final_loss": None,
+        "seconds": time.perf_counter() - t0, "targets": targets,
+        "empty_part": "no unit fell in this part: the member is the public model",
+    }  # fmt: skip
+
+
 def finetune_lora(
     model_name: str,
     texts: list[str],

@@ -55,41 +55,82 @@
   }
   function csvCell(s) { return /[",\n\r]/.test(s) ? '"' + s.replace(/"/g, '""') + '"' : s; }
 
-  /* Parse the file into its texts (and how to put perturbed texts back), then perturb them
-   * in slices so the page stays responsive and shows its progress. */
+  /* Parse the file into its texts and, for .jsonl/.csv, every row's other columns. Nothing
+   * of a row but the perturbed text, a label the user picks and a keyed pseudonym of a user
+   * id the user picks is ever uploaded (see buildUpload). */
   function parseFile(name, text, field) {
-    var ext = name.toLowerCase().split(".").pop(), texts = [], render;
+    var ext = name.toLowerCase().split(".").pop(), texts = [], rows = [], columns = [];
     var lines = text.split(/\r\n|\r|\n/);
     if (lines.length && lines[lines.length - 1] === "") lines.pop();
     if (ext === "txt") {
       lines.forEach(function (l) { if (l.trim()) texts.push(l); });
-      render = function (out) {
-        var k = 0;
-        return lines.map(function (l) { return l.trim() ? out[k++] : ""; }).join("\n");
-      };
     } else if (ext === "jsonl") {
-      var objs = lines.filter(function (l) { return l.trim(); }).map(function (l, i) {
+      var seen = {};
+      lines.filter(function (l) { return l.trim(); }).forEach(function (l, i) {
         var o;
         try { o = JSON.parse(l); } catch (e) { throw new Error("line " + (i + 1) + ": invalid JSON"); }
         if (typeof o[field] !== "string") throw new Error("line " + (i + 1) + ": no text field '" + field + "'");
         texts.push(o[field]);
-        return o;
+        rows.push(o);
+        Object.keys(o).forEach(function (k) { if (k !== field && !seen[k]) { seen[k] = 1; columns.push(k); } });
       });
-      render = function (out) {
-        return objs.map(function (o, i) { o[field] = out[i]; return JSON.stringify(o); }).join("\n");
-      };
     } else if (ext === "csv") {
-      var rows = parseCsv(text), col = rows.length ? rows[0].indexOf(field) : -1;
+      var table = parseCsv(text), header = table.length ? table[0] : [], col = header.indexOf(field);
       if (col < 0) throw new Error("no '" + field + "' column in the header");
-      rows.slice(1).forEach(function (r) { texts.push(r[col] || ""); });
-      render = function (out) {
-        return rows.map(function (r, i) {
-          if (i > 0) r[col] = out[i - 1];
-          return r.map(csvCell).join(",");
-        }).join("\n");
-      };
+      columns = header.filter(function (h, j) { return j !== col; });
+      table.slice(1).forEach(function (r) {
+        var o = {};
+        header.forEach(function (h, j) { o[h] = r[j] === undefined ? "" : r[j]; });
+        texts.push(r[col] || "");
+        rows.push(o);
+      });
     } else throw new Error("unsupported file type ." + ext + "; use .txt, .jsonl or .csv");
-    return { texts: texts, render: render };
+    return { kind: ext, texts: texts, rows: rows, columns: columns };
+  }
+
+  /* A keyed pseudonym for user ids: HMAC-SHA256 under a random key made in this page, never
+   * exported and never uploaded. The same id gets the same pseudonym within one upload, so
+   * the server can still treat a user's records as one privacy unit. */
+  function makePseudonymiser() {
+    if (!(window.crypto && crypto.subtle)) {
+      return Promise.reject(new Error("pseudonymising user ids needs a secure context " +
+        "(https, or the page on localhost); choose no user id column, or use privlm perturb"));
+    }
+    var raw = new Uint8Array(32);
+    crypto.getRandomValues(raw);
+    return crypto.subtle.importKey("raw", raw, { name: "HMAC", hash: "SHA-256" }, false, ["sign"])
+      .then(function (key) {
+        raw.fill(0);
+        return function (id) {
+          return crypto.subtle.sign("HMAC", key, new TextEncoder().encode(String(id))).then(function (mac) {
+            return "u" + Array.from(new Uint8Array(mac).slice(0, 16)).map(function (b) {
+              return b.toString(16).padStart(2, "0");
+            }).join("");
+          });
+        };
+      });
+  }
+
+  /* The records to upload, given the user's column choices: {text, label?, user_id?}. */
+  function buildUpload(p, labelCol, userCol) {
+    var pseudo = userCol ? p.pseudonymiser() : Promise.resolve(null);
+    return pseudo.then(function (f) {
+      return Promise.all(p.outputs.map(function (out, i) {
+        var rec = { text: out }, row = p.rows[i] || {};
+        if (labelCol) rec.label = row[labelCol] === undefined || row[labelCol] === null ? "" : String(row[labelCol]);
+        if (!userCol) return rec;
+        return f(row[userCol] === undefined ? "" : row[userCol]).then(function (u) { rec.user_id = u; return rec; });
+      }));
+    });
+  }
+
+  function serialise(kind, records) {
+    if (kind === "txt") return records.map(function (r) { return r.text; }).join("\n") + "\n";
+    if (kind === "jsonl") return records.map(function (r) { return JSON.stringify(r); }).join("\n") + "\n";
+    var keys = Object.keys(records[0] || { text: "" });
+    return [keys.join(",")].concat(records.map(function (r) {
+      return keys.map(function (k) { return csvCell(r[k]); }).join(",");
+    })).join("\n") + "\n";
   }
 
   function perturbFile(name, text, vocab, mech, field, onProgress) {
@@ -105,9 +146,15 @@
           }
           onProgress(i, parsed.texts.length);
           if (i < parsed.texts.length) { setTimeout(slice, 0); return; }
+          var pseudonymiser = null;
           resolve({
-            name: name.replace(/(\.[^.]+)$/, ".perturbed$1"), text: parsed.render(outputs) + "\n",
-            originals: parsed.texts, outputs: outputs,
+            name: name.replace(/(\.[^.]+)$/, ".perturbed$1"), kind: parsed.kind,
+            originals: parsed.texts, outputs: outputs, rows: parsed.rows, columns: parsed.columns,
+            textField: field,
+            pseudonymiser: function () {  // one key per perturbed file, made on first use
+              pseudonymiser = pseudonymiser || makePseudonymiser();
+              return pseudonymiser;
+            },
             perWord: mech.wordGuarantee(), perRecord: mech.documentGuarantee(longest),
             perFile: mech.documentGuarantee(words), mechanism: mech.name,
           });
@@ -144,13 +191,7 @@
       $("g-record").textContent = fmt(p.perRecord);
       $("g-doc").textContent = fmt(p.perFile);
       $("guarantee").hidden = false;
-      var body = $("preview-table").tBodies[0];
-      body.innerHTML = "";
-      for (var i = 0; i < Math.min(5, p.originals.length); i++) {
-        var tr = body.insertRow();
-        tr.insertCell().textContent = p.originals[i];
-        tr.insertCell().textContent = p.outputs[i];
-      }
+      showColumns(p);
       $("preview").hidden = false;
       $("ds-name").value = $("ds-name").value || file.name;
       $("upload").disabled = false;
@@ -158,23 +199,83 @@
     }).catch(function (e) { status("perturb-status", e.message, true); });
   }
 
+  function fillColumnChoice(select, columns, none) {
+    select.innerHTML = "";
+    [""].concat(columns).forEach(function (c) {
+      var o = document.createElement("option");
+      o.value = c; o.textContent = c || none;
+      select.appendChild(o);
+    });
+  }
+
+  function showColumns(p) {
+    fillColumnChoice($("label-column"), p.columns, "(none: not uploaded)");
+    fillColumnChoice($("user-column"), p.columns, "(none: not uploaded)");
+    $("columns").hidden = !p.columns.length;
+    return renderLeaving();
+  }
+
+  /* Say, and show, exactly what will leave the page. */
+  function renderLeaving() {
+    var p = state.perturbed;
+    if (!p) return Promise.resolve();
+    var labelCol = $("label-column").value, userCol = $("user-column").value;
+    var parts = ["the perturbed '" + p.textField + "' text"];
+    if (labelCol) parts.push("the '" + labelCol + "' column, in clear, as the label");
+    if (userCol) parts.push("a keyed pseudonym of '" + userCol + "' (the key never leaves this page)");
+    var dropped = p.columns.filter(function (c) { return c !== labelCol && c !== userCol; });
+    $("leaves").textContent = "Leaves this page: " + parts.join("; ") + "." +
+      (dropped.length ? " Dropped, never uploaded: " + dropped.join(", ") + "." : "");
+    if (labelCol && labelCol === userCol) {
+      status("upload-status", "choose different columns for the label and the user id", true);
+      $("upload").disabled = true;
+      return Promise.resolve();
+    }
+    return buildUpload(p, labelCol, userCol).then(function (records) {
+      var head = $("preview-table").tHead.rows[0];
+      head.innerHTML = "";
+      ["original text (stays here)", "perturbed text (uploaded)"]
+        .concat(labelCol ? ["label (uploaded)"] : [], userCol ? ["user pseudonym (uploaded)"] : [])
+        .forEach(function (h) { var th = document.createElement("th"); th.textContent = h; head.appendChild(th); });
+      var body = $("preview-table").tBodies[0];
+      body.innerHTML = "";
+      for (var i = 0; i < Math.min(5, records.length); i++) {
+        var tr = body.insertRow();
+        tr.insertCell().textContent = p.originals[i];
+        tr.insertCell().textContent = records[i].text;
+        if (labelCol) tr.insertCell().textContent = records[i].label;
+        if (userCol) tr.insertCell().textContent = records[i].user_id;
+      }
+      $("upload").disabled = false;
+      status("upload-status", "");
+    }).catch(function (e) { $("upload").disabled = true; status("upload-status", e.message, true); });
+  }
+
   function onUpload() {
     var p = state.perturbed;
     if (!p) return;
+    $("upload").disabled = true;  // one click, one upload
+    buildUpload(p, $("label-column").value, $("user-column").value).then(function (records) {
+      return upload(p, serialise(p.kind, records));
+    }).catch(function (e) { status("upload-status", e.message, true); $("upload").disabled = false; });
+  }
+
+  function upload(p, body) {
     var form = new FormData();
-    form.append("file", new Blob([p.text], { type: "text/plain" }), p.name);
+    form.append("file", new Blob([body], { type: "text/plain" }), p.name);
     form.append("name", $("ds-name").value);
     form.append("budget_epsilon", $("budget-epsilon").value);
     form.append("budget_delta", $("budget-delta").value);
+    form.append("require_dp", $("require-dp").checked ? "true" : "false");
     form.append("perturbation", JSON.stringify({
       mechanism: p.mechanism, per_word: p.perWord, per_record: p.perRecord, per_file: p.perFile,
       where: "browser",
     }));
     status("upload-status", "uploading…");
-    api("/v1/datasets", { method: "POST", body: form }).then(function (ds) {
+    return api("/v1/datasets", { method: "POST", body: form }).then(function (ds) {
       status("upload-status", "stored as " + ds.id + " (" + ds.records + " records)");
       refresh();
-    }).catch(function (e) { status("upload-status", e.message, true); });
+    });
   }
 
   function refresh() {
@@ -202,6 +303,8 @@
         cell.appendChild(bar);
         cell.appendChild(document.createTextNode(" " + j.progress.percent.toFixed(0) + "% " + (j.stage || "")));
         tr.insertCell().textContent = j.epsilon.spent === null ? "–" : (+j.epsilon.spent).toPrecision(4);
+        tr.insertCell().textContent = j.guarantee.kind === "SDP"
+          ? "selective DP (SDP) under '" + j.guarantee.policy + "'; not DP" : j.guarantee.kind;
       });
     }).catch(function () {});
   }
@@ -227,6 +330,8 @@
   $("file").addEventListener("change", function () { $("perturb").disabled = !$("file").files.length; $("upload").disabled = true; });
   $("perturb").addEventListener("click", onPerturb);
   $("upload").addEventListener("click", onUpload);
+  $("label-column").addEventListener("change", renderLeaving);
+  $("user-column").addEventListener("change", renderLeaving);
   $("submit-job").addEventListener("click", onSubmitJob);
   setInterval(refresh, 2000);
   refresh();
