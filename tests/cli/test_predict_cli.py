@@ -172,3 +172,20 @@ def test_plan_pmixed():
     assert len(out["subset_sizes"]) == 10 and out["ball_order"] == 6.0
     assert out["per_query_rdp_charged"] <= out["per_query_rdp_budget"]
     assert out["rdp_budget"] == pytest.approx(3.198, abs=1e-3)
+
+
+def test_generate_places_the_model_as_asked_and_says_so(ensembles, tmp_path):
+    """Issue 11 §1: --device/--dtype, recorded in the --json output; a seed warns."""
+    res = ok(
+        "generate", str(ensembles / "pm"), "--prompt", "note", "--ledger", str(tmp_path / "l.db"),
+        "--queries", "4", "--max-new-tokens", "2", "--device", "cpu", "--dtype", "bfloat16",
+        "--seed", "3", "--json",
+    )  # fmt: skip
+    out = json.loads(res.stdout)
+    assert (out["device"], out["dtype"]) == ("cpu", "bfloat16")
+    assert out["seed"] == 3 and "knows the seed" in out["warning"]
+    assert "knows the seed" in res.stderr
+    bad = runner.invoke(
+        app, ["generate", str(ensembles / "pm"), "--prompt", "x", "--dtype", "int4"]
+    )
+    assert bad.exit_code == 2 and "unknown dtype" in bad.stderr

@@ -27,10 +27,11 @@ def test_each_row_equals_its_peft_adapter_in_one_pass(engine, adapter_dirs):
     assert len(calls) == 1  # one forward pass for public + every adapter
     base = load_public_model("tiny").model
     with torch.no_grad():
-        ref0 = torch.log_softmax(base(torch.tensor([ctx])).logits[0, -1], -1)
+        ref0 = torch.log_softmax(base(torch.tensor([ctx])).logits[0, -1].double(), -1)
+    assert lp.dtype == torch.float64  # upcast before the softmax (issue 11 §1)
     assert torch.allclose(lp[0], ref0, atol=1e-5)
     for i, path in enumerate(adapter_dirs):
-        assert torch.allclose(lp[i + 1], peft_log_probs(path, ctx), atol=1e-5)
+        assert torch.allclose(lp[i + 1], peft_log_probs(path, ctx).double(), atol=1e-5)
     assert torch.equal(lp[3], lp[5])
     assert not torch.allclose(lp[1], lp[2])
 

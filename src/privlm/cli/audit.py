@@ -83,8 +83,9 @@ def exposure(
     from peft import PeftModel
 
     from privlm.models import load_public_model
+    from privlm.models.placement import CPU_FLOAT32
 
-    lm = load_public_model(model)
+    lm = load_public_model(model, **CPU_FLOAT32)  # not yet on devices: issue 11 §2
     net = lm.model if adapter is None else PeftModel.from_pretrained(lm.model, adapter).eval()
     e = measure_exposure(net, lm.tokenizer, canary, prefix, max_rows, progress=not as_json)
     if as_json:

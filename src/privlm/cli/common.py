@@ -15,6 +15,18 @@ from privlm.errors import PrivlmError
 F = TypeVar("F", bound=Callable[..., Any])
 
 JSON_OPTION = typer.Option(False, "--json", help="Print machine-readable JSON.")
+DEVICE_OPTION = typer.Option(
+    "auto",
+    "--device",
+    help="auto (the PRIVLM_DEVICE variable, else CUDA when a GPU is there, else cpu), cpu, "
+    "cuda or cuda:N.",
+)
+DTYPE_OPTION = typer.Option(
+    "auto",
+    "--dtype",
+    help="The model's weights: auto (bfloat16 on a GPU that has it, else float32), float32, "
+    "bfloat16 or float16. Privacy math always runs in float64.",
+)
 SEED_OPTION = typer.Option(
     None,
     "--seed",

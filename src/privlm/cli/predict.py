@@ -6,7 +6,15 @@ from pathlib import Path
 
 import typer
 
-from privlm.cli.common import JSON_OPTION, SEED_OPTION, emit_json, user_errors, warn_if_seeded
+from privlm.cli.common import (
+    DEVICE_OPTION,
+    DTYPE_OPTION,
+    JSON_OPTION,
+    SEED_OPTION,
+    emit_json,
+    user_errors,
+    warn_if_seeded,
+)
 from privlm.data import corpora
 from privlm.models.perplexity import token_blocks
 from privlm.predict.evaluate import METHODS, evaluate
@@ -36,14 +44,17 @@ def generate(
     top_k: int | None = typer.Option(None, help="Refused: only ancestral sampling is private."),
     top_p: float | None = typer.Option(None, help="Refused: only ancestral sampling is private."),
     greedy: bool = typer.Option(False, help="Refused: only ancestral sampling is private."),
+    device: str = DEVICE_OPTION,
+    dtype: str = DTYPE_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Generate text privately; every released token is charged to the ledger first."""
     warn_if_seeded(seed)
+    loaded = load_ensemble(ensemble, device, dtype)
     predictor = build_predictor(
         method,
         ensemble,
-        load_ensemble(ensemble),
+        loaded,
         ledger,
         name,
         epsilon,
@@ -58,7 +69,14 @@ def generate(
         prompt, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, greedy=greedy
     )
     if as_json:
-        emit_json({"method": method, **gen.__dict__, **predictor.rng.statement()})
+        emit_json(
+            {
+                "method": method,
+                **gen.__dict__,
+                **predictor.rng.statement(),
+                **loaded[0].placement.describe(),
+            }
+        )
         return
     typer.echo(prompt + gen.text)
     typer.echo(
@@ -83,13 +101,15 @@ def eval_ppl(
     sample_rate: float = typer.Option(0.03, help="PMixED q."),
     beta: float | None = typer.Option(None, help="SubMix β (default ε/T)."),
     adapter: int = typer.Option(0, help="finetuned: which adapter."),
-    seed: int | None = typer.Option(None, help="Seed of the first run."),
+    seed: int | None = typer.Option(None, help="Seed of the first run (experiments only)."),
+    device: str = DEVICE_OPTION,
+    dtype: str = DTYPE_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Test-set perplexity; for private methods every token is one query (T = tokens scored)."""
     import tempfile
 
-    loaded = load_ensemble(ensemble)  # once, for every run and method
+    loaded = load_ensemble(ensemble, device, dtype)  # once, for every run and method
     lm, engine, manifest = loaded
     valid = corpora.wikitext2("valid")
     ids = token_blocks(lm.tokenizer, valid.texts(), block_size, blocks).tolist()
@@ -131,6 +151,7 @@ def eval_ppl(
         "queries_per_run": queries,
         "runs": reports,
         "perplexity": mean,
+        **lm.placement.describe(),
     }
     if as_json:
         emit_json(out)

@@ -8,6 +8,7 @@ import typer
 
 from privlm.cli.common import JSON_OPTION, SEED_OPTION, emit_json, user_errors, warn_if_seeded
 from privlm.models import DEFAULT_MODEL, load_public_model
+from privlm.models.placement import CPU_FLOAT32
 from privlm.prompting.evaluate import accuracy, prompt_probabilities
 from privlm.prompting.pate_pipeline import PromptPateConfig, pate_ledger, run_prompt_pate
 from privlm.prompting.prompt_dpsgd import PromptDpSgdConfig, train_prompt_dpsgd
@@ -109,7 +110,7 @@ def pate(
         holdout=holdout, seed=seed, teacher_votes=teacher_votes,
     )  # fmt: skip
     led = pate_ledger(ledger, ledger_name, cfg, len(splits.private))
-    lm = load_public_model(model)
+    lm = load_public_model(model, **CPU_FLOAT32)  # not yet on devices: issue 11 §2
     res = run_prompt_pate(lm, t, splits.private, splits.public, out, led, cfg, progress=not as_json)
     result = res.to_dict()
     if test:
@@ -143,7 +144,7 @@ def evaluate(
 
     t = get_task(task)
     splits = task_splits(t, max(1, shots * prompts), 0, test, seed)
-    lm = load_public_model(model)
+    lm = load_public_model(model, **CPU_FLOAT32)  # not yet on devices: issue 11 §2
     accs = []
     for p in range(prompts if shots else 1):
         demos = splits.private[p * shots : (p + 1) * shots]
@@ -174,7 +175,7 @@ def mia(
 
     t = get_task(task)
     splits = task_splits(t, 2000 if task != "cb" else 200, 0, 0, seed)
-    lm = load_public_model(model)
+    lm = load_public_model(model, **CPU_FLOAT32)  # not yet on devices: issue 11 §2
     res = prompt_mia(
         lm.model, lm.tokenizer, t, splits.private, prompts, nonmembers, seed, not as_json
     )

@@ -33,6 +33,7 @@ from privlm.data import corpora
 from privlm.errors import BudgetExceededError
 from privlm.models import DEFAULT_MODEL, load_public_model, perplexity
 from privlm.models.perplexity import token_blocks
+from privlm.models.placement import CPU_FLOAT32
 from privlm.predict import PMixED, PMixEDConfig
 from privlm.predict.evaluate import evaluate
 from privlm.predict.loading import load_ensemble
@@ -192,7 +193,7 @@ def quickstart(
     steps = 4 if private else 3
     say(f"[1/{steps}] loading public model {model!r} (the first run converts and caches it)")
     t0 = time.perf_counter()
-    lm = load_public_model(model)
+    lm = load_public_model(model, **CPU_FLOAT32)  # not yet on devices: issue 11 §2
     n_params = sum(p.numel() for p in lm.model.parameters())
     say(
         f"      {lm.name}: {n_params / 1e6:.1f}M parameters from {lm.source} "

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from privlm.cli.common import JSON_OPTION, emit_json, user_errors
+from privlm.cli.common import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit_json, user_errors
 
 DATA_DIR_OPTION = typer.Option(
     Path(os.environ.get("PRIVLM_SERVICE_DIR", "privlm-service")),
@@ -43,11 +43,19 @@ def serve(
     model: str = MODEL_OPTION,
     worker: bool = typer.Option(True, help="Start the job worker process alongside."),
     max_upload_mb: float = typer.Option(20.0, help="Largest dataset upload, in MB."),
+    device: str = DEVICE_OPTION,
+    dtype: str = DTYPE_OPTION,
 ) -> None:
     """Start the web service (FastAPI on uvicorn) and its job worker."""
     import uvicorn
 
+    from privlm.models.placement import DEVICE_ENV, DTYPE_ENV, resolve_placement
     from privlm.service.app import ServiceSettings, asgi_app
+
+    place = resolve_placement(device, dtype)  # refused now, not at the first request
+    # the server's deployments and the worker (a child: it inherits them) use this policy
+    os.environ[DEVICE_ENV], os.environ[DTYPE_ENV] = str(place.device), place.describe()["dtype"]
+    typer.echo(f"models on {place.describe()['device_name']} in {place.describe()['dtype']}")
 
     url = _url(db, data_dir)
     settings = ServiceSettings(

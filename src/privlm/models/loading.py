@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
-import torch
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
@@ -17,6 +16,14 @@ from transformers import (
 
 from privlm.errors import ModelLoadError
 from privlm.models.gguf_package import load_gguf_tokenizer, prepare_gguf_model
+from privlm.models.placement import (
+    CPU_FLOAT32,
+    DeviceSpec,
+    DtypeSpec,
+    Placement,
+    model_placement,
+    resolve_placement,
+)
 from privlm.models.registry import DEFAULT_MODEL, KNOWN_MODELS
 from privlm.models.tiny import build_tiny_model
 
@@ -30,13 +37,27 @@ class LoadedModel:
     name: str
     source: str
 
+    @property
+    def placement(self) -> Placement:
+        return model_placement(self.model)
 
-def _from_directory(path: Path, dtype: torch.dtype) -> LoadedModel:
+
+def _load_kwargs(place: Placement) -> dict[str, object]:
+    """Weights straight to their device and dtype, shard by shard (low CPU memory)."""
+    out: dict[str, object] = {"dtype": place.dtype, "low_cpu_mem_usage": True}
+    if place.device.type == "cuda":
+        out["device_map"] = {"": str(place.device)}
+    return out
+
+
+def _from_directory(path: Path, place: Placement) -> LoadedModel:
     if not (path / "config.json").is_file():
         raise ModelLoadError(f"{path}: not a model directory (no config.json)")
     try:
         tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(
+            str(path), local_files_only=True, **_load_kwargs(place)
+        )
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"{path}: could not load a causal LM from it: {exc}") from exc
     if tok.pad_token is None:
@@ -56,7 +77,7 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
     return True
 
 
-def _from_hub(model_id: str, dtype: torch.dtype) -> LoadedModel:
+def _from_hub(model_id: str, place: Placement) -> LoadedModel:
     last: Exception | None = None
     for local_only in (True, False):
         if not local_only and not _hub_reachable():
@@ -65,7 +86,7 @@ def _from_hub(model_id: str, dtype: torch.dtype) -> LoadedModel:
         try:
             tok = AutoTokenizer.from_pretrained(model_id, local_files_only=local_only)
             model = AutoModelForCausalLM.from_pretrained(
-                model_id, dtype=dtype, local_files_only=local_only
+                model_id, local_files_only=local_only, **_load_kwargs(place)
             )
         except (OSError, ValueError) as exc:
             last = exc
@@ -86,34 +107,42 @@ def load_tokenizer(name: str = DEFAULT_MODEL) -> PreTrainedTokenizerBase:
     """The tokenizer of a named model (``tiny`` shares SmolLM2's)."""
     spec = KNOWN_MODELS.get(name)
     if spec is None:
-        return load_public_model(name).tokenizer
+        return load_public_model(name, **CPU_FLOAT32).tokenizer
     return load_gguf_tokenizer(KNOWN_MODELS[DEFAULT_MODEL] if spec.kind == "tiny" else spec)
 
 
 def load_public_model(
-    name_or_path: str = DEFAULT_MODEL, dtype: torch.dtype = torch.float32, seed: int = 0
+    name_or_path: str = DEFAULT_MODEL,
+    device: DeviceSpec = "auto",
+    dtype: DtypeSpec = "auto",
+    seed: int = 0,
 ) -> LoadedModel:
     """Load the public model p₀ by short name (see ``privlm models list``), local
-    directory, or Hugging Face hub id.
+    directory, or Hugging Face hub id, placed by :mod:`privlm.models.placement`: ``auto``
+    is CUDA in bfloat16 when a GPU is there, the CPU in float32 otherwise.
 
-    >>> lm = load_public_model("tiny")
+    >>> lm = load_public_model("tiny", device="cpu")
     >>> lm.model.config.num_hidden_layers, lm.model.config.hidden_size
     (2, 64)
+    >>> lm.placement.describe()["dtype"]
+    'float32'
     """
+    place = resolve_placement(device, dtype)
     spec = KNOWN_MODELS.get(name_or_path)
     if spec is not None and spec.kind == "tiny":
         tok = load_tokenizer("tiny")
-        return LoadedModel(build_tiny_model(tok, seed=seed).to(dtype), tok, "tiny", "tiny")
+        model = build_tiny_model(tok, seed=seed).to(device=place.device, dtype=place.dtype)
+        return LoadedModel(model, tok, "tiny", "tiny")
     if spec is not None:
         folder = prepare_gguf_model(spec)
-        loaded = _from_directory(folder, dtype)
+        loaded = _from_directory(folder, place)
         return LoadedModel(loaded.model, loaded.tokenizer, spec.name, f"{spec.package} (GGUF)")
     path = Path(name_or_path).expanduser()
     if path.exists():
-        return _from_directory(path, dtype)
+        return _from_directory(path, place)
     if name_or_path.startswith((".", "/", "~")):
         raise ModelLoadError(f"{name_or_path}: no such directory")
-    return _from_hub(name_or_path, dtype)
+    return _from_hub(name_or_path, place)
 
 
 def prepare_model(name_or_path: str = DEFAULT_MODEL, force: bool = False) -> str:
@@ -124,4 +153,4 @@ def prepare_model(name_or_path: str = DEFAULT_MODEL, force: bool = False) -> str
     if spec is not None:
         load_tokenizer(name_or_path)
         return "built in memory from a seed (tokenizer cached)"
-    return load_public_model(name_or_path).source
+    return load_public_model(name_or_path, **CPU_FLOAT32).source

@@ -56,7 +56,7 @@ def perplexity(
     model.eval()
     bar = tqdm(total=len(blocks), desc="perplexity", unit="block", disable=not progress)
     for start in range(0, len(blocks), batch_size):
-        batch = blocks[start : start + batch_size]
+        batch = blocks[start : start + batch_size].to(model.device)
         logits = model(input_ids=batch).logits[:, :-1].float()
         targets = batch[:, 1:]
         nll = torch.nn.functional.cross_entropy(

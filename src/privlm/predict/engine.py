@@ -23,6 +23,13 @@ from transformers import DynamicCache, PreTrainedModel
 from privlm.errors import ModelLoadError
 
 
+def upcast_log_softmax(logits: torch.Tensor) -> torch.Tensor:
+    """log-softmax in float64 over the last axis: logits from a bf16 or fp16 model are
+    upcast *before* the softmax, so the mechanisms see the model's distribution to float64
+    accuracy (their divergences, λ solves and mixtures all run in float64)."""
+    return torch.log_softmax(logits.double(), dim=-1)
+
+
 class RowRouter:
     """Which adapter each batch row uses, shared by all wrapped projections."""
 
@@ -156,12 +163,13 @@ class EnsembleEngine:
             raise ValueError("one adapter index per batch row")
         if int(rows.max()) >= self.n_adapters or int(rows.min()) < -1:
             raise ValueError(f"adapter indices must lie in [-1, {self.n_adapters - 1}]")
-        self.router.set(rows.to(self.device))
+        device = self.device  # inputs may be built anywhere; they run where the model is
+        self.router.set(rows.to(device))
         try:
             out = self.model(
-                input_ids=input_ids,
+                input_ids=input_ids.to(device),
                 past_key_values=past_key_values,
-                attention_mask=attention_mask,
+                attention_mask=None if attention_mask is None else attention_mask.to(device),
                 use_cache=past_key_values is not None,
             )
         finally:
@@ -169,10 +177,11 @@ class EnsembleEngine:
         return out.logits, out.past_key_values if past_key_values is not None else None
 
     def log_probs(self, context: list[int], rows: list[int]) -> torch.Tensor:
-        """Next-token log-probabilities (len(rows), V) after ``context``, one batched pass."""
+        """Next-token log-probabilities (len(rows), V) after ``context``, one batched pass;
+        float64, whatever the model's dtype (privacy math never runs in half precision)."""
         ids = torch.tensor([context] * len(rows), dtype=torch.long)
         logits, _ = self.logits(ids, torch.tensor(rows, dtype=torch.long))
-        return torch.log_softmax(logits[:, -1].float(), dim=-1)
+        return upcast_log_softmax(logits[:, -1])
 
 
 class CachedDecoder:
@@ -186,7 +195,7 @@ class CachedDecoder:
         self.cache = DynamicCache()
         ids = torch.tensor([prompt] * len(rows), dtype=torch.long)
         logits, _ = engine.logits(ids, self.rows, self.cache)
-        self.last = torch.log_softmax(logits[:, -1].float(), dim=-1)
+        self.last = upcast_log_softmax(logits[:, -1])
 
     def keep(self, positions: list[int]) -> None:
         """Keep only the rows at ``positions`` (in their current order), cache included."""
@@ -199,5 +208,5 @@ class CachedDecoder:
         """Append ``token`` to every row; return the next-token log-probs (rows, V)."""
         ids = torch.full((len(self.rows), 1), token, dtype=torch.long)
         logits, _ = self.engine.logits(ids, self.rows, self.cache)
-        self.last = torch.log_softmax(logits[:, -1].float(), dim=-1)
+        self.last = upcast_log_softmax(logits[:, -1])
         return self.last

@@ -52,7 +52,7 @@ def evaluate(
             }[method]
             lp = _rows_log_probs(engine, block, rows)[:, :-1]
             avg = torch.logsumexp(lp, dim=0) - math.log(len(rows))
-            scores = avg.gather(1, target[:, None]).squeeze(1).double()
+            scores = avg.gather(1, target.to(avg.device)[:, None]).squeeze(1).double().cpu()
         elif method == "pmixed":
             assert isinstance(predictor, PMixED)
             scores = predictor.score(block)

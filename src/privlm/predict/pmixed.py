@@ -20,7 +20,7 @@ from transformers import PreTrainedTokenizerBase
 from privlm.accounting import Budget, Charge, PrivacyLedger, RdpCurve
 from privlm.accounting.analysis import pmixed as analysis
 from privlm.errors import BudgetExceededError, PrivlmError
-from privlm.predict.engine import CachedDecoder, EnsembleEngine
+from privlm.predict.engine import CachedDecoder, EnsembleEngine, upcast_log_softmax
 from privlm.predict.pmixed_rule import pmixed_mixture, sample_subset
 from privlm.predict.sampling import check_ancestral, sample
 from privlm.randomness import PrivacyRandomness, as_randomness
@@ -201,10 +201,9 @@ class PMixED:
         rows = torch.tensor([-1, *range(self.engine.n_adapters)])
         ids = torch.tensor([token_ids] * len(rows))
         logits, _ = self.engine.logits(ids, rows)
-        log_probs = torch.log_softmax(logits.float(), dim=-1)
         out = torch.empty(need, dtype=torch.float64)
-        for t in range(need):
-            mixed = self._mix(log_probs[:, t])
+        for t in range(need):  # each position upcast before its softmax (float64)
+            mixed = self._mix(upcast_log_softmax(logits[:, t]))
             self._charge_one()
             out[t] = mixed[token_ids[t + 1]]
         return out

@@ -17,7 +17,7 @@ from transformers import PreTrainedTokenizerBase
 
 from privlm.accounting import Budget, Charge, PrivacyLedger, RdpCurve, charge_together
 from privlm.errors import BudgetExceededError, PrivlmError
-from privlm.predict.engine import CachedDecoder, EnsembleEngine
+from privlm.predict.engine import CachedDecoder, EnsembleEngine, upcast_log_softmax
 from privlm.predict.pmixed import Generation
 from privlm.predict.sampling import check_ancestral, sample
 from privlm.predict.submix_rule import submix_step
@@ -129,11 +129,10 @@ class SubMix:
         them and how many were answered privately (the rest by the public model, after STOP)."""
         rows = torch.tensor([-1, *range(self.engine.n_adapters)])
         logits, _ = self.engine.logits(torch.tensor([token_ids] * len(rows)), rows)
-        log_probs = torch.log_softmax(logits.float(), dim=-1)
         out = torch.empty(len(token_ids) - 1, dtype=torch.float64)
         private = 0
         for t in range(len(token_ids) - 1):
-            lp = log_probs[:, t]
+            lp = upcast_log_softmax(logits[:, t])  # float64 before the softmax
             if not self.stopped:
                 step = submix_step(lp[1::2], lp[2::2], lp[0], self.config.alpha, self.config.beta)
                 if self._charge_or_stop(step):

@@ -41,6 +41,7 @@ from privlm.data import Record
 from privlm.errors import PrivlmError
 from privlm.fsutil import write_directory_atomically
 from privlm.models import LoadedModel, load_public_model
+from privlm.models.placement import CPU_FLOAT32
 from privlm.progress import progress_bar
 from privlm.prompting.tasks import Task, label_token_ids
 from privlm.randomness import PrivacyRandomness
@@ -216,7 +217,7 @@ def train_prompt_dpsgd(
         )
         if ledger is not None:
             ledger.require_fits(charge, "this PromptDPSGD run")
-    lm = load_public_model(model_name)
+    lm = load_public_model(model_name, **CPU_FLOAT32)  # not yet on devices: issue 11 §2
     label_ids = label_token_ids(task, lm.tokenizer)
     rng = PrivacyRandomness(cfg.seed)
     model = prompt_model(lm, cfg.kind, cfg.virtual_tokens, rng.integer())

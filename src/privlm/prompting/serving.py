@@ -20,6 +20,7 @@ from safetensors.torch import load_file
 from privlm.data import Record
 from privlm.errors import PrivlmError
 from privlm.models import LoadedModel, load_public_model
+from privlm.models.placement import CPU_FLOAT32
 from privlm.prompting.prompt_dpsgd import class_logits, encode_examples
 from privlm.prompting.tasks import Task, label_token_ids
 
@@ -71,7 +72,7 @@ def prompt_adapter_accuracy(
     model_name: str, adapter: str | Path, task: Task, test: Sequence[Record], batch_size: int = 32
 ) -> float:
     """Accuracy over the label tokens of a soft-prompt or prefix adapter."""
-    lm = load_public_model(model_name)
+    lm = load_public_model(model_name, **CPU_FLOAT32)  # not yet on devices: issue 11 §2
     label_ids = label_token_ids(task, lm.tokenizer)
     kind = _adapter_config(Path(adapter)).get("peft_type")
     truth = np.array([task.class_of(r) for r in test])
