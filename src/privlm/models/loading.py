@@ -8,6 +8,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from transformers import (
+    AutoConfig,
     AutoModelForCausalLM,
     AutoTokenizer,
     PreTrainedModel,
@@ -16,6 +17,7 @@ from transformers import (
 
 from privlm.errors import ModelLoadError
 from privlm.models.gguf_package import load_gguf_tokenizer, prepare_gguf_model
+from privlm.models.memory import model_bytes, require_fits
 from privlm.models.placement import (
     CPU_FLOAT32,
     DeviceSpec,
@@ -50,10 +52,18 @@ def _load_kwargs(place: Placement) -> dict[str, object]:
     return out
 
 
+def _check_model_fits(config: object, place: Placement, what: str) -> None:
+    require_fits(
+        model_bytes(config, place.dtype), place.device, f"the model {what}",
+        "use a smaller model, --dtype bfloat16, or another device",
+    )  # fmt: skip
+
+
 def _from_directory(path: Path, place: Placement) -> LoadedModel:
     if not (path / "config.json").is_file():
         raise ModelLoadError(f"{path}: not a model directory (no config.json)")
     try:
+        _check_model_fits(AutoConfig.from_pretrained(str(path)), place, str(path))
         tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(
             str(path), local_files_only=True, **_load_kwargs(place)
@@ -84,6 +94,8 @@ def _from_hub(model_id: str, place: Placement) -> LoadedModel:
             last = ConnectionError("the Hugging Face hub is unreachable from this machine")
             break
         try:
+            config = AutoConfig.from_pretrained(model_id, local_files_only=local_only)
+            _check_model_fits(config, place, model_id)
             tok = AutoTokenizer.from_pretrained(model_id, local_files_only=local_only)
             model = AutoModelForCausalLM.from_pretrained(
                 model_id, local_files_only=local_only, **_load_kwargs(place)

@@ -21,6 +21,7 @@ from torch import nn
 from transformers import DynamicCache, PreTrainedModel
 
 from privlm.errors import ModelLoadError
+from privlm.models.memory import kv_cache_bytes, require_fits
 
 
 def upcast_log_softmax(logits: torch.Tensor) -> torch.Tensor:
@@ -130,13 +131,19 @@ class EnsembleEngine:
         self.spec = spec
         self.n_adapters = len(adapters)
         self.router = RowRouter()
-        dtype = next(model.parameters()).dtype
+        first = next(model.parameters())
+        device, dtype = first.device, first.dtype
+        stacked = sum(t.numel() for ad in adapters for pair in ad.values() for t in pair)
+        require_fits(
+            stacked * first.element_size(), device, f"{len(adapters)} stacked adapters",
+            "use fewer adapters, a lower rank, or --dtype bfloat16",
+        )  # fmt: skip
         for name in sorted(names):
             parent_name, _, child = name.rpartition(".")
             parent = model.get_submodule(parent_name)
             base = getattr(parent, child)
-            a = torch.stack([ad[name][0] for ad in adapters]).to(dtype)
-            b = torch.stack([ad[name][1] for ad in adapters]).to(dtype)
+            a = torch.stack([ad[name][0] for ad in adapters]).to(device=device, dtype=dtype)
+            b = torch.stack([ad[name][1] for ad in adapters]).to(device=device, dtype=dtype)
             setattr(parent, child, StackedLoRA(base, a, b, spec.scaling, self.router))
 
     @classmethod
@@ -187,9 +194,19 @@ class EnsembleEngine:
 class CachedDecoder:
     """Incremental decoding of one context for a fixed set of rows, with a KV cache."""
 
-    def __init__(self, engine: EnsembleEngine, prompt: list[int], rows: list[int]) -> None:
+    def __init__(
+        self, engine: EnsembleEngine, prompt: list[int], rows: list[int], reserve: int = 0
+    ) -> None:
+        """Prefill ``prompt`` for ``rows``; ``reserve`` is how many tokens will follow, so a
+        KV cache that cannot hold them all is refused before any work."""
         if not prompt:
             raise ValueError("the prompt must have at least one token")
+        first = next(engine.model.parameters())
+        require_fits(
+            kv_cache_bytes(engine.model.config, first.dtype, len(rows), len(prompt) + reserve),
+            first.device, f"a KV cache of {len(rows)} rows × {len(prompt) + reserve} tokens",
+            "use a shorter prompt, fewer tokens, or a smaller sample rate q",
+        )  # fmt: skip
         self.engine = engine
         self.rows = torch.tensor(rows, dtype=torch.long)
         self.cache = DynamicCache()

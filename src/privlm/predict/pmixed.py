@@ -158,7 +158,7 @@ class PMixED:
         ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"] or [
             self.tokenizer.eos_token_id
         ]
-        decoder = CachedDecoder(self.engine, ids, [-1, *sorted(last_use)])
+        decoder = CachedDecoder(self.engine, ids, [-1, *sorted(last_use)], max_new_tokens)
         out: list[int] = []
         stopped = None
         for t in range(max_new_tokens):

@@ -147,7 +147,9 @@ class SubMix:
         ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"] or [
             self.tokenizer.eos_token_id
         ]
-        decoder = CachedDecoder(self.engine, ids, [-1, *range(self.engine.n_adapters)])
+        decoder = CachedDecoder(
+            self.engine, ids, [-1, *range(self.engine.n_adapters)], max_new_tokens
+        )
         out: list[int] = []
         private = 0
         log_probs = decoder.last

@@ -157,7 +157,7 @@ class LoadedDeployment:
             self.tokenizer.eos_token_id
         ]
         gen = PrivacyRandomness()
-        decoder = CachedDecoder(self.engine, ids, [row])
+        decoder = CachedDecoder(self.engine, ids, [row], max_tokens)
         out: list[int] = []
         with torch.no_grad():
             for _ in range(max_tokens):
