@@ -408,3 +408,21 @@ def test_the_cli_warns_about_a_seed(tmp_path):
     res = CliRunner().invoke(app, [*args, "--seed", "3"])
     assert res.exit_code == 0, res.output
     assert "does not hold against anyone who knows the seed" in res.stderr
+
+
+def test_dpsgd_on_a_bf16_model(tmp_path):
+    """Issue 11: the base model in bfloat16 (what a GPU runs by default), on the CPU. The
+    LoRA parameters, their per-sample gradients and the noise stay float32; the statement
+    records where the model ran."""
+    from peft import PeftModel
+    from safetensors.torch import load_file
+
+    cfg = dp.DpSgdConfig(target_epsilon=3.0, device="cpu", dtype="bfloat16", **CFG)
+    st = dp.train_dpsgd("tiny", dataset(), tmp_path / "bf16", cfg, progress=False)
+    assert st.epsilon <= 3.0 and (st.device, st.dtype) == ("cpu", "bfloat16")
+    saved = json.loads((tmp_path / "bf16" / "privacy.json").read_text())
+    assert saved["dtype"] == "bfloat16"
+    weights = load_file(str(tmp_path / "bf16" / "adapter_model.safetensors"))
+    assert {t.dtype for t in weights.values()} == {torch.float32}
+    assert all(torch.isfinite(t).all() for t in weights.values())
+    PeftModel.from_pretrained(load_public_model("tiny", device="cpu").model, tmp_path / "bf16")

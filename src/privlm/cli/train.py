@@ -8,7 +8,15 @@ from pathlib import Path
 import typer
 
 from privlm.accounting import Budget, DpSgdPlan, PrivacyLedger
-from privlm.cli.common import JSON_OPTION, SEED_OPTION, emit_json, user_errors, warn_if_seeded
+from privlm.cli.common import (
+    DEVICE_OPTION,
+    DTYPE_OPTION,
+    JSON_OPTION,
+    SEED_OPTION,
+    emit_json,
+    user_errors,
+    warn_if_seeded,
+)
 from privlm.cli.ensemble import load_training_data
 from privlm.errors import AccountingError
 from privlm.models import DEFAULT_MODEL
@@ -52,6 +60,8 @@ def dpsgd(
     budget_epsilon: float | None = typer.Option(
         None, help="Budget ε of a new ledger (default: what this run costs)."
     ),
+    device: str = DEVICE_OPTION,
+    dtype: str = DTYPE_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Fine-tune a LoRA adapter with DP-SGD (Opacus); print its privacy statement."""
@@ -70,6 +80,8 @@ def dpsgd(
         seed=seed,
         user_sampling=user_sampling,
         grad_sample_mode=grad_sample_mode,
+        device=device,
+        dtype=dtype,
     )
     q, steps, run_delta, sigma = plan(len(examples_per_unit(ds)[0]), cfg)
     # a new ledger's default budget is what this run costs, as the ledger composes it (RDP)
@@ -143,6 +155,8 @@ def jft(
     budget_epsilon: float | None = typer.Option(
         None, help="Budget ε of a new ledger (default: what this run charges)."
     ),
+    device: str = DEVICE_OPTION,
+    dtype: str = DTYPE_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Just Fine-tune Twice: a redacted fine-tune, then DP-SGD; print the SDP statement."""
@@ -159,6 +173,8 @@ def jft(
             learning_rate=learning_rate,
             block_size=block_size,
             seed=seed,
+            device=device,
+            dtype=dtype,
         )
 
     p1_dp = dp(phase1_epsilon)

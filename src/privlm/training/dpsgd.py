@@ -95,6 +95,11 @@ class DpSgdConfig:
     # the run reproducible, and its guarantee void against anyone who knows the seed.
     seed: int | None = None
     secure_mode: bool = False  # Opacus's CSPRNG noise; needs the torchcsprng package
+    # where the base model runs (privlm.models.placement): auto is CUDA in bfloat16 when a GPU
+    # is there, else the CPU in float32; the LoRA parameters, their gradients and the noise
+    # are float32 either way
+    device: str = "auto"
+    dtype: str = "auto"
     # "hooks": per-sample gradients materialised; "ghost": Opacus's ghost clipping, which
     # computes per-sample gradient norms only and clips in a second backward pass
     grad_sample_mode: str = "hooks"
@@ -136,6 +141,8 @@ class PrivacyStatement:
     # JFT light noise: the rate the accountant used, q·m̃ (an empirical estimate, §3.1)
     accounted_sample_rate: float | None = None
     unit_detail: str = ""  # how a user-level unit's records enter a step
+    device: str = "cpu"
+    dtype: str = "float32"  # of the base model's weights; LoRA parameters are float32
     # where the noise and batches came from; a seeded run carries the warning (issue 17)
     randomness: str = "fresh OS entropy (CSPRNG); no seed"
     seed: int | None = None
@@ -262,9 +269,17 @@ def train_dpsgd(
     if ledger is not None:
         ledger.require_fits(charge, "this DP-SGD run")
     rng = PrivacyRandomness(cfg.seed)
+    rank, world = init_distributed()
     lm, model, _ = lora_model(
-        model_name, cfg.rank, cfg.alpha, cfg.targets, rng.integer(), init_adapter=init_adapter
-    )
+        model_name, cfg.rank, cfg.alpha, cfg.targets, rng.integer(), init_adapter=init_adapter,
+        device=cfg.device, dtype=cfg.dtype,
+    )  # fmt: skip
+    place = lm.placement
+    if world > 1 and place.device.type != "cpu":
+        raise PrivlmError(
+            "distributed DP-SGD runs on CPUs (gloo) only for now; use --device cpu under "
+            "torchrun, or one process on the GPU"
+        )
     errors = ModuleValidator.validate(model, strict=False)
     if errors:
         raise PrivlmError(f"layers DP-SGD cannot train here: {[str(e) for e in errors][:5]}")
@@ -283,7 +298,6 @@ def train_dpsgd(
         if one_per_user
         else TensorDataset(ids, labels, masked)
     )
-    rank, world = init_distributed()
     module: torch.nn.Module = model
     if world > 1:  # torchrun: DPDDP, and Poisson batches drawn in lockstep (distributed_dp)
         sampler = LockstepPoissonSampler(n, q, round(1 / q), rank, world, rng.torch_generator())
@@ -298,7 +312,6 @@ def train_dpsgd(
         [p for p in model.parameters() if p.requires_grad], lr=cfg.learning_rate, weight_decay=0.0
     )
     engine = PrivacyEngine(accountant="rdp", secure_mode=cfg.secure_mode)
-    device = next(p for p in model.parameters() if p.requires_grad).device
     ghost = cfg.grad_sample_mode == "ghost"
     private = engine.make_private(
         module=module,
@@ -308,7 +321,7 @@ def train_dpsgd(
         max_grad_norm=cfg.max_grad_norm,
         poisson_sampling=world == 1,  # distributed: the lockstep Poisson sampler above
         grad_sample_mode=cfg.grad_sample_mode,
-        noise_generator=None if cfg.secure_mode else rng.torch_generator(device),
+        noise_generator=None if cfg.secure_mode else rng.torch_generator(place.device),
     )
     # ghost mode also returns a criterion wrapper; privlm builds the per-example loss itself
     dp_model, dp_opt, dp_loader = private[0], private[1], private[-1]
@@ -329,8 +342,11 @@ def train_dpsgd(
                         if ghost:
                             p.grad = torch.zeros_like(p)
                         else:
-                            p.grad_sample = torch.zeros((0, *p.shape), dtype=p.dtype)
+                            p.grad_sample = torch.zeros(
+                                (0, *p.shape), dtype=p.dtype, device=p.device
+                            )
                 else:
+                    x, y, m = x.to(place.device), y.to(place.device), m.to(place.device)
                     attention = ((y != IGNORE) | m).long()
                     if bool(m.any()):
                         embeds = embed_with_masks(model, x, m, mask_vector)
@@ -378,6 +394,8 @@ def train_dpsgd(
         cfg.max_grad_norm,
         accounted_sample_rate=q_acc if rate_factor != 1.0 else None,
         unit_detail=unit_description(unit, cfg),
+        device=str(place.device),
+        dtype=place.describe()["dtype"],
         **rng.statement(),
     )
     out = Path(out_dir)

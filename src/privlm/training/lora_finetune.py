@@ -21,7 +21,7 @@ from privlm.detect import Span
 from privlm.errors import PrivlmError
 from privlm.fsutil import write_directory_atomically
 from privlm.models import LoadedModel, load_public_model
-from privlm.models.placement import CPU_FLOAT32
+from privlm.models.placement import DeviceSpec, DtypeSpec
 from privlm.progress import progress_bar
 from privlm.training.lora_targets import check_targets, discover_lora_targets
 from privlm.training.redaction import (
@@ -94,11 +94,13 @@ def lora_model(
     targets: list[str] | None,
     seed: int,
     init_adapter: str | Path | None = None,
+    device: DeviceSpec = "cpu",
+    dtype: DtypeSpec = "float32",
 ) -> tuple[LoadedModel, PeftModel, list[str]]:
     """The public model wrapped with a fresh LoRA adapter (seeded initialisation) on the given
     targets, or on every projection discovered in the decoder blocks. With ``init_adapter``,
     training continues from that saved adapter instead (JFT's phase 2 starts from phase 1)."""
-    lm = load_public_model(model_name, **CPU_FLOAT32)  # not yet on devices: issue 11 §2
+    lm = load_public_model(model_name, device, dtype)  # LoRA weights stay float32 (PEFT)
     if init_adapter is not None:
         path = Path(init_adapter)
         if not (path / "adapter_config.json").is_file():

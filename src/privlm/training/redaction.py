@@ -150,8 +150,8 @@ def embed_with_masks(
 
 def per_example_losses(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Each example's mean next-token cross-entropy over its counted positions, shape (B,)."""
-    tok = torch.nn.functional.cross_entropy(
-        logits[:, :-1].reshape(-1, logits.size(-1)),
+    tok = torch.nn.functional.cross_entropy(  # float32 logits, whatever the model's dtype
+        logits[:, :-1].float().reshape(-1, logits.size(-1)),
         labels[:, 1:].reshape(-1),
         ignore_index=IGNORE,
         reduction="none",
@@ -167,8 +167,8 @@ def masked_lm_loss(logits: torch.Tensor, labels: torch.Tensor, per_example: bool
     the mean over examples, so each example is one term, as DP-SGD clips per example."""
     if per_example:
         return per_example_losses(logits, labels).mean()
-    tok = torch.nn.functional.cross_entropy(
-        logits[:, :-1].reshape(-1, logits.size(-1)),
+    tok = torch.nn.functional.cross_entropy(  # float32 logits, whatever the model's dtype
+        logits[:, :-1].float().reshape(-1, logits.size(-1)),
         labels[:, 1:].reshape(-1),
         ignore_index=IGNORE,
         reduction="none",
