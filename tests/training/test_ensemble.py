@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from privlm.data import Dataset, Record
 from privlm.errors import PrivlmError
@@ -139,3 +140,29 @@ def test_a_fresh_key_is_drawn_and_recorded(tmp_path):
         "tiny", users_dataset(4), 2, tmp_path / "b", "pmixed", CFG, progress=False
     )
     assert len(a["partition_key"]) == 32 and a["partition_key"] != b["partition_key"]
+
+
+def test_an_ensemble_trains_on_a_bf16_model_and_serves_privately(tmp_path):
+    """Issue 11: ensemble members on a bfloat16 base (a GPU's default), here on the CPU; the
+    adapters are saved in float32, and PMixED serves them from a bf16 engine."""
+    from safetensors.torch import load_file
+
+    from privlm.accounting import Budget, PrivacyLedger
+    from privlm.predict import PMixED, PMixEDConfig
+    from privlm.predict.loading import load_ensemble
+
+    cfg = LoraTrainingConfig(
+        epochs=1, block_size=32, batch_size=4, learning_rate=1e-2, device="cpu", dtype="bf16"
+    )
+    manifest = ens.train_ensemble(
+        "tiny", users_dataset(), 2, tmp_path, "pmixed", cfg, progress=False, partition_key=KEY
+    )
+    assert {a["dtype"] for a in manifest["adapters"].values()} == {"bfloat16"}
+    weights = load_file(str(tmp_path / "part-000" / "adapter_model.safetensors"))
+    assert {t.dtype for t in weights.values()} == {torch.float32}
+    lm, engine, _ = load_ensemble(tmp_path, device="cpu", dtype="bfloat16")
+    ledger = PrivacyLedger(tmp_path / "l.db", "bf16", Budget(8.0, 1e-5))
+    gen = PMixED(engine, lm.tokenizer, ledger, PMixEDConfig(8.0, 1e-5, 3, 8, 1.0)).generate(
+        "secret", max_new_tokens=3
+    )
+    assert ledger.count() == len(gen.token_ids) >= 1

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from privlm.cli.common import JSON_OPTION, emit_json, user_errors
+from privlm.cli.common import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit_json, user_errors
 from privlm.data import Dataset, corpora, load_file
 from privlm.errors import PrivlmError
 from privlm.models import DEFAULT_MODEL
@@ -61,6 +61,8 @@ def train(
     ray: str | None = typer.Option(
         None, "--ray", help="Ray cluster ADDRESS (or 'local'): one task per adapter."
     ),
+    device: str = DEVICE_OPTION,
+    dtype: str = DTYPE_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Partition the data by privacy unit and fine-tune one LoRA adapter per (sub)part."""
@@ -75,6 +77,8 @@ def train(
         batch_size=batch_size,
         max_blocks=max_blocks,
         seed=seed,
+        device=device,
+        dtype=dtype,
     )
     manifest = train_ensemble(
         model, ds, parts, out, protocol, cfg, progress=not as_json, ray_address=ray,

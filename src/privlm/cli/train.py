@@ -192,6 +192,8 @@ def jft(
             block_size=block_size,
             batch_size=physical_batch_size,
             seed=0 if seed is None else seed,  # phase 1's shuffle: no noise, no guarantee
+            device=device,
+            dtype=dtype,
         ),
         phase1_dpsgd=p1_dp,
         phase2=dp(epsilon),

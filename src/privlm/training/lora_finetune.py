@@ -47,6 +47,9 @@ class LoraTrainingConfig:
     max_blocks: int | None = None  # cap per adapter, for quick runs
     pack: bool = True  # False: every record is its own sequence (padded), not packed in blocks
     seed: int = 0
+    # the base model's placement (privlm.models.placement); LoRA weights stay float32
+    device: str = "auto"
+    dtype: str = "auto"
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -125,8 +128,9 @@ def save_untrained_adapter(
     """The adapter of an empty part: LoRA's B starts at zero, so it equals the public model."""
     t0 = time.perf_counter()
     _, model, targets = lora_model(
-        model_name, config.rank, config.alpha, config.targets, config.seed
-    )
+        model_name, config.rank, config.alpha, config.targets, config.seed,
+        device=config.device, dtype=config.dtype,
+    )  # fmt: skip
     write_directory_atomically(out_dir, model.save_pretrained)
     return {
         "blocks": 0, "tokens": 0, "steps": 0, "final_loss": None,
@@ -150,8 +154,10 @@ def finetune_lora(
     the loss and its normalisation (JFT A.2, ``privlm.training.redaction``)."""
     t0 = time.perf_counter()
     lm, model, targets = lora_model(
-        model_name, config.rank, config.alpha, config.targets, config.seed
-    )
+        model_name, config.rank, config.alpha, config.targets, config.seed,
+        device=config.device, dtype=config.dtype,
+    )  # fmt: skip
+    device = lm.placement.device
     masked_all: torch.Tensor | None = None
     if redact is not None:
         encode = redacted_blocks if config.pack else redacted_sequences
@@ -180,18 +186,19 @@ def finetune_lora(
         order = torch.randperm(len(blocks), generator=gen)
         for start in range(0, len(blocks), config.batch_size):
             pick = order[start : start + config.batch_size]
-            batch, labels = blocks[pick], labels_all[pick]
+            batch, labels = blocks[pick].to(device), labels_all[pick].to(device)
+            masks = None if masked_all is None else masked_all[pick].to(device)
             attention = None
             if not config.pack:  # right padding: attend to real tokens and mask slots
                 real = labels != IGNORE
-                if masked_all is not None:
-                    real |= masked_all[pick]
+                if masks is not None:
+                    real |= masks
                 attention = real.long()
-            if masked_all is None:
+            if masks is None:
                 logits = model(input_ids=batch, attention_mask=attention).logits
             else:
                 assert mask_vector is not None
-                embeds = embed_with_masks(model, batch, masked_all[pick], mask_vector)
+                embeds = embed_with_masks(model, batch, masks, mask_vector)
                 logits = model(inputs_embeds=embeds, attention_mask=attention).logits
             loss = masked_lm_loss(logits, labels, per_example=False)
             loss.backward()
@@ -210,4 +217,5 @@ def finetune_lora(
         "final_loss": last_loss,
         "seconds": time.perf_counter() - t0,
         "targets": targets,
+        **lm.placement.describe(),
     }
