@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import weakref
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -168,6 +169,17 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
+_schema_ready: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+def _ensure_schema(engine: Engine) -> None:
+    """Create the ledger tables once per engine, not at every ledger opened on it (the
+    service opens one per dataset on every listing)."""
+    if engine not in _schema_ready:
+        _metadata.create_all(engine)
+        _schema_ready.add(engine)
+
+
 def durable_engine(target: str | Path) -> Engine:
     """A SQLAlchemy engine for a path or URL. SQLite runs in WAL mode with full fsync and
     ``BEGIN IMMEDIATE`` transactions (a committed charge survives a crash; concurrent
@@ -215,7 +227,7 @@ class PrivacyLedger:
     ) -> None:
         self.name = name
         self._engine = target if isinstance(target, Engine) else durable_engine(target)
-        _metadata.create_all(self._engine)
+        _ensure_schema(self._engine)
         with self._engine.begin() as conn:
             row = conn.execute(select(ledgers_table).where(ledgers_table.c.name == name)).first()
             if row is None:

@@ -27,6 +27,7 @@ from privlm.predict.loading import load_ensemble
 from privlm.predict.sampling import sample
 from privlm.randomness import PrivacyRandomness
 from privlm.service.db import Deployment, Job
+from privlm.service.jobs import guarantee
 
 MAX_TOKENS = 256
 
@@ -279,8 +280,6 @@ def deployment_guarantee(row: Deployment, job: Job | None) -> dict[str, Any]:
         return {"kind": "RDP", "order": p["alpha"], "rdp_epsilon": p["epsilon"],
                 "text": f"(α={p['alpha']:g}, ε={p['epsilon']:g})-Rényi DP per part"}  # fmt: skip
     if job is not None and job.kind == "jft":
-        from privlm.service.jobs import guarantee
-
         return guarantee(job)
     return {"kind": "DP", "text": "a DP-trained adapter: its tokens are post-processing"}
 
