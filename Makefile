@@ -7,7 +7,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.privlm-installed
 
 # (node, for the JavaScript test vectors, is on the machine)
-.PHONY: setup browser postgres demo test lint typecheck unit bench bench-accounting bench-prediction bench-utility bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft bench-prompting bench-service clean
+.PHONY: setup browser postgres demo test test-gpu lint typecheck unit bench bench-gpu bench-accounting bench-prediction bench-utility bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft bench-prompting bench-service clean
 
 setup: $(STAMP)
 
@@ -57,6 +57,11 @@ unit: setup browser postgres
 
 test: lint typecheck unit
 
+# On a machine with a CUDA GPU (and a CUDA build of torch): every capability against the CPU.
+# Without CUDA the tests are collected and skipped.
+test-gpu: setup
+	$(VENV)/bin/pytest -q -m gpu tests/gpu
+
 bench: bench-accounting bench-prediction bench-utility bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft bench-prompting bench-service
 
 bench-accounting: setup
@@ -73,6 +78,10 @@ bench-extraction: setup
 
 bench-dpsgd: setup
 	$(PY) bench/bench_dpsgd_step.py --batch 8 --length 128 --steps 4
+
+# On a GPU: PMixED, SubMix, DP-SGD, exposure and PromptPATE at real configurations
+bench-gpu: setup
+	$(PY) bench/bench_gpu.py
 
 bench-exposure: setup
 	$(PY) bench/bench_exposure.py

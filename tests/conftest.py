@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from privlm.data import corpora
+
+# The CPU suite is defined on the CPU in float32, also on a machine with a GPU; the GPU tests
+# (tests/gpu, make test-gpu) name their device explicitly.
+os.environ.setdefault("PRIVLM_DEVICE", "cpu")
 
 
 @pytest.fixture(scope="session")

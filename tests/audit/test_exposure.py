@@ -45,6 +45,19 @@ def test_tree_scores_equal_brute_force(tiny, max_rows):
         assert exposure_from_scores(tree, canary).rank == exposure_from_scores(exact, canary).rank
 
 
+def test_the_tree_on_a_bf16_model_scores_its_own_distribution():
+    """Issue 11: on a bf16 model (a GPU's default) the tree still equals brute force over
+    that model's outputs; bf16 weights move the scores only a little from float32's."""
+    from privlm.models import load_public_model
+
+    low = load_public_model("tiny", device="cpu", dtype="bfloat16")
+    tree = candidate_log_likelihoods(low.model, low.tokenizer, 3, max_rows=10, progress=False)
+    np.testing.assert_allclose(tree, brute_force(low.model, low.tokenizer, 3), atol=0.05)
+    full = load_public_model("tiny", device="cpu")
+    ref = candidate_log_likelihoods(full.model, full.tokenizer, 3, progress=False)
+    assert np.corrcoef(tree, ref)[0, 1] > 0.99
+
+
 def test_rank_and_exposure_definition():
     scores = np.array([-1.0, -3.0, -2.0, -2.0, -0.5])
     e = exposure_from_scores(scores, "2")  # candidates 0 and 4 are strictly more likely
@@ -84,11 +97,13 @@ def test_cli():
     from privlm.cli import app
 
     res = CliRunner().invoke(
-        app, ["audit", "exposure", "--canary", "042", "--model", "tiny", "--json"]
+        app,
+        ["audit", "exposure", "--canary", "042", "--model", "tiny", "--json", "--device", "cpu"],
     )
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert out["candidates"] == 1000 and 1 <= out["rank"] <= 1000
+    assert (out["device"], out["dtype"]) == ("cpu", "float32")
     bad = CliRunner().invoke(app, ["audit", "exposure", "--canary", "12a", "--model", "tiny"])
     assert bad.exit_code == 2 and "must be digits" in bad.stderr
 

@@ -202,3 +202,21 @@ def test_quickstart_runs_with_the_tiny_model():
     assert pp["n_models"] == 4 and 1 <= pp["generated_tokens"] <= 4
     assert 0 < pp["generation_epsilon"] <= 8.0 and 0 < pp["eval_epsilon"] <= 8.0
     assert set(pp["perplexity"]) == {"public", "ensemble", "pmixed"}
+
+
+@requires_data
+def test_prompt_eval_runs_where_it_is_told(tmp_path):
+    """Issue 11 §1: the prompt commands take --device and --dtype and say what they used."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from privlm.cli import app
+
+    res = CliRunner().invoke(app, [
+        "prompt", "eval", "--model", "tiny", "--test", "4", "--device", "cpu",
+        "--dtype", "bfloat16", "--json",
+    ])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert (out["device"], out["dtype"]) == ("cpu", "bfloat16") and out["test"] == 4

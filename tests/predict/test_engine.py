@@ -53,3 +53,44 @@ def test_bad_rows_and_adapters_refused(engine, tmp_path):
         eng.log_probs([1, 2], [4])
     with pytest.raises(ModelLoadError, match="not a PEFT adapter"):
         EnsembleEngine.from_directories(load_public_model("tiny").model, [tmp_path])
+
+
+def test_engines_sharing_one_base_model_each_compute_their_own_adapters(adapter_dirs):
+    """Issue 11 §2: deployments of one public model share its weights. Two engines attach
+    their stacks to one base; each must give exactly what an engine on its own copy gives,
+    the public row must stay the public model, and there is one copy of the weights."""
+    from privlm.models.pool import ModelPool
+
+    pool = ModelPool()
+    shared = pool.get("tiny", device="cpu")
+    first = EnsembleEngine.from_directories(shared.model, adapter_dirs[:2])
+    second = EnsembleEngine.from_directories(pool.get("tiny", device="cpu").model, adapter_dirs[2:])
+    assert len(pool) == 1 and first.model is second.model
+    context = shared.tokenizer("the patient was", add_special_tokens=False)["input_ids"]
+    alone = [
+        EnsembleEngine.from_directories(load_public_model("tiny").model, dirs)
+        for dirs in (adapter_dirs[:2], adapter_dirs[2:])
+    ]
+    for eng, ref in zip((first, second, first), (*alone, alone[0]), strict=True):
+        assert torch.allclose(
+            eng.log_probs(context, [-1, 0, 1]), ref.log_probs(context, [-1, 0, 1])
+        )
+    public = load_public_model("tiny").model(torch.tensor([context])).logits[0, -1]
+    assert torch.allclose(first.log_probs(context, [-1])[0], torch.log_softmax(public.double(), -1))
+
+
+def test_engines_on_one_base_may_be_called_from_threads(adapter_dirs):
+    """The routing is shared state of the base model; its lock keeps concurrent engines
+    (two deployments answering at once) from seeing each other's adapters."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    lm = load_public_model("tiny")
+    engines = [
+        EnsembleEngine.from_directories(lm.model, d) for d in (adapter_dirs[:2], adapter_dirs[2:])
+    ]
+    context = lm.tokenizer("a b c", add_special_tokens=False)["input_ids"]
+    expected = [e.log_probs(context, [0, 1]) for e in engines]
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda i: engines[i % 2].log_probs(context, [0, 1]), range(24)))
+    for i, g in enumerate(got):
+        assert torch.equal(g, expected[i % 2])

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import torch
+
 from privlm.accounting import default_prompt_delta
 from privlm.data import Record
 from privlm.models import load_public_model
@@ -25,15 +27,16 @@ def test_prompt_pate_end_to_end(tmp_path, monkeypatch):
 
     from privlm.prompting import pate_pipeline
 
-    def answers(lm, task, teacher, public, batch_size):
+    def answers(lm, task, teachers, public, batch_size, progress):
         # the random tiny model rarely says a label word: teachers answer by the query's
         # second word ("good"/"fine" positive), and "other" now and then in black-box mode
         labels = np.array([1 if r.text.split()[1] in ("good", "fine") else 0 for r in public])
         top1 = labels.copy()
         top1[::7] = -1
-        return top1, labels
+        rows = len(teachers)
+        return pate_pipeline.TeacherAnswers(np.tile(top1, (rows, 1)), np.tile(labels, (rows, 1)))
 
-    monkeypatch.setattr(pate_pipeline, "teacher_answers", answers)
+    monkeypatch.setattr(pate_pipeline, "teacher_answer_matrix", answers)
     lm = load_public_model("tiny")
     task = get_task("sst2")
     private, public = recs("secret", 60), recs("public", 30)
@@ -74,6 +77,33 @@ def test_label_votes_never_vote_other_and_cost_the_same(tmp_path):
     assert both.votes("labels") is both.labels and both.votes("top1") is both.top1
 
 
+def test_pooled_teacher_scoring_equals_scoring_each_teacher_alone():
+    """All teachers' prompts are scored in shared, length-sorted batches (issue 11 §2); every
+    teacher's answers must be what its own full-vocabulary logits give."""
+
+    from privlm.prompting.pate import make_teachers, teacher_prompts
+    from privlm.prompting.pate_pipeline import teacher_answer_matrix
+    from privlm.prompting.scoring import CONTENT_FREE, calibrate, next_token_logits, top1_classes
+    from privlm.prompting.tasks import label_token_ids
+
+    lm = load_public_model("tiny")
+    task = get_task("sst2")
+    teachers = make_teachers(recs("s", 15), 5, 1, "cd" * 16)
+    public = recs("p", 4)
+    both = teacher_answer_matrix(lm, task, teachers, public, 7, False)
+    ids = label_token_ids(task, lm.tokenizer)
+    free = [Record(c, "content-free", None, None, {"hypothesis": c}) for c in CONTENT_FREE]
+    for i, t in enumerate(teachers):
+        if t.abstains:
+            continue
+        logits = next_token_logits(
+            lm.model, lm.tokenizer, teacher_prompts(task, t, [*public, *free]), 1
+        )
+        assert (both.top1[i] == top1_classes(logits[:4].argmax(-1), ids)).all()
+        probs = torch.softmax(logits[:, ids].double(), -1).numpy()
+        assert (both.labels[i] == calibrate(probs[:4], probs[4:]).argmax(-1)).all()
+
+
 def test_unknown_teacher_votes_mode_is_refused():
     import pytest
 
@@ -103,3 +133,19 @@ def test_too_few_labels_is_a_clear_error(tmp_path):
             progress=False,
         )
     assert not (tmp_path / "o").exists()
+
+
+def test_teachers_answer_from_a_bf16_model_with_float64_votes():
+    """Issue 11: teachers scored on a bf16 model (a GPU's default) give answers in the
+    same classes; the calibration runs in float64 on upcast label logits."""
+    import numpy as np
+
+    from privlm.prompting.pate import make_teachers
+    from privlm.prompting.pate_pipeline import teacher_answer_matrix
+
+    lm = load_public_model("tiny", device="cpu", dtype="bfloat16")
+    task = get_task("sst2")
+    teachers = make_teachers(recs("s", 12), 4, 1, "ef" * 16)
+    both = teacher_answer_matrix(lm, task, teachers, recs("p", 4), 8, False)
+    voting = [i for i, t in enumerate(teachers) if not t.abstains]
+    assert voting and set(np.unique(both.labels[voting])) <= {0, 1}

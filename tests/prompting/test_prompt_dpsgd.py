@@ -155,3 +155,24 @@ def test_noise_is_fresh_unless_seeded_and_a_seed_says_so(tmp_path):
     assert all(torch.equal(c[k], d[k]) for k in c)
     assert s3.warning == SEEDED_WARNING
     assert json.loads((tmp_path / "c" / "privacy.json").read_text())["warning"] == SEEDED_WARNING
+
+
+def test_prompt_dpsgd_on_a_bf16_model(tmp_path):
+    """Issue 11: the frozen model in bfloat16 (a GPU's default), here on the CPU. The prompt
+    parameters, their per-sample gradients and the noise stay float32, the statement
+    records the placement, and the adapter serves from a bf16 model."""
+    from safetensors.torch import load_file
+
+    from privlm.prompting.serving import prompt_adapter_accuracy
+
+    cfg = PromptDpSgdConfig(
+        virtual_tokens=4, batch_size=8, epochs=1, target_epsilon=4.0, device="cpu", dtype="bf16"
+    )
+    st = train_prompt_dpsgd("tiny", TASK, records(24), tmp_path / "p", cfg, progress=False)
+    assert st.epsilon <= 4.0 and (st.device, st.dtype) == ("cpu", "bfloat16")
+    saved = json.loads((tmp_path / "p" / "privacy.json").read_text())
+    assert saved["dtype"] == "bfloat16"
+    weights = load_file(str(tmp_path / "p" / "adapter_model.safetensors"))
+    assert {w.dtype for w in weights.values()} == {torch.float32}
+    acc = prompt_adapter_accuracy("tiny", tmp_path / "p", TASK, records(6), dtype="bfloat16")
+    assert 0.0 <= acc <= 1.0

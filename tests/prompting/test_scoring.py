@@ -14,6 +14,7 @@ from privlm.prompting.scoring import (
     calibrate,
     label_probabilities,
     next_token_logits,
+    score_prompts,
 )
 from privlm.prompting.tasks import TASKS, build_prompt, get_task, label_token_ids
 
@@ -47,6 +48,16 @@ def test_left_padded_batches_score_like_single_prompts(tiny):
         ids = torch.tensor([tiny.tokenizer(p, add_special_tokens=False)["input_ids"]])
         alone = tiny.model(input_ids=ids).logits[0, -1]
         assert torch.allclose(batched[i], alone, atol=1e-4)
+
+
+def test_batches_group_prompts_by_length_and_keep_their_order(tiny):
+    prompts = [f"Review: {'very ' * n}good\nSentiment:" for n in (5, 0, 9, 1, 3)]
+    batched = next_token_logits(tiny.model, tiny.tokenizer, prompts, batch_size=2)
+    alone = torch.cat([next_token_logits(tiny.model, tiny.tokenizer, [p]) for p in prompts])
+    assert batched.dtype == torch.float32 and torch.allclose(batched, alone, atol=1e-4)
+    scores = score_prompts(tiny.model, tiny.tokenizer, prompts, [26990, 20085], batch_size=3)
+    assert torch.equal(scores.top1, alone.argmax(-1))
+    assert torch.allclose(scores.label_logits, alone[:, [26990, 20085]], atol=1e-4)
 
 
 def test_label_probabilities_are_the_softmax_over_label_tokens(tiny):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -23,6 +24,7 @@ class Service:
     client: TestClient
     settings: ServiceSettings
     keys: dict[str, str]
+    state: Any = None  # the app's state: settings, database engine, deployment runtime
 
     @property
     def ledgers(self) -> str:
@@ -56,4 +58,4 @@ def service(tmp_path: Path) -> Service:
     )  # fmt: skip
     app = create_app(settings)
     keys = make_tenants(settings.db_url, "acme", "globex")
-    return Service(TestClient(app.state.asgi), settings, keys)
+    return Service(TestClient(app.state.asgi), settings, keys, app.state)

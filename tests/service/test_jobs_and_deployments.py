@@ -87,6 +87,24 @@ def test_pmixed_deployment_charges_every_token_then_refuses(service, ensemble_jo
     )
 
 
+def test_deployments_of_one_model_share_its_weights(service, ensemble_job):
+    """Issue 11 §2: two deployments of the same public model hold one copy of its weights
+    (the runtime's model pool), each with its own adapters and its own ledger."""
+    deps = [
+        deploy(service, "acme", ensemble_job["id"], mechanism="pmixed", epsilon=5, queries=2)
+        for _ in range(2)
+    ]
+    assert [d.status_code for d in deps] == [201, 201], deps[0].text
+    ids = [d.json()["id"] for d in deps]
+    for dep in ids:
+        assert complete(service, "acme", dep, max_tokens=1).status_code == 200
+    runtime = service.state.runtime
+    loaded = [runtime._loaded[i] for i in ids]
+    assert len(runtime.models) == 1 and loaded[0].engine.model is loaded[1].engine.model
+    assert loaded[0].engine.key != loaded[1].engine.key
+    assert loaded[0].predictor.ledger.name != loaded[1].predictor.ledger.name
+
+
 def test_fallback_answers_from_the_public_model_flagged(service, ensemble_job):
     dep = deploy(
         service, "acme", ensemble_job["id"], mechanism="pmixed", epsilon=8, queries=2,

@@ -57,7 +57,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_dpsgd_under_torchrun_with_two_processes(tmp_path):
+def run_torchrun(tmp_path, device: str = "cpu") -> dict:
+    """``privlm train dpsgd`` under torchrun with two processes; its privacy.json."""
     data = tmp_path / "d.txt"
     data.write_text("\n".join(f"line {i} of private notes" for i in range(40)))
     cmd = [
@@ -66,10 +67,36 @@ def test_dpsgd_under_torchrun_with_two_processes(tmp_path):
         "-m", "privlm", "train", "dpsgd", str(data), "--out", str(tmp_path / "o"),
         "--model", "tiny", "--epsilon", "4", "--batch-size", "10", "--physical-batch-size", "3",
         "--block-size", "16", "--epochs", "2", "--ledger", str(tmp_path / "l.db"), "--json",
+        "--device", device,
     ]  # fmt: skip
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
-    saved = json.loads((tmp_path / "o" / "privacy.json").read_text())
-    assert saved["processes"] == 2
+    return json.loads((tmp_path / "o" / "privacy.json").read_text())
+
+
+def test_dpsgd_under_torchrun_with_two_processes(tmp_path):
+    saved = run_torchrun(tmp_path)
+    assert saved["processes"] == 2 and saved["device"] == "cpu"
     assert saved["epsilon"] <= 4.0 and saved["steps"] == 8 and saved["sample_rate"] == 0.25
     assert PrivacyLedger(tmp_path / "l.db", "dpsgd").count() == 1  # rank 0 charged once
+
+
+def test_gpus_talk_nccl_and_each_rank_takes_its_own_gpu(monkeypatch):
+    """Issue 11 §2: under torchrun, NCCL between GPUs (one per process), gloo between CPUs."""
+    import torch
+
+    from privlm.errors import PrivlmError
+    from privlm.training.distributed_dp import distributed_backend, rank_device
+
+    assert distributed_backend(torch.device("cuda", 0)) == "nccl"
+    assert distributed_backend(torch.device("cpu")) == "gloo"
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert rank_device(torch.device("cpu")) == torch.device("cpu")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert rank_device(torch.device("cuda")) == torch.device("cuda", 1)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(PrivlmError, match="no GPU of its own"):
+        rank_device(torch.device("cuda"))
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert rank_device(torch.device("cuda")) == torch.device("cuda")

@@ -25,6 +25,7 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.data import Dataset, Record
 from privlm.errors import PrivlmError
+from privlm.models.placement import module_device
 
 DEFAULT_PREFIX = "My ID is "
 
@@ -61,7 +62,9 @@ def digit_tokens(
 
 
 def _digit_log_probs(logits: torch.Tensor, digit_idx: torch.Tensor) -> torch.Tensor:
-    """log p(digit) for the 10 digits only: their logits minus the log-normaliser."""
+    """log p(digit) for the 10 digits only: their logits minus the log-normaliser, from
+    float32 logits whatever the model's dtype (an audit measurement; float64 over the whole
+    vocabulary would double the largest batch's memory)."""
     lse = torch.logsumexp(logits.float(), dim=-1, keepdim=True)
     return (logits[:, digit_idx].float() - lse).double()
 
@@ -77,7 +80,8 @@ def candidate_log_likelihoods(
 ) -> np.ndarray:
     """log p(digits | prefix) for every d-digit string, indexed by its integer value."""
     prefix_ids, digit_ids = digit_tokens(tokenizer, prefix, n_digits)
-    digit_idx = torch.tensor(digit_ids)
+    device = module_device(model)  # the tree is built and scored on the model's device
+    digit_idx = torch.tensor(digit_ids, device=device)
     model.eval()
     # split off `head` leading digits so the deepest batch (10^(d-head-1) rows) fits max_rows
     head = max(0, n_digits - 1 - math.floor(math.log10(max(max_rows, 1))))
@@ -86,7 +90,7 @@ def candidate_log_likelihoods(
     bar = tqdm(subtrees, desc="exposure", unit="subtree", disable=not progress or head == 0)
     for sub in bar:
         lead = [int(c) for c in str(sub).zfill(head)] if head else []
-        ctx = torch.tensor([prefix_ids + [digit_ids[d] for d in lead]])
+        ctx = torch.tensor([prefix_ids + [digit_ids[d] for d in lead]], device=device)
         cache = DynamicCache()
         out = model(input_ids=ctx, past_key_values=cache, use_cache=True)
         out_logits = out.logits[0]  # the positions before each lead digit and the next one
@@ -96,7 +100,9 @@ def candidate_log_likelihoods(
             n_prefix = len(prefix_ids)
             lead_lp = _digit_log_probs(out_logits[n_prefix - 1 : n_prefix - 1 + head], digit_idx)
             base = float(sum(lead_lp[i, d] for i, d in enumerate(lead)))
-        level = torch.full((1,), base, dtype=torch.float64)  # scores of the current prefixes
+        level = torch.full(
+            (1,), base, dtype=torch.float64, device=device
+        )  # scores of the current prefixes
         for k in range(n_digits - head):
             level = (level[:, None] + logp).reshape(-1)  # extend by each digit
             if k == n_digits - head - 1:
@@ -107,7 +113,7 @@ def candidate_log_likelihoods(
             out = model(input_ids=nxt, past_key_values=cache, use_cache=True)
             logp = _digit_log_probs(out.logits[:, -1], digit_idx)
         width = 10 ** (n_digits - head)
-        scores[sub * width : (sub + 1) * width] = level.numpy()
+        scores[sub * width : (sub + 1) * width] = level.cpu().numpy()
     return scores
 
 

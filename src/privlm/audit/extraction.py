@@ -107,7 +107,7 @@ def run_extraction(
     results: list[AttackResult] = []
 
     train_ensemble(model, data, 1, root / "finetuned", "pmixed", cfg, progress=progress)
-    lm, eng, _ = load_ensemble(root / "finetuned")
+    lm, eng, _ = load_ensemble(root / "finetuned", cfg.device, cfg.dtype)
     hits = sum(
         extract_code(_sample_plain(eng, lm.tokenizer, 0, tokens, gen), length) in secret
         for _ in tqdm(range(generations), desc="attack finetuned", disable=not progress)
@@ -115,7 +115,7 @@ def run_extraction(
     results.append(AttackResult("finetuned", hits, generations, None))
 
     train_ensemble(model, data, n_codes, root / "pmixed", "pmixed", cfg, progress=progress)
-    lm, eng, _ = load_ensemble(root / "pmixed")
+    lm, eng, _ = load_ensemble(root / "pmixed", cfg.device, cfg.dtype)
     pcfg = PMixEDConfig(epsilon_pmixed, 1e-5, 3, queries, sample_rate)
     led = PrivacyLedger(root / "ledger.db", "pmixed", Budget(epsilon_pmixed, 1e-5))
     pm = PMixED(eng, lm.tokenizer, led, pcfg, seed)
@@ -125,7 +125,7 @@ def run_extraction(
     results.append(AttackResult("pmixed", hits, generations, led.spent().epsilon))
 
     train_ensemble(model, data, n_codes // 2, root / "submix", "submix", cfg, progress=progress)
-    lm, eng, _ = load_ensemble(root / "submix")
+    lm, eng, _ = load_ensemble(root / "submix", cfg.device, cfg.dtype)
     scfg = SubMixConfig(epsilon_submix, 2.0, epsilon_submix / queries)
     ledgers = part_ledgers(root / "ledger.db", "submix", n_codes // 2, scfg)
     sm = SubMix(eng, lm.tokenizer, ledgers, scfg, seed)
@@ -138,6 +138,7 @@ def run_extraction(
 
     return {
         "model": model,
+        **lm.placement.describe(),
         "codes": n_codes,
         "length": length,
         "generations": generations,

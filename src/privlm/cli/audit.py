@@ -8,7 +8,7 @@ import typer
 
 from privlm.audit.exposure import DEFAULT_PREFIX, measure_exposure
 from privlm.audit.extraction import run_extraction
-from privlm.cli.common import JSON_OPTION, emit_json, user_errors
+from privlm.cli.common import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit_json, user_errors
 from privlm.models import DEFAULT_MODEL
 from privlm.training.lora_finetune import LoraTrainingConfig
 
@@ -29,13 +29,16 @@ def extraction(
     learning_rate: float = typer.Option(3e-3, "--lr", help="Fine-tuning learning rate."),
     workdir: Path | None = typer.Option(None, help="Where to keep the models (default: temp)."),
     seed: int | None = typer.Option(0, help="Seed for codes and sampling (none: OS randomness)."),
+    device: str = DEVICE_OPTION,
+    dtype: str = DTYPE_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """SubMix §4.2: hit rate of random-code extraction against a non-private fine-tune,
     PMixED and SubMix."""
     cfg = LoraTrainingConfig(
-        epochs=epochs, learning_rate=learning_rate, batch_size=4, block_size=32, pack=False, rank=8
-    )
+        epochs=epochs, learning_rate=learning_rate, batch_size=4, block_size=32, pack=False, rank=8,
+        device=device, dtype=dtype,
+    )  # fmt: skip
     out = run_extraction(
         model,
         codes,
@@ -77,19 +80,20 @@ def exposure(
     max_rows: int = typer.Option(
         10_000, help="Largest batch of candidate prefixes per forward pass."
     ),
+    device: str = DEVICE_OPTION,
+    dtype: str = DTYPE_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Exposure of a digit canary: log2|R| − log2 rank among all 10^d candidates (exact)."""
     from peft import PeftModel
 
     from privlm.models import load_public_model
-    from privlm.models.placement import CPU_FLOAT32
 
-    lm = load_public_model(model, **CPU_FLOAT32)  # not yet on devices: issue 11 §2
+    lm = load_public_model(model, device=device, dtype=dtype)
     net = lm.model if adapter is None else PeftModel.from_pretrained(lm.model, adapter).eval()
     e = measure_exposure(net, lm.tokenizer, canary, prefix, max_rows, progress=not as_json)
     if as_json:
-        emit_json(e.__dict__)
+        emit_json({**e.__dict__, **lm.placement.describe()})
         return
     typer.echo(
         f"canary {prefix}{canary}: rank {e.rank:,} of {e.candidates:,}; exposure {e.exposure:.2f} (max {e.max_exposure:.2f})"

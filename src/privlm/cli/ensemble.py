@@ -6,7 +6,14 @@ from pathlib import Path
 
 import typer
 
-from privlm.cli.common import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit_json, user_errors
+from privlm.cli.common import (
+    CHECKPOINTING_OPTION,
+    DEVICE_OPTION,
+    DTYPE_OPTION,
+    JSON_OPTION,
+    emit_json,
+    user_errors,
+)
 from privlm.data import Dataset, corpora, load_file
 from privlm.errors import PrivlmError
 from privlm.models import DEFAULT_MODEL
@@ -63,6 +70,7 @@ def train(
     ),
     device: str = DEVICE_OPTION,
     dtype: str = DTYPE_OPTION,
+    gradient_checkpointing: bool = CHECKPOINTING_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Partition the data by privacy unit and fine-tune one LoRA adapter per (sub)part."""
@@ -79,6 +87,7 @@ def train(
         seed=seed,
         device=device,
         dtype=dtype,
+        gradient_checkpointing=gradient_checkpointing,
     )
     manifest = train_ensemble(
         model, ds, parts, out, protocol, cfg, progress=not as_json, ray_address=ray,

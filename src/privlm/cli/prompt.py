@@ -6,9 +6,16 @@ from pathlib import Path
 
 import typer
 
-from privlm.cli.common import JSON_OPTION, SEED_OPTION, emit_json, user_errors, warn_if_seeded
+from privlm.cli.common import (
+    DEVICE_OPTION,
+    DTYPE_OPTION,
+    JSON_OPTION,
+    SEED_OPTION,
+    emit_json,
+    user_errors,
+    warn_if_seeded,
+)
 from privlm.models import DEFAULT_MODEL, load_public_model
-from privlm.models.placement import CPU_FLOAT32
 from privlm.prompting.evaluate import accuracy, prompt_probabilities
 from privlm.prompting.pate_pipeline import PromptPateConfig, pate_ledger, run_prompt_pate
 from privlm.prompting.prompt_dpsgd import PromptDpSgdConfig, train_prompt_dpsgd
@@ -39,6 +46,8 @@ def dpsgd(
     model: str = typer.Option(DEFAULT_MODEL, help="Public model."),
     split_seed: int = SPLIT_SEED_OPTION,
     seed: int | None = SEED_OPTION,
+    device: str = DEVICE_OPTION,
+    dtype: str = DTYPE_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Train a soft prompt or prefix with DP-SGD; the LLM stays frozen."""
@@ -48,13 +57,16 @@ def dpsgd(
     cfg = PromptDpSgdConfig(
         kind=kind, virtual_tokens=virtual_tokens, target_epsilon=None if non_private else epsilon,
         epochs=epochs, batch_size=batch_size, learning_rate=learning_rate, seed=seed,
+        device=device, dtype=dtype,
     )  # fmt: skip
     st = train_prompt_dpsgd(model, t, splits.private, out, cfg, progress=not as_json)
     result = {**st.to_dict(), "adapter": str(out)}
     if test:
         from privlm.prompting.serving import prompt_adapter_accuracy
 
-        result["test_accuracy"] = prompt_adapter_accuracy(model, out, t, splits.test)
+        result["test_accuracy"] = prompt_adapter_accuracy(
+            model, out, t, splits.test, device=device, dtype=dtype
+        )
     if as_json:
         emit_json(result)
         return
@@ -97,6 +109,8 @@ def pate(
     model: str = typer.Option(DEFAULT_MODEL, help="Public model."),
     split_seed: int = SPLIT_SEED_OPTION,
     seed: int | None = SEED_OPTION,
+    device: str = DEVICE_OPTION,
+    dtype: str = DTYPE_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """PromptPATE: teachers label public inputs by Confident-GNMax; a student prompt is chosen."""
@@ -110,9 +124,9 @@ def pate(
         holdout=holdout, seed=seed, teacher_votes=teacher_votes,
     )  # fmt: skip
     led = pate_ledger(ledger, ledger_name, cfg, len(splits.private))
-    lm = load_public_model(model, **CPU_FLOAT32)  # not yet on devices: issue 11 §2
+    lm = load_public_model(model, device=device, dtype=dtype)
     res = run_prompt_pate(lm, t, splits.private, splits.public, out, led, cfg, progress=not as_json)
-    result = res.to_dict()
+    result = {**res.to_dict(), **lm.placement.describe()}
     if test:
         probs = prompt_probabilities(lm.model, lm.tokenizer, t, res.student.records(), splits.test)
         result["student_test_accuracy"] = accuracy(probs, t, splits.test)
@@ -137,6 +151,8 @@ def evaluate(
     test: int = typer.Option(200, help="Test examples."),
     model: str = typer.Option(DEFAULT_MODEL, help="Public model."),
     seed: int = typer.Option(0, help="Seed."),
+    device: str = DEVICE_OPTION,
+    dtype: str = DTYPE_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Non-private accuracy of k-shot prompts: the zero-shot and one-shot reference points."""
@@ -144,14 +160,15 @@ def evaluate(
 
     t = get_task(task)
     splits = task_splits(t, max(1, shots * prompts), 0, test, seed)
-    lm = load_public_model(model, **CPU_FLOAT32)  # not yet on devices: issue 11 §2
+    lm = load_public_model(model, device=device, dtype=dtype)
     accs = []
     for p in range(prompts if shots else 1):
         demos = splits.private[p * shots : (p + 1) * shots]
         probs = prompt_probabilities(lm.model, lm.tokenizer, t, demos, splits.test, calibrated)
         accs.append(accuracy(probs, t, splits.test))
     result = {"task": task, "shots": shots, "calibrated": calibrated, "accuracies": accs,
-              "mean": float(np.mean(accs)), "best": float(np.max(accs)), "test": len(splits.test)}  # fmt: skip
+              "mean": float(np.mean(accs)), "best": float(np.max(accs)), "test": len(splits.test),
+              **lm.placement.describe()}  # fmt: skip
     if as_json:
         emit_json(result)
         return
@@ -168,6 +185,8 @@ def mia(
     nonmembers: int = typer.Option(50, help="Non-members per prompt."),
     model: str = typer.Option(DEFAULT_MODEL, help="Public model."),
     seed: int = typer.Option(0, help="Seed."),
+    device: str = DEVICE_OPTION,
+    dtype: str = DTYPE_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Membership inference against non-private one-shot prompts (Flocks §3): its AUC."""
@@ -175,12 +194,12 @@ def mia(
 
     t = get_task(task)
     splits = task_splits(t, 2000 if task != "cb" else 200, 0, 0, seed)
-    lm = load_public_model(model, **CPU_FLOAT32)  # not yet on devices: issue 11 §2
+    lm = load_public_model(model, device=device, dtype=dtype)
     res = prompt_mia(
         lm.model, lm.tokenizer, t, splits.private, prompts, nonmembers, seed, not as_json
     )
     if as_json:
-        emit_json(res.to_dict())
+        emit_json({**res.to_dict(), **lm.placement.describe()})
         return
     typer.echo(
         f"AUC {res.auc:.3f} (mean per prompt {res.mean_prompt_auc:.3f}) over {prompts} prompts"

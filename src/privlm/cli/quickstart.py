@@ -28,12 +28,11 @@ from privlm.accounting import (
     calibrate_noise_multiplier,
     dpsgd_epsilon,
 )
-from privlm.cli.common import JSON_OPTION, emit_json, user_errors
+from privlm.cli.common import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit_json, user_errors
 from privlm.data import corpora
 from privlm.errors import BudgetExceededError
 from privlm.models import DEFAULT_MODEL, load_public_model, perplexity
 from privlm.models.perplexity import token_blocks
-from privlm.models.placement import CPU_FLOAT32
 from privlm.predict import PMixED, PMixEDConfig
 from privlm.predict.evaluate import evaluate
 from privlm.predict.loading import load_ensemble
@@ -100,13 +99,16 @@ def private_pipeline(
     eval_block_size: int,
     say: Any,
     progress: bool,
+    device: str = "auto",
+    dtype: str = "auto",
 ) -> dict[str, Any]:
     """Train an N-model PMixED ensemble, generate privately, compare perplexities."""
     train = corpora.wikitext2("train")
     train.records = train.records[:records]
     cfg = LoraTrainingConfig(
-        epochs=1, block_size=128, batch_size=4, learning_rate=2e-3, max_blocks=16
-    )
+        epochs=1, block_size=128, batch_size=4, learning_rate=2e-3, max_blocks=16,
+        device=device, dtype=dtype,
+    )  # fmt: skip
     key = hashlib.sha256(json.dumps(cfg.to_dict(), sort_keys=True).encode()).hexdigest()[:8]
     name = f"{model.replace('/', '_')}-pmixed-{n_models}-{records}-{key}"
     out_dir = cache_dir() / "quickstart" / name
@@ -120,7 +122,7 @@ def private_pipeline(
         f"      training time {train_seconds:.0f}s (this run: {time.perf_counter() - t0:.0f}s; reruns reuse it)"
     )
 
-    lm, engine, _ = load_ensemble(out_dir)
+    lm, engine, _ = load_ensemble(out_dir, device, dtype)
     q = min(1.0, 2.4 / n_models)  # about as many models per query as the paper's N=80, q=0.03
     config = PMixEDConfig(epsilon=8.0, delta=1e-5, alpha=3, queries=1024, sample_rate=q)
     with tempfile.TemporaryDirectory() as tmp:
@@ -186,6 +188,8 @@ def quickstart(
     train_records: int = typer.Option(480, help="Step 4: WikiText-2 train records to split."),
     prompt: str = typer.Option("The history of the", help="Step 4: prompt for private generation."),
     new_tokens: int = typer.Option(24, help="Step 4: tokens to generate privately."),
+    device: str = DEVICE_OPTION,
+    dtype: str = DTYPE_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Public model and perplexity, a DP-SGD budget, then private prediction with PMixED."""
@@ -193,11 +197,12 @@ def quickstart(
     steps = 4 if private else 3
     say(f"[1/{steps}] loading public model {model!r} (the first run converts and caches it)")
     t0 = time.perf_counter()
-    lm = load_public_model(model, **CPU_FLOAT32)  # not yet on devices: issue 11 §2
+    lm = load_public_model(model, device=device, dtype=dtype)
     n_params = sum(p.numel() for p in lm.model.parameters())
     say(
         f"      {lm.name}: {n_params / 1e6:.1f}M parameters from {lm.source} "
-        f"in {time.perf_counter() - t0:.1f}s"
+        f"in {time.perf_counter() - t0:.1f}s, on {lm.placement.describe()['device_name']} "
+        f"in {lm.placement.describe()['dtype']}"
     )
 
     say(f"[2/{steps}] perplexity on WikiText-2 validation ({blocks} blocks of {block_size} tokens)")
@@ -232,6 +237,7 @@ def quickstart(
     say(f"      second run: {led['second_run_refused']}")
     result: dict[str, Any] = {
         "model": {"name": lm.name, "source": lm.source, "parameters": n_params},
+        **lm.placement.describe(),
         "perplexity": {**ppl.__dict__, "seconds": ppl_seconds, "block_size": block_size},
         "dpsgd_example": example,
     }
@@ -240,7 +246,8 @@ def quickstart(
             f"[4/{steps}] private prediction: PMixED over an ensemble of {ensemble_size} LoRA adapters"
         )
         result["private_prediction"] = private_pipeline(
-            model, ensemble_size, train_records, prompt, new_tokens, 2, 128, say, not as_json
-        )
+            model, ensemble_size, train_records, prompt, new_tokens, 2, 128, say, not as_json,
+            device, dtype,
+        )  # fmt: skip
     if as_json:
         emit_json(result)

@@ -9,6 +9,7 @@ import typer
 
 from privlm.accounting import Budget, DpSgdPlan, PrivacyLedger
 from privlm.cli.common import (
+    CHECKPOINTING_OPTION,
     DEVICE_OPTION,
     DTYPE_OPTION,
     JSON_OPTION,
@@ -62,6 +63,7 @@ def dpsgd(
     ),
     device: str = DEVICE_OPTION,
     dtype: str = DTYPE_OPTION,
+    gradient_checkpointing: bool = CHECKPOINTING_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Fine-tune a LoRA adapter with DP-SGD (Opacus); print its privacy statement."""
@@ -82,6 +84,7 @@ def dpsgd(
         grad_sample_mode=grad_sample_mode,
         device=device,
         dtype=dtype,
+        gradient_checkpointing=gradient_checkpointing,
     )
     q, steps, run_delta, sigma = plan(len(examples_per_unit(ds)[0]), cfg)
     # a new ledger's default budget is what this run costs, as the ledger composes it (RDP)
@@ -157,6 +160,7 @@ def jft(
     ),
     device: str = DEVICE_OPTION,
     dtype: str = DTYPE_OPTION,
+    gradient_checkpointing: bool = CHECKPOINTING_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Just Fine-tune Twice: a redacted fine-tune, then DP-SGD; print the SDP statement."""
@@ -175,6 +179,7 @@ def jft(
             seed=seed,
             device=device,
             dtype=dtype,
+            gradient_checkpointing=gradient_checkpointing,
         )
 
     p1_dp = dp(phase1_epsilon)
@@ -194,6 +199,7 @@ def jft(
             seed=0 if seed is None else seed,  # phase 1's shuffle: no noise, no guarantee
             device=device,
             dtype=dtype,
+            gradient_checkpointing=gradient_checkpointing,
         ),
         phase1_dpsgd=p1_dp,
         phase2=dp(epsilon),

@@ -38,9 +38,8 @@ DTYPES = {
 
 DeviceSpec = str | torch.device | None
 DtypeSpec = str | torch.dtype | None
-# Where the code paths not yet ported to devices keep their models (issue 11 §2): DP-SGD,
-# JFT, prompt learning and the audits still build their tensors on the CPU, so they load
-# the model there in float32, whatever a GPU machine offers. Private prediction is ported.
+# For loads that run no model: a tokenizer, a conversion to cache. Every capability that
+# computes with a model follows the policy (issue 11 §2).
 CPU_FLOAT32: dict[str, Any] = {"device": "cpu", "dtype": "float32"}
 
 
@@ -117,3 +116,10 @@ def model_placement(model: torch.nn.Module) -> Placement:
     """Where a loaded model actually is."""
     p = next(model.parameters())
     return Placement(p.device, p.dtype)
+
+
+def module_device(module: torch.nn.Module) -> torch.device:
+    """Where ``module``'s weights are (the CPU for a module without any): inputs built for
+    it go there."""
+    first = next(module.parameters(), None)
+    return first.device if first is not None else torch.device("cpu")

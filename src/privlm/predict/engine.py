@@ -7,11 +7,16 @@ names its adapter (−1 = none, the public model); the wrapper adds
 batched matmuls. So one forward pass over the shared base weights evaluates the public model
 and any set of adapters, with no ``set_adapter`` loop. KV caching works as for the base
 model, since the wrapped model is the base model.
+
+Several engines may share one base model (the service's deployments of one public model
+keep one copy of its weights on the device): each attaches its own stack to the wrapped
+projections, and a forward pass uses the stack of the engine that runs it.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +28,8 @@ from transformers import DynamicCache, PreTrainedModel
 from privlm.errors import ModelLoadError
 from privlm.models.memory import kv_cache_bytes, require_fits
 
+ROUTER_ATTRIBUTE = "_privlm_router"
+
 
 def upcast_log_softmax(logits: torch.Tensor) -> torch.Tensor:
     """log-softmax in float64 over the last axis: logits from a bf16 or fp16 model are
@@ -32,42 +39,58 @@ def upcast_log_softmax(logits: torch.Tensor) -> torch.Tensor:
 
 
 class RowRouter:
-    """Which adapter each batch row uses, shared by all wrapped projections."""
+    """Which adapter stack, and which adapter of it, each batch row uses; one per base
+    model, shared by all its wrapped projections and by every engine on that model. Its
+    lock serialises forward passes through the model, since the routing is shared state."""
 
     def __init__(self) -> None:
+        self.stack: int | None = None
         self.rows: torch.Tensor | None = None
         self.active: torch.Tensor | None = None
+        self.lock = threading.RLock()
+        self.stacks = 0  # how many engines have attached a stack
 
-    def set(self, rows: torch.Tensor) -> None:
-        self.rows = rows
-        self.active = torch.nonzero(rows >= 0).flatten()
+    def set(self, stack: int | None, rows: torch.Tensor | None) -> None:
+        self.stack, self.rows = stack, rows
+        self.active = None if rows is None else torch.nonzero(rows >= 0).flatten()
+
+
+def model_router(model: nn.Module) -> RowRouter:
+    """The base model's router, made on first use (engines attach to the same one)."""
+    router = getattr(model, ROUTER_ATTRIBUTE, None)
+    if router is None:
+        router = RowRouter()
+        object.__setattr__(model, ROUTER_ATTRIBUTE, router)  # not a submodule or buffer
+    return router
 
 
 class StackedLoRA(nn.Module):
-    """A base projection plus a per-row LoRA delta chosen from a stack of adapters."""
+    """A base projection plus a per-row LoRA delta chosen from a stack of adapters. Several
+    engines may attach stacks to one base (deployments sharing a public model's weights);
+    the router names the stack in use, and rows of other stacks see the base alone."""
 
-    def __init__(
-        self, base: nn.Module, a: torch.Tensor, b: torch.Tensor, scaling: float, router: RowRouter
-    ) -> None:
+    def __init__(self, base: nn.Module, router: RowRouter) -> None:
         super().__init__()
         self.base = base
-        self.register_buffer("lora_a", a, persistent=False)  # (N, r, in)
-        self.register_buffer("lora_b", b, persistent=False)  # (N, out, r)
-        self.scaling = scaling
         self.router = router
+        self.stacks: dict[int, tuple[torch.Tensor, torch.Tensor, float]] = {}
+
+    def attach(self, key: int, a: torch.Tensor, b: torch.Tensor, scaling: float) -> None:
+        """Add a stack: A (N, r, in) and B (N, out, r)."""
+        self.stacks[key] = (a, b, scaling)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.base(x)
         rows, active = self.router.rows, self.router.active
-        if rows is None or active is None or active.numel() == 0:
+        stack = self.stacks.get(self.router.stack) if self.router.stack is not None else None
+        if stack is None or rows is None or active is None or active.numel() == 0:
             return y
+        lora_a, lora_b, scaling = stack
         idx = rows[active]
         xa = x[active]  # (R, T, in)
-        delta = torch.bmm(
-            torch.bmm(xa, self.lora_a[idx].transpose(1, 2)), self.lora_b[idx].transpose(1, 2)
-        )
+        delta = torch.bmm(torch.bmm(xa, lora_a[idx].transpose(1, 2)), lora_b[idx].transpose(1, 2))
         y = y.clone() if y.requires_grad else y
-        y[active] += self.scaling * delta.to(y.dtype)
+        y[active] += scaling * delta.to(y.dtype)
         return y
 
 
@@ -130,7 +153,7 @@ class EnsembleEngine:
         self.model = model.eval()
         self.spec = spec
         self.n_adapters = len(adapters)
-        self.router = RowRouter()
+        self.router = model_router(model)
         first = next(model.parameters())
         device, dtype = first.device, first.dtype
         stacked = sum(t.numel() for ad in adapters for pair in ad.values() for t in pair)
@@ -138,13 +161,19 @@ class EnsembleEngine:
             stacked * first.element_size(), device, f"{len(adapters)} stacked adapters",
             "use fewer adapters, a lower rank, or --dtype bfloat16",
         )  # fmt: skip
-        for name in sorted(names):
-            parent_name, _, child = name.rpartition(".")
-            parent = model.get_submodule(parent_name)
-            base = getattr(parent, child)
-            a = torch.stack([ad[name][0] for ad in adapters]).to(device=device, dtype=dtype)
-            b = torch.stack([ad[name][1] for ad in adapters]).to(device=device, dtype=dtype)
-            setattr(parent, child, StackedLoRA(base, a, b, spec.scaling, self.router))
+        with self.router.lock:
+            self.key = self.router.stacks
+            self.router.stacks += 1
+            for name in sorted(names):
+                parent_name, _, child = name.rpartition(".")
+                parent = model.get_submodule(parent_name)
+                wrapped = getattr(parent, child)
+                if not isinstance(wrapped, StackedLoRA):  # the first engine on this model
+                    wrapped = StackedLoRA(wrapped, self.router)
+                    setattr(parent, child, wrapped)
+                a = torch.stack([ad[name][0] for ad in adapters]).to(device=device, dtype=dtype)
+                b = torch.stack([ad[name][1] for ad in adapters]).to(device=device, dtype=dtype)
+                wrapped.attach(self.key, a, b, spec.scaling)
 
     @classmethod
     def from_directories(cls, model: PreTrainedModel, paths: list[Path]) -> EnsembleEngine:
@@ -171,16 +200,17 @@ class EnsembleEngine:
         if int(rows.max()) >= self.n_adapters or int(rows.min()) < -1:
             raise ValueError(f"adapter indices must lie in [-1, {self.n_adapters - 1}]")
         device = self.device  # inputs may be built anywhere; they run where the model is
-        self.router.set(rows.to(device))
-        try:
-            out = self.model(
-                input_ids=input_ids.to(device),
-                past_key_values=past_key_values,
-                attention_mask=None if attention_mask is None else attention_mask.to(device),
-                use_cache=past_key_values is not None,
-            )
-        finally:
-            self.router.set(torch.empty(0, dtype=torch.long))
+        with self.router.lock:  # engines sharing the base model take turns
+            self.router.set(self.key, rows.to(device))
+            try:
+                out = self.model(
+                    input_ids=input_ids.to(device),
+                    past_key_values=past_key_values,
+                    attention_mask=None if attention_mask is None else attention_mask.to(device),
+                    use_cache=past_key_values is not None,
+                )
+            finally:
+                self.router.set(None, None)
         return out.logits, out.past_key_values if past_key_values is not None else None
 
     def log_probs(self, context: list[int], rows: list[int]) -> torch.Tensor:

@@ -19,7 +19,6 @@ from privlm.data.partition import new_partition_key
 from privlm.errors import AccountingError, PrivlmError
 from privlm.fsutil import write_directory_atomically
 from privlm.models import LoadedModel
-from privlm.progress import progress_bar
 from privlm.prompting.pate import (
     Teacher,
     blackbox_accuracy,
@@ -32,8 +31,9 @@ from privlm.prompting.pate import (
 from privlm.prompting.scoring import (
     CONTENT_FREE,
     OTHER,
+    PromptScores,
     calibrate,
-    next_token_logits,
+    score_prompts,
     top1_classes,
 )
 from privlm.prompting.student import StudentPrompt, select_student
@@ -58,7 +58,7 @@ class PromptPateConfig:
     seed: int | None = None
     # hex key of the keyed-hash teacher assignment (None: fresh); recorded in privacy.json
     partition_key: str | None = None
-    batch_size: int = 32
+    batch_size: int = 64  # prompts per forward pass; all teachers' prompts are pooled
     # "top1": black-box teachers, a vote is the model's top-1 next token (OTHER never votes);
     # "labels": each teacher votes the argmax of its calibrated label-token probabilities.
     # Either way a teacher casts one vote, so the accounting is the same.
@@ -110,23 +110,14 @@ class TeacherAnswers:
         return self.top1 if mode == "top1" else self.labels
 
 
-def teacher_answers(
-    lm: LoadedModel, task: Task, teacher: Teacher, public: list[Record], batch_size: int
+def answers_from_scores(
+    scores: PromptScores, public: int, label_ids: list[int]
 ) -> tuple[np.ndarray, np.ndarray]:
-    """One teacher's top-1 (black-box) and calibrated label-argmax answers on ``public``,
-    from one batched forward pass (the content-free inputs ride along). A teacher without
-    examples abstains: OTHER everywhere, a vote for nothing."""
-    if teacher.abstains:
-        nothing = np.full(len(public), OTHER, dtype=np.int64)
-        return nothing, nothing.copy()
-    ids = label_token_ids(task, lm.tokenizer)
-    free = [Record(c, "content-free", None, None, {"hypothesis": c}) for c in CONTENT_FREE]
-    logits = next_token_logits(
-        lm.model, lm.tokenizer, teacher_prompts(task, teacher, [*public, *free]), batch_size
-    )
-    probs = torch.softmax(logits[:, ids].double(), -1).numpy()
-    cal = calibrate(probs[: len(public)], probs[len(public) :])
-    return top1_classes(logits[: len(public)], ids), cal.argmax(-1).astype(np.int64)
+    """One teacher's top-1 (black-box) and calibrated label-argmax answers, from the scores
+    of its ``public`` prompts followed by its content-free prompts."""
+    probs = torch.softmax(scores.label_logits.double(), -1).numpy()
+    cal = calibrate(probs[:public], probs[public:])
+    return top1_classes(scores.top1[:public], label_ids), cal.argmax(-1).astype(np.int64)
 
 
 def teacher_answer_matrix(
@@ -137,12 +128,32 @@ def teacher_answer_matrix(
     batch_size: int,
     progress: bool,
 ) -> TeacherAnswers:
-    """Every teacher's answers on ``public``: (teachers × public) for each kind."""
-    rows = [
-        teacher_answers(lm, task, t, public, batch_size)
-        for t in progress_bar(teachers, desc="teachers", disable=not progress)
-    ]
-    return TeacherAnswers(np.stack([r[0] for r in rows]), np.stack([r[1] for r in rows]))
+    """Every teacher's answers on ``public``: (teachers × public) for each kind. The prompts
+    of all teachers (and their content-free inputs, for calibration) are scored together in
+    large batches on the model's device. A teacher without examples abstains: OTHER
+    everywhere, a vote for nothing."""
+    label_ids = label_token_ids(task, lm.tokenizer)
+    free = [Record(c, "content-free", None, None, {"hypothesis": c}) for c in CONTENT_FREE]
+    queries = [*public, *free]
+    voting = [t for t in teachers if not t.abstains]
+    prompts = [p for t in voting for p in teacher_prompts(task, t, queries)]
+    scores = score_prompts(lm.model, lm.tokenizer, prompts, label_ids, batch_size, progress)
+    nothing = np.full(len(public), OTHER, dtype=np.int64)
+    top1, labels = [], []
+    k = 0
+    for t in teachers:
+        if t.abstains:
+            top1.append(nothing)
+            labels.append(nothing)
+            continue
+        part = slice(k * len(queries), (k + 1) * len(queries))
+        a, b = answers_from_scores(
+            PromptScores(scores.top1[part], scores.label_logits[part]), len(public), label_ids
+        )
+        top1.append(a)
+        labels.append(b)
+        k += 1
+    return TeacherAnswers(np.stack(top1), np.stack(labels))
 
 
 def run_prompt_pate(
@@ -233,6 +244,7 @@ def run_prompt_pate(
             "threshold": cfg.threshold,
             "sigma_threshold": cfg.sigma_threshold,
             "sigma": cfg.sigma,
+            **lm.placement.describe(),
         }
         (d / "privacy.json").write_text(json.dumps(statement, indent=2))
 

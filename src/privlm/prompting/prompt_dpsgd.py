@@ -41,7 +41,6 @@ from privlm.data import Record
 from privlm.errors import PrivlmError
 from privlm.fsutil import write_directory_atomically
 from privlm.models import LoadedModel, load_public_model
-from privlm.models.placement import CPU_FLOAT32
 from privlm.progress import progress_bar
 from privlm.prompting.tasks import Task, label_token_ids
 from privlm.randomness import PrivacyRandomness
@@ -63,6 +62,11 @@ class PromptDpSgdConfig:
     max_length: int = 96
     accountant: str = "rdp"
     seed: int | None = None  # None: fresh OS entropy; a seed voids the guarantee (issue 17)
+    # where the frozen model runs (privlm.models.placement): auto is CUDA in bfloat16 when a
+    # GPU is there, else the CPU in float32; the prompt parameters, their gradients and the
+    # noise stay float32 either way
+    device: str = "auto"
+    dtype: str = "auto"
 
     def __post_init__(self) -> None:
         if self.kind not in PROMPT_KINDS:
@@ -82,6 +86,8 @@ class PromptPrivacyStatement:
     units: int
     kind: str
     unit: str = "record"
+    device: str = "cpu"
+    dtype: str = "float32"  # of the frozen model; the prompt parameters are float32
     mechanism: str = "DP-SGD on prompt parameters only (PromptDPSGD); the LLM is frozen"
     randomness: str = "fresh OS entropy (CSPRNG); no seed"
     seed: int | None = None
@@ -139,7 +145,9 @@ class BatchedSoftPrompt(torch.nn.Module):
         b = input_ids.size(0)
         prompts = self.prompt(self.tokens.unsqueeze(0).expand(b, -1))
         embeds = self.base.get_input_embeddings()(input_ids)
-        ones = torch.ones(b, prompts.size(1), dtype=attention_mask.dtype)
+        ones = torch.ones(
+            b, prompts.size(1), dtype=attention_mask.dtype, device=attention_mask.device
+        )
         return self.base(
             inputs_embeds=torch.cat([prompts.to(embeds.dtype), embeds], 1),
             attention_mask=torch.cat([ones, attention_mask], 1),
@@ -179,11 +187,12 @@ def class_logits(
     last: torch.Tensor,
     label_ids: list[int],
 ) -> torch.Tensor:
-    """Logits of the label tokens after each row's last real token, (B, classes)."""
+    """Logits of the label tokens after each row's last real token, (B, classes), in
+    float32 whatever the model's dtype (the loss and its gradients are never bf16)."""
     logits = model(input_ids=ids, attention_mask=mask).logits
     offset = logits.size(1) - ids.size(1)  # soft prompts add their positions in front
-    rows = torch.arange(ids.size(0))
-    return logits[rows, offset + last][:, label_ids]
+    rows = torch.arange(ids.size(0), device=logits.device)
+    return logits[rows, offset + last.to(logits.device)][:, label_ids].float()
 
 
 def train_prompt_dpsgd(
@@ -217,7 +226,8 @@ def train_prompt_dpsgd(
         )
         if ledger is not None:
             ledger.require_fits(charge, "this PromptDPSGD run")
-    lm = load_public_model(model_name, **CPU_FLOAT32)  # not yet on devices: issue 11 §2
+    lm = load_public_model(model_name, device=cfg.device, dtype=cfg.dtype)
+    place = lm.placement
     label_ids = label_token_ids(task, lm.tokenizer)
     rng = PrivacyRandomness(cfg.seed)
     model = prompt_model(lm, cfg.kind, cfg.virtual_tokens, rng.integer())
@@ -240,7 +250,7 @@ def train_prompt_dpsgd(
             noise_multiplier=sigma,
             max_grad_norm=cfg.max_grad_norm,
             poisson_sampling=True,
-            noise_generator=rng.torch_generator(trainable[0][1].device),
+            noise_generator=rng.torch_generator(place.device),
         )
     before = {name: p.detach().clone() for name, p in trainable}
     run_model.train()
@@ -256,12 +266,12 @@ def train_prompt_dpsgd(
                 optimizer=optimizer,
             ) as mem:
                 for batch in mem:
-                    _step(run_model, optimizer, batch, label_ids, trainable, private=True)
+                    _step(run_model, optimizer, batch, label_ids, trainable, True, place.device)
                     if not optimizer._is_last_step_skipped:  # type: ignore[attr-defined]
                         bar.update(1)
         else:
             for batch in loader:
-                _step(run_model, optimizer, batch, label_ids, trainable, private=False)
+                _step(run_model, optimizer, batch, label_ids, trainable, False, place.device)
                 bar.update(1)
     bar.close()
     frozen = [name for name, p in trainable if torch.equal(p.detach(), before[name])]
@@ -270,7 +280,7 @@ def train_prompt_dpsgd(
     epsilon = dpsgd_epsilon(sigma, q, steps, delta, cfg.accountant).epsilon if sigma else None
     statement = PromptPrivacyStatement(
         epsilon, delta if private else None, sigma, q, steps, cfg.accountant, n, cfg.kind,
-        **rng.statement(),
+        device=str(place.device), dtype=place.describe()["dtype"], **rng.statement(),
     )  # fmt: skip
 
     def write(d: Path) -> None:
@@ -301,12 +311,15 @@ def _step(
     label_ids: list[int],
     trainable: list[tuple[str, torch.nn.Parameter]],
     private: bool,
+    device: torch.device,
 ) -> None:
-    ids, mask, last, classes = batch
+    ids, mask, last, classes = (t.to(device) for t in batch)
     optimizer.zero_grad(set_to_none=True)
     if len(ids) == 0:  # an empty Poisson batch: a noise-only step
         for _, p in trainable:
-            p.grad_sample = torch.zeros((0, *p.shape), dtype=p.dtype)  # type: ignore[attr-defined]
+            p.grad_sample = torch.zeros(  # type: ignore[attr-defined]
+                (0, *p.shape), dtype=p.dtype, device=p.device
+            )
     else:
         logits = class_logits(model, ids, mask, last, label_ids)
         loss = torch.nn.functional.cross_entropy(logits, classes)

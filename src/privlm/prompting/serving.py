@@ -20,7 +20,7 @@ from safetensors.torch import load_file
 from privlm.data import Record
 from privlm.errors import PrivlmError
 from privlm.models import LoadedModel, load_public_model
-from privlm.models.placement import CPU_FLOAT32
+from privlm.models.placement import DeviceSpec, DtypeSpec
 from privlm.prompting.prompt_dpsgd import class_logits, encode_examples
 from privlm.prompting.tasks import Task, label_token_ids
 
@@ -53,26 +53,35 @@ class SoftPromptBank:
         """(prompt index, text) per row → next-token logits, one forward pass."""
         tok, model = self.lm.tokenizer, self.lm.model
         emb = model.get_input_embeddings()
+        dev, dtype = emb.weight.device, emb.weight.dtype
         seqs = []
         for idx, text in rows:
-            ids = torch.tensor(tok(text, add_special_tokens=False)["input_ids"], dtype=torch.long)
-            seqs.append(torch.cat([self.tables[idx].to(emb.weight.dtype), emb(ids)], 0))
+            ids = torch.tensor(
+                tok(text, add_special_tokens=False)["input_ids"], dtype=torch.long, device=dev
+            )
+            seqs.append(torch.cat([self.tables[idx].to(dev, dtype), emb(ids)], 0))
         width = max(s.size(0) for s in seqs)
-        x = torch.zeros(len(seqs), width, emb.weight.size(1), dtype=emb.weight.dtype)
-        mask = torch.zeros(len(seqs), width, dtype=torch.long)
+        x = torch.zeros(len(seqs), width, emb.weight.size(1), dtype=dtype, device=dev)
+        mask = torch.zeros(len(seqs), width, dtype=torch.long, device=dev)
         for i, s in enumerate(seqs):
             x[i, width - s.size(0) :] = s
             mask[i, width - s.size(0) :] = 1
         positions = (mask.cumsum(1) - 1).clamp_min(0)
         out = model(inputs_embeds=x, attention_mask=mask, position_ids=positions).logits
-        return out[:, -1].float()
+        return out[:, -1].float().cpu()
 
 
 def prompt_adapter_accuracy(
-    model_name: str, adapter: str | Path, task: Task, test: Sequence[Record], batch_size: int = 32
+    model_name: str,
+    adapter: str | Path,
+    task: Task,
+    test: Sequence[Record],
+    batch_size: int = 32,
+    device: DeviceSpec = "auto",
+    dtype: DtypeSpec = "auto",
 ) -> float:
     """Accuracy over the label tokens of a soft-prompt or prefix adapter."""
-    lm = load_public_model(model_name, **CPU_FLOAT32)  # not yet on devices: issue 11 §2
+    lm = load_public_model(model_name, device=device, dtype=dtype)
     label_ids = label_token_ids(task, lm.tokenizer)
     kind = _adapter_config(Path(adapter)).get("peft_type")
     truth = np.array([task.class_of(r) for r in test])
@@ -88,5 +97,7 @@ def prompt_adapter_accuracy(
         with torch.no_grad():
             for s in range(0, len(test), batch_size):
                 ids, mask, last, _ = encode_examples(lm, task, list(test[s : s + batch_size]), 512)
-                preds.append(class_logits(model, ids, mask, last, label_ids).argmax(-1).numpy())
+                dev = lm.placement.device
+                logits = class_logits(model, ids.to(dev), mask.to(dev), last, label_ids)
+                preds.append(logits.argmax(-1).cpu().numpy())
     return float(np.mean(np.concatenate(preds) == truth))

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from privlm.accounting import Charge, PrivacyLedger, RdpCurve
 from privlm.errors import BudgetExceededError, PrivlmError
+from privlm.models.pool import ModelPool
 from privlm.predict.engine import CachedDecoder, EnsembleEngine
 from privlm.predict.factory import build_predictor, submix_config
 from privlm.predict.loading import load_ensemble
@@ -240,29 +241,33 @@ class DeploymentRuntime:
         self.ledger_url = ledger_url
         self._loaded: dict[str, LoadedDeployment] = {}
         self._lock = threading.Lock()
+        self.models = ModelPool()  # one copy of each public model, shared by deployments
 
     def get(self, row: Deployment, job: Job) -> LoadedDeployment:
         with self._lock:
             if row.id not in self._loaded:
-                self._loaded[row.id] = load_deployment(row, job, self.ledger_url)
+                self._loaded[row.id] = load_deployment(row, job, self.ledger_url, self.models)
             return self._loaded[row.id]
 
 
-def load_deployment(row: Deployment, job: Job, ledger_url: str) -> LoadedDeployment:
+def load_deployment(
+    row: Deployment, job: Job, ledger_url: str, models: ModelPool | None = None
+) -> LoadedDeployment:
+    """A deployment ready to answer, its public model taken from ``models`` (the serve
+    --device policy) so that deployments of one model share its weights."""
+    models = models if models is not None else ModelPool()
     p = json.loads(row.params)
     out = Path(job.output_dir)
     if row.mechanism in ("pmixed", "submix"):
-        loaded = load_ensemble(out)
+        loaded = load_ensemble(out, pool=models)
         lm, engine, _ = loaded
         predictor = build_predictor(
             row.mechanism, out, loaded, ledger_url, f"deployment-{row.id}", row.budget_epsilon,
             row.budget_delta, p["alpha"], p["queries"], p["sample_rate"], p["beta"], None,
         )  # fmt: skip
         return LoadedDeployment(row, lm.tokenizer, engine, predictor)
-    from privlm.models import load_public_model
-
     statement = json.loads((out / "privacy.json").read_text())
-    lm = load_public_model(json.loads(job.params)["model"])
+    lm = models.get(json.loads(job.params)["model"])
     engine = EnsembleEngine.from_directories(lm.model, [out])
     keys = ("epsilon", "delta", "mechanism", "guarantee_kind", "policy", "dp_epsilon", "not_dp")
     eps = {k: statement.get(k) for k in keys if k in statement}

@@ -170,7 +170,6 @@ def run_ensemble(ctx: JobContext) -> dict[str, Any]:
 
 def run_pate(ctx: JobContext) -> dict[str, Any]:
     from privlm.models import load_public_model
-    from privlm.models.placement import CPU_FLOAT32
     from privlm.prompting.pate_pipeline import PromptPateConfig, run_prompt_pate
     from privlm.prompting.tasks import get_task
 
@@ -193,7 +192,7 @@ def run_pate(ctx: JobContext) -> dict[str, Any]:
         teacher_votes=p["teacher_votes"],
     )  # fmt: skip
     res = run_prompt_pate(
-        load_public_model(ctx.model, **CPU_FLOAT32), task, private,
+        load_public_model(ctx.model), task, private,  # the serve --device policy
         load_records(ctx.public_dataset).records, ctx.out_dir, ledger, cfg,
     )  # fmt: skip
     out = res.to_dict()

@@ -1,4 +1,5 @@
-"""DP-SGD across processes: Opacus's DPDDP under torchrun (gloo on CPU).
+"""DP-SGD across processes: Opacus's DPDDP under torchrun, over NCCL on CUDA GPUs (one GPU
+per process, ``cuda:$LOCAL_RANK``) and gloo on CPUs.
 
 - Each process trains on its shard of the examples (index ``i`` belongs to rank
   ``i mod world``); Opacus's distributed optimizer sums the clipped gradients over ranks,
@@ -31,15 +32,38 @@ def world_size_from_env() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
-def init_distributed() -> tuple[int, int]:
-    """(rank, world size); starts the gloo process group under torchrun."""
+def distributed_backend(device: torch.device) -> str:
+    """NCCL between GPUs, gloo between CPUs."""
+    return "nccl" if device.type == "cuda" else "gloo"
+
+
+def rank_device(device: torch.device) -> torch.device:
+    """This process's device under torchrun: its own GPU (``cuda:$LOCAL_RANK``) when the
+    run is on CUDA, the CPU otherwise."""
+    if device.type != "cuda" or world_size_from_env() <= 1:
+        return device
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if local >= torch.cuda.device_count():
+        raise PrivlmError(
+            f"process LOCAL_RANK={local} has no GPU of its own ({torch.cuda.device_count()} "
+            "visible); start torchrun with --nproc-per-node at most the number of GPUs"
+        )
+    return torch.device("cuda", local)
+
+
+def init_distributed(device: torch.device | None = None) -> tuple[int, int]:
+    """(rank, world size); under torchrun, starts the process group for ``device``'s
+    backend (NCCL for CUDA, gloo for the CPU)."""
     world = world_size_from_env()
     if world <= 1:
         return 0, 1
     if not dist.is_available():
         raise PrivlmError("this torch build has no torch.distributed")
+    dev = device if device is not None else torch.device("cpu")
     if not dist.is_initialized():
-        dist.init_process_group("gloo")
+        if dev.type == "cuda":
+            torch.cuda.set_device(dev)
+        dist.init_process_group(distributed_backend(dev))
     return dist.get_rank(), dist.get_world_size()
 
 

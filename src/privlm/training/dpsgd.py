@@ -49,13 +49,16 @@ from privlm.data import Dataset
 from privlm.detect import Detector
 from privlm.errors import PrivlmError
 from privlm.fsutil import write_directory_atomically
+from privlm.models.placement import resolve_placement
 from privlm.progress import progress_bar
 from privlm.randomness import PrivacyRandomness
+from privlm.training.checkpointing import enable_gradient_checkpointing
 from privlm.training.distributed_dp import (
     LockstepPoissonSampler,
     barrier,
     collate_with_empty,
     init_distributed,
+    rank_device,
     replicas_agree,
 )
 from privlm.training.lora_finetune import lora_model, record_sequences
@@ -106,6 +109,9 @@ class DpSgdConfig:
     # user-level units: "joint" trains on each user's records joined (clipped jointly);
     # "one-per-user" trains, at each step, on one random record of each sampled user
     user_sampling: str = "joint"
+    # recompute each layer's activations in the backward pass (reentrant checkpointing, the
+    # form Opacus's per-sample gradients stay exact under): less memory, more compute
+    gradient_checkpointing: bool = False
 
     def __post_init__(self) -> None:
         if (self.target_epsilon is None) == (self.noise_multiplier is None):
@@ -269,17 +275,16 @@ def train_dpsgd(
     if ledger is not None:
         ledger.require_fits(charge, "this DP-SGD run")
     rng = PrivacyRandomness(cfg.seed)
-    rank, world = init_distributed()
+    wanted = resolve_placement(cfg.device, cfg.dtype)
+    device = rank_device(wanted.device)  # under torchrun on GPUs: this rank's own GPU
+    rank, world = init_distributed(device)  # NCCL on GPUs, gloo on CPUs
     lm, model, _ = lora_model(
         model_name, cfg.rank, cfg.alpha, cfg.targets, rng.integer(), init_adapter=init_adapter,
-        device=cfg.device, dtype=cfg.dtype,
+        device=device, dtype=wanted.dtype,
     )  # fmt: skip
     place = lm.placement
-    if world > 1 and place.device.type != "cpu":
-        raise PrivlmError(
-            "distributed DP-SGD runs on CPUs (gloo) only for now; use --device cpu under "
-            "torchrun, or one process on the GPU"
-        )
+    if cfg.gradient_checkpointing:
+        enable_gradient_checkpointing(model, distributed=world > 1)
     errors = ModuleValidator.validate(model, strict=False)
     if errors:
         raise PrivlmError(f"layers DP-SGD cannot train here: {[str(e) for e in errors][:5]}")

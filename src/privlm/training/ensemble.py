@@ -117,7 +117,8 @@ def train_ensemble(
         "records": len(dataset),
         "units": len(dataset.units()),
         "units_fingerprint": _units_fingerprint(dataset),
-        "training": cfg.to_dict(),
+        # checkpointing changes memory, not the adapters: a run may resume with it turned on
+        "training": {k: v for k, v in cfg.to_dict().items() if k != "gradient_checkpointing"},
     }
     if manifest_path.is_file():
         old = json.loads(manifest_path.read_text())

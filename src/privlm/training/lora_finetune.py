@@ -23,6 +23,7 @@ from privlm.fsutil import write_directory_atomically
 from privlm.models import LoadedModel, load_public_model
 from privlm.models.placement import DeviceSpec, DtypeSpec
 from privlm.progress import progress_bar
+from privlm.training.checkpointing import enable_gradient_checkpointing
 from privlm.training.lora_targets import check_targets, discover_lora_targets
 from privlm.training.redaction import (
     IGNORE,
@@ -50,6 +51,8 @@ class LoraTrainingConfig:
     # the base model's placement (privlm.models.placement); LoRA weights stay float32
     device: str = "auto"
     dtype: str = "auto"
+    # recompute activations in the backward pass (privlm.training.checkpointing): less memory
+    gradient_checkpointing: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -158,6 +161,8 @@ def finetune_lora(
         device=config.device, dtype=config.dtype,
     )  # fmt: skip
     device = lm.placement.device
+    if config.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
     masked_all: torch.Tensor | None = None
     if redact is not None:
         encode = redacted_blocks if config.pack else redacted_sequences
