@@ -62,7 +62,7 @@ def test_csv_with_custom_text_column(tmp_path):
     [
         ("empty.txt", "", "no records", None),
         ("blank.txt", "\n\n  \n", "no records", None),
-        ("nocol.csv", "body,label\nx,y\n", r"no 'text' column; columns found: body, label", None),
+        ("nocol.csv", "body,label\nx,y\n", r"no 'text' column among the file's 2 columns", None),
         ("nocol.jsonl", '{"body": "x"}\n', r"no 'text' column", None),
         ("badjson.jsonl", '{"text": "ok"}\n{"text": \n', "invalid JSON", 2),
         ("notobj.jsonl", '{"text": "ok"}\n["x"]\n', "JSON object", 2),
@@ -109,3 +109,32 @@ def test_oversized_record(tmp_path):
 def test_utf8_bom_is_accepted(tmp_path):
     p = write(tmp_path, "bom.csv", "\ufefftext\nhello\n")
     assert load_file(p).texts() == ["hello"]
+
+
+def test_a_missing_column_never_quotes_the_header_row(tmp_path):
+    """Issue 12 §2: in a file without a header the 'header' is a private record."""
+    p = tmp_path / "h.csv"
+    p.write_text("Alice Smith called about card 4111,billing\nBob,outage\n")
+    with pytest.raises(DataError) as err:
+        load_file(p)
+    assert "Alice" not in str(err.value) and "--no-header" in str(err.value)
+
+
+def test_headerless_and_gzipped_files(tmp_path):
+    import gzip
+
+    p = tmp_path / "d.csv.gz"
+    p.write_bytes(
+        gzip.compress(b"u1,first note,billing\nu1,second note,outage\nu2,third,billing\n")
+    )
+    ds = load_file(p, no_header=True, text_column="2", unit_column="1", label_column="3")
+    assert ds.texts() == ["first note", "second note", "third"] and ds.unit_kind == "user"
+    assert [r.label for r in ds] == ["billing", "outage", "billing"] and len(ds.units()) == 2
+    j = tmp_path / "d.jsonl.gz"
+    j.write_bytes(gzip.compress(b'{"body": "a note", "who": "x"}\n'))
+    ds = load_file(j, text_column="body", unit_column="who")
+    assert ds.texts() == ["a note"] and ds.unit_kind == "user"
+    bad = tmp_path / "bad.csv.gz"
+    bad.write_bytes(b"not gzip")
+    with pytest.raises(DataError, match="not a valid gzip"):
+        load_file(bad)

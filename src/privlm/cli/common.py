@@ -75,3 +75,17 @@ def user_errors(fn: F) -> F:
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+TEXT_COLUMN_OPTION = typer.Option(
+    "text", "--text-column", help="Column (field) holding the text; with --no-header, its position."
+)
+USER_COLUMN_OPTION = typer.Option(
+    "user_id", "--user-column", help="Column naming each record's user (the privacy unit), if any."
+)
+LABEL_COLUMN_OPTION = typer.Option(
+    "label", "--label-column", help="Column holding a label, if any."
+)
+NO_HEADER_OPTION = typer.Option(
+    False, "--no-header", help="A .csv whose first row is data: name columns by position (1, 2, …)."
+)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from privlm.cli.common import JSON_OPTION, emit_json, user_errors
+from privlm.cli.common import JSON_OPTION, NO_HEADER_OPTION, emit_json, user_errors
 from privlm.data import load_file
 from privlm.data.corpora import BUNDLED, available
 from privlm.settings import data_dir
@@ -46,6 +46,12 @@ def inspect(
     records: str = typer.Option(
         "line", help=".txt only: 'line' or 'block' (blank-line separated)."
     ),
+    no_header: bool = NO_HEADER_OPTION,
+    block_size: int | None = typer.Option(
+        None, help="Report the tokens DP-SGD at this block size trains on and drops, per unit."
+    ),
+    max_blocks_per_user: int | None = typer.Option(None, help="With --block-size: the cap."),
+    model: str = typer.Option("smollm2-135m", help="With --block-size: whose tokenizer."),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Validate a data file and summarise it: records, privacy units, labels, skips."""
@@ -55,8 +61,11 @@ def inspect(
         unit_column=unit_column,
         label_column=label_column,
         records=records,
+        no_header=no_header,
     )
     summary = ds.summary()
+    if block_size is not None:
+        summary["token_usage"] = _token_usage(ds, model, block_size, max_blocks_per_user)
     if as_json:
         emit_json(summary)
         return
@@ -67,3 +76,25 @@ def inspect(
         typer.echo(f"  labels:        {summary['labels']}")
     typer.echo(f"  characters:    {summary['chars_total']} (max {summary['chars_max']} per record)")
     typer.echo(f"  skipped rows:  {summary['skipped']} {summary['skipped_by_reason'] or ''}")
+    if "token_usage" in summary:
+        typer.echo(f"  DP-SGD:        {summary['token_usage']['describe']}")
+
+
+def _token_usage(ds, model: str, block_size: int, cap: int | None) -> dict:
+    """What DP-SGD at ``block_size`` trains on: users' blocks (all, or ``cap`` of them) for
+    user-level data, each record cut at the block size otherwise."""
+    from privlm.models.loading import load_tokenizer
+    from privlm.training.dpsgd import records_per_unit
+    from privlm.training.user_level import (
+        unit_token_counts,
+        usage_when_blocking,
+        usage_when_truncating,
+    )
+
+    counts = unit_token_counts(load_tokenizer(model), records_per_unit(ds))
+    usage = (
+        usage_when_blocking(counts, block_size, cap)
+        if ds.unit_kind != "record"
+        else usage_when_truncating(counts, block_size, f"the block size of {block_size}")
+    )
+    return {**usage.to_dict(), "describe": usage.describe()}

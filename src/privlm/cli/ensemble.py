@@ -23,13 +23,25 @@ from privlm.training.lora_finetune import LoraTrainingConfig
 app = typer.Typer(help="LoRA ensembles for PMixED and SubMix.", no_args_is_help=True)
 
 
-def load_training_data(data: str, limit: int | None, records: str = "line") -> Dataset:
-    """A user file, or ``wikitext2[:split]`` for the bundled corpus."""
+def load_training_data(
+    data: str,
+    limit: int | None,
+    records: str = "line",
+    *,
+    text_column: str = "text",
+    user_column: str = "user_id",
+    label_column: str = "label",
+    no_header: bool = False,
+) -> Dataset:
+    """A user file (``.gz`` too, headerless CSVs by position), or ``wikitext2[:split]``."""
     name, _, split = data.partition(":")
     if name == "wikitext2" and not Path(data).exists():
         ds = corpora.wikitext2(split or "train")
     else:
-        ds = load_file(data, records=records)
+        ds = load_file(
+            data, records=records, text_column=text_column, unit_column=user_column,
+            label_column=label_column, no_header=no_header,
+        )  # fmt: skip
     if limit is not None:
         if limit < 1:
             raise PrivlmError("--limit must be at least 1")

@@ -13,7 +13,10 @@ from privlm.cli.common import (
     DEVICE_OPTION,
     DTYPE_OPTION,
     JSON_OPTION,
+    NO_HEADER_OPTION,
     SEED_OPTION,
+    TEXT_COLUMN_OPTION,
+    USER_COLUMN_OPTION,
     emit_json,
     user_errors,
     warn_if_seeded,
@@ -24,6 +27,7 @@ from privlm.models import DEFAULT_MODEL
 from privlm.training.dpsgd import DpSgdConfig, examples_per_unit, plan, train_dpsgd
 from privlm.training.jft import PHASE1_MODES, JftConfig, train_jft
 from privlm.training.lora_finetune import LoraTrainingConfig
+from privlm.training.user_level import TokenUsage
 
 app = typer.Typer(help="Private fine-tuning.", no_args_is_help=True)
 
@@ -48,6 +52,12 @@ def dpsgd(
         help="With user ids: 'joint' (a user's records joined, clipped jointly) or "
         "'one-per-user' (one random record of each sampled user per step).",
     ),
+    max_blocks_per_user: int | None = typer.Option(
+        None, help="joint: train on at most this many blocks of each user (default: all)."
+    ),
+    text_column: str = TEXT_COLUMN_OPTION,
+    user_column: str = USER_COLUMN_OPTION,
+    no_header: bool = NO_HEADER_OPTION,
     grad_sample_mode: str = typer.Option(
         "hooks", help="Per-sample gradients: 'hooks' or Opacus's 'ghost' clipping."
     ),
@@ -67,7 +77,9 @@ def dpsgd(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Fine-tune a LoRA adapter with DP-SGD (Opacus); print its privacy statement."""
-    ds = load_training_data(data, limit)
+    ds = load_training_data(
+        data, limit, text_column=text_column, user_column=user_column, no_header=no_header
+    )
     cfg = DpSgdConfig(
         target_epsilon=None if noise_multiplier is not None else epsilon,
         delta=delta,
@@ -81,6 +93,7 @@ def dpsgd(
         accountant=accountant,
         seed=seed,
         user_sampling=user_sampling,
+        max_blocks_per_user=max_blocks_per_user,
         grad_sample_mode=grad_sample_mode,
         device=device,
         dtype=dtype,
@@ -101,6 +114,12 @@ def dpsgd(
         f"adapter in {out}: ({st.epsilon:.4g}, {st.delta:.3g})-DP per {st.unit_detail} ({st.accountant}); "
         f"σ = {st.noise_multiplier:.4g}, q = {st.sample_rate:.4g}, {st.steps} steps, clip {st.max_grad_norm:g}"
     )
+    if st.token_usage:
+        typer.echo(f"  {TokenUsage(**_usage_fields(st.token_usage)).describe()}")
+
+
+def _usage_fields(d: dict) -> dict:
+    return {k: v for k, v in d.items() if k != "used_fraction"}
 
 
 def _open_ledger(

@@ -3,17 +3,21 @@
 - ``.txt``: one record per line (``records="line"``) or per blank-line-separated block
   (``records="block"``).
 - ``.jsonl`` / ``.csv``: a text column (default ``text``), with optional ``user_id`` and
-  ``label`` columns. With a ``user_id`` column the privacy unit is the user.
+  ``label`` columns, all renamable. With a user column the privacy unit is the user.
+- A headerless ``.csv`` (``no_header=True``) names its columns by position, from 1.
+- Any of them gzip-compressed (``.txt.gz``, ``.jsonl.gz``, ``.csv.gz``).
 
 Every problem is a :class:`DataError` naming the file, the line and what is wrong: a
 missing file, undecodable bytes, invalid JSON or CSV, a missing column, a record over the
-size limit, no records at all. Rows with empty text are skipped, counted and reported,
+size limit, no records at all. No error quotes a record's content, nor a header row's
+(which, in a file without one, is a record). Rows with empty text are skipped, counted and reported,
 never dropped silently.
 """
 
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import json
 from pathlib import Path
@@ -26,12 +30,25 @@ MAX_RECORD_CHARS = 200_000
 SUFFIXES = (".txt", ".jsonl", ".csv")
 
 
+def data_suffix(path: Path) -> str:
+    """``.csv`` for ``notes.csv`` and ``notes.csv.gz`` alike."""
+    suffixes = [s.lower() for s in path.suffixes]
+    if suffixes and suffixes[-1] == ".gz":
+        suffixes = suffixes[:-1]
+    return suffixes[-1] if suffixes else ""
+
+
 def _read_text(path: Path) -> str:
     if not path.exists():
         raise DataError(path, "file not found")
     if not path.is_file():
         raise DataError(path, "not a regular file")
     raw = path.read_bytes()
+    if path.suffix.lower() == ".gz":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as exc:
+            raise DataError(path, f"not a valid gzip file ({type(exc).__name__})") from None
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -91,7 +108,9 @@ def _rows_jsonl(path: Path, content: str) -> list[tuple[int, dict[str, Any]]]:
     return rows
 
 
-def _rows_csv(path: Path, content: str) -> list[tuple[int, dict[str, Any]]]:
+def _rows_csv(path: Path, content: str, no_header: bool) -> list[tuple[int, dict[str, Any]]]:
+    if no_header:
+        return _rows_headerless_csv(path, content)
     reader = csv.DictReader(io.StringIO(content, newline=""))
     rows = []
     try:
@@ -102,7 +121,20 @@ def _rows_csv(path: Path, content: str) -> list[tuple[int, dict[str, Any]]]:
     except csv.Error as exc:
         raise DataError(path, f"malformed CSV: {exc}", reader.line_num) from None
     if reader.fieldnames is None:
-        raise DataError(path, "no header row (a .csv needs column names)")
+        raise DataError(path, "no header row (a .csv needs column names, or --no-header)")
+    return rows
+
+
+def _rows_headerless_csv(path: Path, content: str) -> list[tuple[int, dict[str, Any]]]:
+    """Rows of a CSV without a header, their columns named "1", "2", … by position."""
+    reader = csv.reader(io.StringIO(content, newline=""))
+    rows = []
+    try:
+        for row in reader:
+            if row:
+                rows.append((reader.line_num, {str(i): v for i, v in enumerate(row, start=1)}))
+    except csv.Error as exc:
+        raise DataError(path, f"malformed CSV: {exc}", reader.line_num) from None
     return rows
 
 
@@ -118,8 +150,12 @@ def _tabular(
         raise DataError(path, "no records (the file has no data rows)")
     present = set().union(*(r.keys() for _, r in rows))
     if text_column not in present:
+        # the column names are not quoted: in a file without a header they are a record
         raise DataError(
-            path, f"no {text_column!r} column; columns found: {', '.join(sorted(present))}"
+            path,
+            f"no {text_column!r} column among the file's {len(present)} columns; name the "
+            "text column with --text-column NAME, or, if the first row is data, use "
+            "--no-header with --text-column N (its position, from 1)",
         )
     by_user = unit_column in present
     out: list[Record] = []
@@ -164,12 +200,17 @@ def load_file(
     label_column: str = "label",
     records: str = "line",
     max_record_chars: int = MAX_RECORD_CHARS,
+    no_header: bool = False,
 ) -> Dataset:
     """Load ``path`` into a :class:`Dataset`; raise :class:`DataError` on any problem."""
     p = Path(path).expanduser()
-    suffix = p.suffix.lower()
+    suffix = data_suffix(p)
     if suffix not in SUFFIXES:
-        raise DataError(p, f"unsupported file type {suffix or '(none)'!r}; use one of {SUFFIXES}")
+        raise DataError(
+            p, f"unsupported file type {suffix or '(none)'!r}; use one of {SUFFIXES} (or .gz)"
+        )
+    if no_header and suffix != ".csv":
+        raise DataError(p, "--no-header is for .csv files")
     content = _read_text(p)
     if suffix == ".txt":
         ds = _txt(p, content, records, max_record_chars)
@@ -177,7 +218,7 @@ def load_file(
         rows = _rows_jsonl(p, content)
         ds = _tabular(p, rows, text_column, unit_column, label_column, max_record_chars)
     else:
-        rows = _rows_csv(p, content)
+        rows = _rows_csv(p, content, no_header)
         ds = _tabular(p, rows, text_column, unit_column, label_column, max_record_chars)
     if not ds.records:
         raise DataError(p, "no records (the file is empty or every row was skipped)")

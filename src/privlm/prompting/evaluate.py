@@ -9,8 +9,8 @@ from numpy.typing import NDArray
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.data import Record
-from privlm.prompting.scoring import CONTENT_FREE, calibrate, label_probabilities
-from privlm.prompting.tasks import Task, build_prompt, label_token_ids
+from privlm.prompting.scoring import calibrate, label_probabilities
+from privlm.prompting.tasks import Task, build_prompt, content_free_records, label_token_ids
 
 
 def prompt_probabilities(
@@ -27,12 +27,7 @@ def prompt_probabilities(
     prompts = [build_prompt(task, list(demos), q) for q in queries]
     probs = label_probabilities(model, tokenizer, prompts, ids, batch_size)
     if calibrated:
-        free = [
-            build_prompt(
-                task, list(demos), Record(c, "content-free", None, None, {"hypothesis": c})
-            )
-            for c in CONTENT_FREE
-        ]
+        free = [build_prompt(task, list(demos), r) for r in content_free_records(task)]
         probs = calibrate(probs, label_probabilities(model, tokenizer, free, ids, batch_size))
     return probs
 

@@ -29,7 +29,6 @@ from privlm.prompting.pate import (
     vote_histograms,
 )
 from privlm.prompting.scoring import (
-    CONTENT_FREE,
     OTHER,
     PromptScores,
     calibrate,
@@ -37,7 +36,7 @@ from privlm.prompting.scoring import (
     top1_classes,
 )
 from privlm.prompting.student import StudentPrompt, select_student
-from privlm.prompting.tasks import Task, label_token_ids
+from privlm.prompting.tasks import Task, content_free_records, label_token_ids
 from privlm.randomness import PrivacyRandomness
 
 TEACHER_VOTES = ("top1", "labels")
@@ -133,7 +132,7 @@ def teacher_answer_matrix(
     large batches on the model's device. A teacher without examples abstains: OTHER
     everywhere, a vote for nothing."""
     label_ids = label_token_ids(task, lm.tokenizer)
-    free = [Record(c, "content-free", None, None, {"hypothesis": c}) for c in CONTENT_FREE]
+    free = content_free_records(task)
     queries = [*public, *free]
     voting = [t for t in teachers if not t.abstains]
     prompts = [p for t in voting for p in teacher_prompts(task, t, queries)]

@@ -72,6 +72,14 @@ from privlm.training.redaction import (
     redacted_sequences,
     redacted_token_fraction,
 )
+from privlm.training.user_level import (
+    USER_REDUCTIONS,
+    train_users_jointly,
+    unit_token_counts,
+    usage_when_blocking,
+    usage_when_truncating,
+    user_blocks,
+)
 
 GRAD_SAMPLE_MODES = ("hooks", "ghost")
 USER_SAMPLING = ("joint", "one-per-user")
@@ -109,6 +117,10 @@ class DpSgdConfig:
     # user-level units: "joint" trains on each user's records joined (clipped jointly);
     # "one-per-user" trains, at each step, on one random record of each sampled user
     user_sampling: str = "joint"
+    # "joint" only: at most this many blocks of each user (None: all of a user's tokens)
+    max_blocks_per_user: int | None = None
+    # "joint" only: a user's gradient is the mean, or the sum, of their blocks' gradients
+    user_reduction: str = "mean"
     # recompute each layer's activations in the backward pass (reentrant checkpointing, the
     # form Opacus's per-sample gradients stay exact under): less memory, more compute
     gradient_checkpointing: bool = False
@@ -124,6 +136,10 @@ class DpSgdConfig:
             raise PrivlmError(
                 f"unknown user_sampling {self.user_sampling!r}; choose from {USER_SAMPLING}"
             )
+        if self.max_blocks_per_user is not None and self.max_blocks_per_user < 1:
+            raise PrivlmError("max_blocks_per_user must be at least 1 (or None: every block)")
+        if self.user_reduction not in USER_REDUCTIONS:
+            raise PrivlmError(f"user_reduction must be one of {USER_REDUCTIONS}")
         if self.grad_sample_mode not in GRAD_SAMPLE_MODES:
             raise PrivlmError(
                 f"unknown grad_sample_mode {self.grad_sample_mode!r}; choose from {GRAD_SAMPLE_MODES}"
@@ -147,6 +163,7 @@ class PrivacyStatement:
     # JFT light noise: the rate the accountant used, q·m̃ (an empirical estimate, §3.1)
     accounted_sample_rate: float | None = None
     unit_detail: str = ""  # how a user-level unit's records enter a step
+    token_usage: dict[str, Any] | None = None  # tokens trained on and dropped, per unit
     device: str = "cpu"
     dtype: str = "float32"  # of the base model's weights; LoRA parameters are float32
     # where the noise and batches came from; a seeded run carries the warning (issue 17)
@@ -192,7 +209,14 @@ def unit_description(unit: str, cfg: DpSgdConfig) -> str:
         return "record"
     if cfg.user_sampling == "one-per-user":
         return f"{unit} (one example per sampled {unit})"
-    return f"{unit} (all of a {unit}'s records clipped jointly)"
+    cap = (
+        f"at most {cfg.max_blocks_per_user} blocks of"
+        if cfg.max_blocks_per_user
+        else "every block of"
+    )
+    return (
+        f"{unit} ({cap} a {unit}'s records, their gradients' {cfg.user_reduction} clipped jointly)"
+    )
 
 
 def examples_per_unit(dataset: Dataset) -> tuple[list[str], str]:
@@ -200,6 +224,15 @@ def examples_per_unit(dataset: Dataset) -> tuple[list[str], str]:
     if dataset.unit_kind == "record":
         return dataset.texts(), "record"
     return ["\n".join(v) for v in records_per_unit(dataset)], dataset.unit_kind
+
+
+def _split_by_group(flat: list[Any], groups: list[list[str]]) -> list[list[Any]]:
+    """``flat`` (one item per record, units in order) regrouped by unit."""
+    out, i = [], 0
+    for g in groups:
+        out.append(flat[i : i + len(g)])
+        i += len(g)
+    return out
 
 
 def plan(
@@ -256,7 +289,7 @@ def train_dpsgd(
             starts.append(starts[-1] + len(g))
         rows = [list(range(a, b)) for a, b in itertools.pairwise(starts)]
     else:
-        texts = ["\n".join(g) for g in groups]
+        texts = [t for g in groups for t in g]  # joint: every record, in users' blocks
     n = len(groups)
     q, steps, delta, sigma = plan(n, cfg, rate_factor)
     q_acc = q * rate_factor
@@ -283,107 +316,152 @@ def train_dpsgd(
         device=device, dtype=wanted.dtype,
     )  # fmt: skip
     place = lm.placement
+    joint = unit != "record" and not one_per_user
+    if joint and (cfg.grad_sample_mode != "hooks" or world > 1):
+        raise PrivlmError(
+            "user-level DP-SGD with joint clipping sums each user's per-block gradients before "
+            "clipping: it runs in hooks mode (--grad-sample-mode hooks), in one process"
+        )
     if cfg.gradient_checkpointing:
         enable_gradient_checkpointing(model, distributed=world > 1)
     errors = ModuleValidator.validate(model, strict=False)
     if errors:
         raise PrivlmError(f"layers DP-SGD cannot train here: {[str(e) for e in errors][:5]}")
+    counts = unit_token_counts(lm.tokenizer, groups)
+    usage = (
+        usage_when_blocking(counts, cfg.block_size, cfg.max_blocks_per_user)
+        if joint
+        else usage_when_truncating(counts, cfg.block_size, f"the block size of {cfg.block_size}")
+    )
     redacted_fraction = None
-    if detector is not None:
-        spans = detector.detect(texts)
-        enc = redacted_sequences(lm.tokenizer, texts, spans, cfg.block_size)
-        ids, labels, masked = enc.ids, enc.labels, enc.masked
-        redacted_fraction = redacted_token_fraction(lm.tokenizer, texts, spans)
-    else:
-        ids, labels = record_sequences(lm.tokenizer, texts, cfg.block_size)
-        masked = torch.zeros_like(ids, dtype=torch.bool)
-    mask_vector = mask_embedding(lm.model, lm.tokenizer)
-    examples: TorchDataset[tuple[torch.Tensor, ...]] = (
-        OneExamplePerUser((ids, labels, masked), rows, rng.torch_generator())
-        if one_per_user
-        else TensorDataset(ids, labels, masked)
-    )
-    module: torch.nn.Module = model
-    if world > 1:  # torchrun: DPDDP, and Poisson batches drawn in lockstep (distributed_dp)
-        sampler = LockstepPoissonSampler(n, q, round(1 / q), rank, world, rng.torch_generator())
-        loader = DataLoader(
-            examples, batch_sampler=sampler, collate_fn=collate_with_empty(examples[0])
+    spans = detector.detect(texts) if detector is not None else None
+    if joint:
+        mask_vector = mask_embedding(lm.model, lm.tokenizer)
+        if spans is not None:
+            redacted_fraction = redacted_token_fraction(lm.tokenizer, texts, spans)
+        by_user = _split_by_group(spans, groups) if spans is not None else None
+        blocks = user_blocks(lm.tokenizer, groups, cfg.block_size, cfg.max_blocks_per_user, by_user)
+        trainable = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+        before = {name: p.detach().clone() for name, p in trainable}
+        t0 = time.perf_counter()
+        train_users_jointly(
+            model, blocks, sigma=sigma, max_grad_norm=cfg.max_grad_norm, sample_rate=q,
+            steps=steps, physical_batch_size=cfg.physical_batch_size,
+            learning_rate=cfg.learning_rate, reduction=cfg.user_reduction,
+            sampling=rng.torch_generator(),
+            noise=None if cfg.secure_mode else rng.torch_generator(place.device),
+            mask_vector=mask_vector, progress=progress, secure_mode=cfg.secure_mode,
+        )  # fmt: skip
+        frozen = [name for name, p in trainable if torch.equal(p.detach(), before[name])]
+        if frozen:
+            raise PrivlmError(f"parameters did not change during DP-SGD: {frozen[:5]}")
+    else:  # an example per record (or per sampled user): Opacus end to end
+        if spans is not None:
+            enc = redacted_sequences(lm.tokenizer, texts, spans, cfg.block_size)
+            ids, labels, masked = enc.ids, enc.labels, enc.masked
+            redacted_fraction = redacted_token_fraction(lm.tokenizer, texts, spans)
+        else:
+            ids, labels = record_sequences(lm.tokenizer, texts, cfg.block_size)
+            masked = torch.zeros_like(ids, dtype=torch.bool)
+        mask_vector = mask_embedding(lm.model, lm.tokenizer)
+        examples: TorchDataset[tuple[torch.Tensor, ...]] = (
+            OneExamplePerUser((ids, labels, masked), rows, rng.torch_generator())
+            if one_per_user
+            else TensorDataset(ids, labels, masked)
         )
-        module = DPDDP(model)
-    else:
-        # Opacus draws its Poisson batches with the loader's generator
-        loader = DataLoader(examples, batch_size=cfg.batch_size, generator=rng.torch_generator())
-    optimizer = torch.optim.AdamW(
-        [p for p in model.parameters() if p.requires_grad], lr=cfg.learning_rate, weight_decay=0.0
-    )
-    engine = PrivacyEngine(accountant="rdp", secure_mode=cfg.secure_mode)
-    ghost = cfg.grad_sample_mode == "ghost"
-    private = engine.make_private(
-        module=module,
-        optimizer=optimizer,
-        data_loader=loader,
-        noise_multiplier=sigma,
-        max_grad_norm=cfg.max_grad_norm,
-        poisson_sampling=world == 1,  # distributed: the lockstep Poisson sampler above
-        grad_sample_mode=cfg.grad_sample_mode,
-        noise_generator=None if cfg.secure_mode else rng.torch_generator(place.device),
-    )
-    # ghost mode also returns a criterion wrapper; privlm builds the per-example loss itself
-    dp_model, dp_opt, dp_loader = private[0], private[1], private[-1]
-    trainable = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
-    before = {name: p.detach().clone() for name, p in trainable}
-    checked_grads = checked_moves = False
-    dp_model.train()
-    bar = progress_bar(total=steps, desc="dp-sgd", unit="step", disable=not progress)
-    t0 = time.perf_counter()
-    for _ in range(cfg.epochs):
-        with BatchMemoryManager(
-            data_loader=dp_loader, max_physical_batch_size=cfg.physical_batch_size, optimizer=dp_opt
-        ) as mem:
-            for x, y, m in mem:
-                dp_opt.zero_grad(set_to_none=True)
-                if len(x) == 0:  # an empty Poisson batch: the step is noise only
-                    for _, p in trainable:
-                        if ghost:
-                            p.grad = torch.zeros_like(p)
+        module: torch.nn.Module = model
+        if world > 1:  # torchrun: DPDDP, and Poisson batches drawn in lockstep (distributed_dp)
+            sampler = LockstepPoissonSampler(n, q, round(1 / q), rank, world, rng.torch_generator())
+            loader = DataLoader(
+                examples, batch_sampler=sampler, collate_fn=collate_with_empty(examples[0])
+            )
+            module = DPDDP(model)
+        else:
+            # Opacus draws its Poisson batches with the loader's generator
+            loader = DataLoader(
+                examples, batch_size=cfg.batch_size, generator=rng.torch_generator()
+            )
+        optimizer = torch.optim.AdamW(
+            [p for p in model.parameters() if p.requires_grad],
+            lr=cfg.learning_rate,
+            weight_decay=0.0,
+        )
+        engine = PrivacyEngine(accountant="rdp", secure_mode=cfg.secure_mode)
+        ghost = cfg.grad_sample_mode == "ghost"
+        private = engine.make_private(
+            module=module,
+            optimizer=optimizer,
+            data_loader=loader,
+            noise_multiplier=sigma,
+            max_grad_norm=cfg.max_grad_norm,
+            poisson_sampling=world == 1,  # distributed: the lockstep Poisson sampler above
+            grad_sample_mode=cfg.grad_sample_mode,
+            noise_generator=None if cfg.secure_mode else rng.torch_generator(place.device),
+        )
+        # ghost mode also returns a criterion wrapper; privlm builds the per-example loss itself
+        dp_model, dp_opt, dp_loader = private[0], private[1], private[-1]
+        trainable = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+        before = {name: p.detach().clone() for name, p in trainable}
+        checked_grads = checked_moves = False
+        dp_model.train()
+        bar = progress_bar(total=steps, desc="dp-sgd", unit="step", disable=not progress)
+        t0 = time.perf_counter()
+        for _ in range(cfg.epochs):
+            with BatchMemoryManager(
+                data_loader=dp_loader,
+                max_physical_batch_size=cfg.physical_batch_size,
+                optimizer=dp_opt,
+            ) as mem:
+                for x, y, m in mem:
+                    dp_opt.zero_grad(set_to_none=True)
+                    if len(x) == 0:  # an empty Poisson batch: the step is noise only
+                        for _, p in trainable:
+                            if ghost:
+                                p.grad = torch.zeros_like(p)
+                            else:
+                                p.grad_sample = torch.zeros(
+                                    (0, *p.shape), dtype=p.dtype, device=p.device
+                                )
+                    else:
+                        x, y, m = x.to(place.device), y.to(place.device), m.to(place.device)
+                        attention = ((y != IGNORE) | m).long()
+                        if bool(m.any()):
+                            embeds = embed_with_masks(model, x, m, mask_vector)
+                            logits = dp_model(inputs_embeds=embeds, attention_mask=attention).logits
                         else:
-                            p.grad_sample = torch.zeros(
-                                (0, *p.shape), dtype=p.dtype, device=p.device
-                            )
-                else:
-                    x, y, m = x.to(place.device), y.to(place.device), m.to(place.device)
-                    attention = ((y != IGNORE) | m).long()
-                    if bool(m.any()):
-                        embeds = embed_with_masks(model, x, m, mask_vector)
-                        logits = dp_model(inputs_embeds=embeds, attention_mask=attention).logits
-                    else:
-                        logits = dp_model(input_ids=x, attention_mask=attention).logits
-                    if ghost:  # two backward passes: norms, then the clipped sum
-                        losses = per_example_losses(logits, y)
-                        DPTensorFastGradientClipping(dp_model, dp_opt, losses, "mean").backward()
-                    else:
-                        masked_lm_loss(logits, y, per_example=True).backward()
-                    if not checked_grads:
-                        seen = "_norm_sample" if ghost else "grad_sample"
-                        missing = [name for name, p in trainable if getattr(p, seen, None) is None]
-                        if missing:
-                            raise PrivlmError(
-                                f"no per-sample gradient for {missing[:5]}: DP-SGD would silently skip them"
-                            )
-                        checked_grads = True
-                dp_opt.step()
-                if not dp_opt._is_last_step_skipped:
-                    bar.update(1)
-                    if not checked_moves:
-                        frozen = [
-                            name for name, p in trainable if torch.equal(p.detach(), before[name])
-                        ]
-                        if frozen:
-                            raise PrivlmError(
-                                f"parameters did not change after a DP-SGD step: {frozen[:5]}"
-                            )
-                        checked_moves = True
-    bar.close()
+                            logits = dp_model(input_ids=x, attention_mask=attention).logits
+                        if ghost:  # two backward passes: norms, then the clipped sum
+                            losses = per_example_losses(logits, y)
+                            DPTensorFastGradientClipping(
+                                dp_model, dp_opt, losses, "mean"
+                            ).backward()
+                        else:
+                            masked_lm_loss(logits, y, per_example=True).backward()
+                        if not checked_grads:
+                            seen = "_norm_sample" if ghost else "grad_sample"
+                            missing = [
+                                name for name, p in trainable if getattr(p, seen, None) is None
+                            ]
+                            if missing:
+                                raise PrivlmError(
+                                    f"no per-sample gradient for {missing[:5]}: DP-SGD would silently skip them"
+                                )
+                            checked_grads = True
+                    dp_opt.step()
+                    if not dp_opt._is_last_step_skipped:
+                        bar.update(1)
+                        if not checked_moves:
+                            frozen = [
+                                name
+                                for name, p in trainable
+                                if torch.equal(p.detach(), before[name])
+                            ]
+                            if frozen:
+                                raise PrivlmError(
+                                    f"parameters did not change after a DP-SGD step: {frozen[:5]}"
+                                )
+                            checked_moves = True
+        bar.close()
     if not replicas_agree([p for _, p in trainable]):
         raise PrivlmError("the DPDDP replicas hold different parameters after training")
     report = dpsgd_epsilon(sigma, q_acc, steps, delta, cfg.accountant)
@@ -399,6 +477,7 @@ def train_dpsgd(
         cfg.max_grad_norm,
         accounted_sample_rate=q_acc if rate_factor != 1.0 else None,
         unit_detail=unit_description(unit, cfg),
+        token_usage=usage.to_dict(),
         device=str(place.device),
         dtype=place.describe()["dtype"],
         **rng.statement(),
