@@ -77,7 +77,7 @@ def inspect(
     typer.echo(f"  characters:    {summary['chars_total']} (max {summary['chars_max']} per record)")
     typer.echo(f"  skipped rows:  {summary['skipped']} {summary['skipped_by_reason'] or ''}")
     if "token_usage" in summary:
-        typer.echo(f"  DP-SGD:        {summary['token_usage']['describe']}")
+        typer.echo(f"  DP-SGD:        {summary['token_usage']['summary']}")
 
 
 def _token_usage(ds, model: str, block_size: int, cap: int | None) -> dict:
@@ -97,4 +97,4 @@ def _token_usage(ds, model: str, block_size: int, cap: int | None) -> dict:
         if ds.unit_kind != "record"
         else usage_when_truncating(counts, block_size, f"the block size of {block_size}")
     )
-    return {**usage.to_dict(), "describe": usage.describe()}
+    return usage.to_dict()

@@ -27,7 +27,6 @@ from privlm.models import DEFAULT_MODEL
 from privlm.training.dpsgd import DpSgdConfig, examples_per_unit, plan, train_dpsgd
 from privlm.training.jft import PHASE1_MODES, JftConfig, train_jft
 from privlm.training.lora_finetune import LoraTrainingConfig
-from privlm.training.user_level import TokenUsage
 
 app = typer.Typer(help="Private fine-tuning.", no_args_is_help=True)
 
@@ -115,11 +114,7 @@ def dpsgd(
         f"σ = {st.noise_multiplier:.4g}, q = {st.sample_rate:.4g}, {st.steps} steps, clip {st.max_grad_norm:g}"
     )
     if st.token_usage:
-        typer.echo(f"  {TokenUsage(**_usage_fields(st.token_usage)).describe()}")
-
-
-def _usage_fields(d: dict) -> dict:
-    return {k: v for k, v in d.items() if k != "used_fraction"}
+        typer.echo(f"  {st.token_usage['summary']}")
 
 
 def _open_ledger(

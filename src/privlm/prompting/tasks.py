@@ -208,27 +208,27 @@ def load_task_file(path: str | Path) -> Task:
     return parse_task_text(p.read_text(), str(p))
 
 
-def bundled_task_names() -> list[str]:
+def _bundled_tasks() -> dict[str, Task]:
+    """The task files shipped in ``privlm/prompting/task_files``, parsed once at import."""
     files = resources.files("privlm.prompting").joinpath(TASK_FILES)
-    return sorted(f.name.rsplit(".", 1)[0] for f in files.iterdir() if f.name.endswith(".yaml"))
+    return {
+        f.name.rsplit(".", 1)[0]: parse_task_text(
+            f.read_text(), f"privlm/prompting/{TASK_FILES}/{f.name}"
+        )
+        for f in sorted(files.iterdir(), key=lambda f: f.name)
+        if f.name.endswith(".yaml")
+    }
+
+
+TASKS: dict[str, Task] = _bundled_tasks()
 
 
 def get_task(name: str) -> Task:
     """A bundled task by name."""
-    if name not in bundled_task_names():
-        raise PrivlmError(f"unknown task {name!r}; choose from {bundled_task_names()}")
-    res = resources.files("privlm.prompting").joinpath(TASK_FILES, f"{name}.yaml")
-    return parse_task_text(res.read_text(), f"privlm/prompting/{TASK_FILES}/{name}.yaml")
-
-
-def resolve_task(name: str | None, task_file: str | Path | None) -> Task:
-    """``--task NAME`` or ``--task-file FILE`` (the file wins when both are given)."""
-    if task_file is not None:
-        return load_task_file(task_file)
-    return get_task(name or "sst2")
-
-
-TASKS: dict[str, Task] = {n: get_task(n) for n in bundled_task_names()}
+    try:
+        return TASKS[name]
+    except KeyError:
+        raise PrivlmError(f"unknown task {name!r}; choose from {sorted(TASKS)}") from None
 
 
 def label_token_ids(task: Task, tokenizer: PreTrainedTokenizerBase) -> list[int]:

@@ -226,6 +226,12 @@ def examples_per_unit(dataset: Dataset) -> tuple[list[str], str]:
     return ["\n".join(v) for v in records_per_unit(dataset)], dataset.unit_kind
 
 
+def _rows_by_unit(groups: list[list[str]]) -> list[list[int]]:
+    """Each unit's record indices in the flat list of records, units in order."""
+    starts = [0, *itertools.accumulate(len(g) for g in groups)]
+    return [list(range(a, b)) for a, b in itertools.pairwise(starts)]
+
+
 def _split_by_group(flat: list[Any], groups: list[list[str]]) -> list[list[Any]]:
     """``flat`` (one item per record, units in order) regrouped by unit."""
     out, i = [], 0
@@ -258,6 +264,110 @@ def plan(
     return q, steps, delta, sigma
 
 
+def _train_examples(
+    model: torch.nn.Module,
+    examples: TorchDataset[tuple[torch.Tensor, ...]],
+    cfg: DpSgdConfig,
+    sigma: float,
+    q: float,
+    steps: int,
+    rank_world: tuple[int, int],
+    rng: PrivacyRandomness,
+    device: torch.device,
+    mask_vector: torch.Tensor,
+    progress: bool,
+) -> None:
+    """Opacus end to end, one example per record (or per sampled user): Poisson batches
+    (lockstep across ranks under torchrun), hooks or ghost clipping, physical batches, and
+    checks that every trainable parameter gets per-sample gradients and moves."""
+    rank, world = rank_world
+    n = len(examples)  # type: ignore[arg-type]
+    module: torch.nn.Module = model
+    if world > 1:  # torchrun: DPDDP, and Poisson batches drawn in lockstep (distributed_dp)
+        sampler = LockstepPoissonSampler(n, q, round(1 / q), rank, world, rng.torch_generator())
+        loader = DataLoader(
+            examples, batch_sampler=sampler, collate_fn=collate_with_empty(examples[0])
+        )
+        module = DPDDP(model)
+    else:
+        # Opacus draws its Poisson batches with the loader's generator
+        loader = DataLoader(examples, batch_size=cfg.batch_size, generator=rng.torch_generator())
+    optimizer = torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad],
+        lr=cfg.learning_rate,
+        weight_decay=0.0,
+    )
+    engine = PrivacyEngine(accountant="rdp", secure_mode=cfg.secure_mode)
+    ghost = cfg.grad_sample_mode == "ghost"
+    private = engine.make_private(
+        module=module,
+        optimizer=optimizer,
+        data_loader=loader,
+        noise_multiplier=sigma,
+        max_grad_norm=cfg.max_grad_norm,
+        poisson_sampling=world == 1,  # distributed: the lockstep Poisson sampler above
+        grad_sample_mode=cfg.grad_sample_mode,
+        noise_generator=None if cfg.secure_mode else rng.torch_generator(device),
+    )
+    # ghost mode also returns a criterion wrapper; privlm builds the per-example loss itself
+    dp_model, dp_opt, dp_loader = private[0], private[1], private[-1]
+    trainable = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+    before = {name: p.detach().clone() for name, p in trainable}
+    checked_grads = checked_moves = False
+    dp_model.train()
+    bar = progress_bar(total=steps, desc="dp-sgd", unit="step", disable=not progress)
+    for _ in range(cfg.epochs):
+        with BatchMemoryManager(
+            data_loader=dp_loader,
+            max_physical_batch_size=cfg.physical_batch_size,
+            optimizer=dp_opt,
+        ) as mem:
+            for x, y, m in mem:
+                dp_opt.zero_grad(set_to_none=True)
+                if len(x) == 0:  # an empty Poisson batch: the step is noise only
+                    for _, p in trainable:
+                        if ghost:
+                            p.grad = torch.zeros_like(p)
+                        else:
+                            p.grad_sample = torch.zeros(
+                                (0, *p.shape), dtype=p.dtype, device=p.device
+                            )
+                else:
+                    x, y, m = x.to(device), y.to(device), m.to(device)
+                    attention = ((y != IGNORE) | m).long()
+                    if bool(m.any()):
+                        embeds = embed_with_masks(model, x, m, mask_vector)
+                        logits = dp_model(inputs_embeds=embeds, attention_mask=attention).logits
+                    else:
+                        logits = dp_model(input_ids=x, attention_mask=attention).logits
+                    if ghost:  # two backward passes: norms, then the clipped sum
+                        losses = per_example_losses(logits, y)
+                        DPTensorFastGradientClipping(dp_model, dp_opt, losses, "mean").backward()
+                    else:
+                        masked_lm_loss(logits, y, per_example=True).backward()
+                    if not checked_grads:
+                        seen = "_norm_sample" if ghost else "grad_sample"
+                        missing = [name for name, p in trainable if getattr(p, seen, None) is None]
+                        if missing:
+                            raise PrivlmError(
+                                f"no per-sample gradient for {missing[:5]}: DP-SGD would silently skip them"
+                            )
+                        checked_grads = True
+                dp_opt.step()
+                if not dp_opt._is_last_step_skipped:
+                    bar.update(1)
+                    if not checked_moves:
+                        frozen = [
+                            name for name, p in trainable if torch.equal(p.detach(), before[name])
+                        ]
+                        if frozen:
+                            raise PrivlmError(
+                                f"parameters did not change after a DP-SGD step: {frozen[:5]}"
+                            )
+                        checked_moves = True
+    bar.close()
+
+
 def train_dpsgd(
     model_name: str,
     dataset: Dataset,
@@ -282,14 +392,7 @@ def train_dpsgd(
     groups = records_per_unit(dataset)
     unit = dataset.unit_kind
     one_per_user = unit != "record" and cfg.user_sampling == "one-per-user"
-    if one_per_user:  # every record is an example; a user's rows are drawn from per step
-        texts = [t for g in groups for t in g]
-        starts = [0]
-        for g in groups:
-            starts.append(starts[-1] + len(g))
-        rows = [list(range(a, b)) for a, b in itertools.pairwise(starts)]
-    else:
-        texts = [t for g in groups for t in g]  # joint: every record, in users' blocks
+    texts = [t for g in groups for t in g]  # every record, units in order
     n = len(groups)
     q, steps, delta, sigma = plan(n, cfg, rate_factor)
     q_acc = q * rate_factor
@@ -333,17 +436,18 @@ def train_dpsgd(
         if joint
         else usage_when_truncating(counts, cfg.block_size, f"the block size of {cfg.block_size}")
     )
-    redacted_fraction = None
     spans = detector.detect(texts) if detector is not None else None
+    redacted_fraction = (
+        redacted_token_fraction(lm.tokenizer, texts, spans) if spans is not None else None
+    )
+    mask_vector = mask_embedding(lm.model, lm.tokenizer)
+    trainable = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+    t0 = time.perf_counter()
     if joint:
-        mask_vector = mask_embedding(lm.model, lm.tokenizer)
-        if spans is not None:
-            redacted_fraction = redacted_token_fraction(lm.tokenizer, texts, spans)
-        by_user = _split_by_group(spans, groups) if spans is not None else None
-        blocks = user_blocks(lm.tokenizer, groups, cfg.block_size, cfg.max_blocks_per_user, by_user)
-        trainable = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
-        before = {name: p.detach().clone() for name, p in trainable}
-        t0 = time.perf_counter()
+        blocks = user_blocks(
+            lm.tokenizer, groups, cfg.block_size, cfg.max_blocks_per_user,
+            _split_by_group(spans, groups) if spans is not None else None,
+        )  # fmt: skip
         train_users_jointly(
             model, blocks, sigma=sigma, max_grad_norm=cfg.max_grad_norm, sample_rate=q,
             steps=steps, physical_batch_size=cfg.physical_batch_size,
@@ -352,116 +456,22 @@ def train_dpsgd(
             noise=None if cfg.secure_mode else rng.torch_generator(place.device),
             mask_vector=mask_vector, progress=progress, secure_mode=cfg.secure_mode,
         )  # fmt: skip
-        frozen = [name for name, p in trainable if torch.equal(p.detach(), before[name])]
-        if frozen:
-            raise PrivlmError(f"parameters did not change during DP-SGD: {frozen[:5]}")
-    else:  # an example per record (or per sampled user): Opacus end to end
+    else:
         if spans is not None:
             enc = redacted_sequences(lm.tokenizer, texts, spans, cfg.block_size)
             ids, labels, masked = enc.ids, enc.labels, enc.masked
-            redacted_fraction = redacted_token_fraction(lm.tokenizer, texts, spans)
         else:
             ids, labels = record_sequences(lm.tokenizer, texts, cfg.block_size)
             masked = torch.zeros_like(ids, dtype=torch.bool)
-        mask_vector = mask_embedding(lm.model, lm.tokenizer)
         examples: TorchDataset[tuple[torch.Tensor, ...]] = (
-            OneExamplePerUser((ids, labels, masked), rows, rng.torch_generator())
+            OneExamplePerUser((ids, labels, masked), _rows_by_unit(groups), rng.torch_generator())
             if one_per_user
             else TensorDataset(ids, labels, masked)
         )
-        module: torch.nn.Module = model
-        if world > 1:  # torchrun: DPDDP, and Poisson batches drawn in lockstep (distributed_dp)
-            sampler = LockstepPoissonSampler(n, q, round(1 / q), rank, world, rng.torch_generator())
-            loader = DataLoader(
-                examples, batch_sampler=sampler, collate_fn=collate_with_empty(examples[0])
-            )
-            module = DPDDP(model)
-        else:
-            # Opacus draws its Poisson batches with the loader's generator
-            loader = DataLoader(
-                examples, batch_size=cfg.batch_size, generator=rng.torch_generator()
-            )
-        optimizer = torch.optim.AdamW(
-            [p for p in model.parameters() if p.requires_grad],
-            lr=cfg.learning_rate,
-            weight_decay=0.0,
-        )
-        engine = PrivacyEngine(accountant="rdp", secure_mode=cfg.secure_mode)
-        ghost = cfg.grad_sample_mode == "ghost"
-        private = engine.make_private(
-            module=module,
-            optimizer=optimizer,
-            data_loader=loader,
-            noise_multiplier=sigma,
-            max_grad_norm=cfg.max_grad_norm,
-            poisson_sampling=world == 1,  # distributed: the lockstep Poisson sampler above
-            grad_sample_mode=cfg.grad_sample_mode,
-            noise_generator=None if cfg.secure_mode else rng.torch_generator(place.device),
-        )
-        # ghost mode also returns a criterion wrapper; privlm builds the per-example loss itself
-        dp_model, dp_opt, dp_loader = private[0], private[1], private[-1]
-        trainable = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
-        before = {name: p.detach().clone() for name, p in trainable}
-        checked_grads = checked_moves = False
-        dp_model.train()
-        bar = progress_bar(total=steps, desc="dp-sgd", unit="step", disable=not progress)
-        t0 = time.perf_counter()
-        for _ in range(cfg.epochs):
-            with BatchMemoryManager(
-                data_loader=dp_loader,
-                max_physical_batch_size=cfg.physical_batch_size,
-                optimizer=dp_opt,
-            ) as mem:
-                for x, y, m in mem:
-                    dp_opt.zero_grad(set_to_none=True)
-                    if len(x) == 0:  # an empty Poisson batch: the step is noise only
-                        for _, p in trainable:
-                            if ghost:
-                                p.grad = torch.zeros_like(p)
-                            else:
-                                p.grad_sample = torch.zeros(
-                                    (0, *p.shape), dtype=p.dtype, device=p.device
-                                )
-                    else:
-                        x, y, m = x.to(place.device), y.to(place.device), m.to(place.device)
-                        attention = ((y != IGNORE) | m).long()
-                        if bool(m.any()):
-                            embeds = embed_with_masks(model, x, m, mask_vector)
-                            logits = dp_model(inputs_embeds=embeds, attention_mask=attention).logits
-                        else:
-                            logits = dp_model(input_ids=x, attention_mask=attention).logits
-                        if ghost:  # two backward passes: norms, then the clipped sum
-                            losses = per_example_losses(logits, y)
-                            DPTensorFastGradientClipping(
-                                dp_model, dp_opt, losses, "mean"
-                            ).backward()
-                        else:
-                            masked_lm_loss(logits, y, per_example=True).backward()
-                        if not checked_grads:
-                            seen = "_norm_sample" if ghost else "grad_sample"
-                            missing = [
-                                name for name, p in trainable if getattr(p, seen, None) is None
-                            ]
-                            if missing:
-                                raise PrivlmError(
-                                    f"no per-sample gradient for {missing[:5]}: DP-SGD would silently skip them"
-                                )
-                            checked_grads = True
-                    dp_opt.step()
-                    if not dp_opt._is_last_step_skipped:
-                        bar.update(1)
-                        if not checked_moves:
-                            frozen = [
-                                name
-                                for name, p in trainable
-                                if torch.equal(p.detach(), before[name])
-                            ]
-                            if frozen:
-                                raise PrivlmError(
-                                    f"parameters did not change after a DP-SGD step: {frozen[:5]}"
-                                )
-                            checked_moves = True
-        bar.close()
+        _train_examples(
+            model, examples, cfg, sigma, q, steps, (rank, world), rng, place.device,
+            mask_vector, progress,
+        )  # fmt: skip
     if not replicas_agree([p for _, p in trainable]):
         raise PrivlmError("the DPDDP replicas hold different parameters after training")
     report = dpsgd_epsilon(sigma, q_acc, steps, delta, cfg.accountant)

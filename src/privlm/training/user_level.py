@@ -58,7 +58,7 @@ class TokenUsage:
         return self.used / self.tokens if self.tokens else 1.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "used_fraction": self.used_fraction}
+        return {**asdict(self), "used_fraction": self.used_fraction, "summary": self.describe()}
 
     def describe(self) -> str:
         line = f"trains on {self.used:,} of {self.tokens:,} tokens ({self.used_fraction:.1%})"
@@ -187,6 +187,7 @@ def train_users_jointly(
         secure_mode=secure_mode,
     )
     per_user_blocks = torch.bincount(blocks.owner, minlength=blocks.users).clamp_min(1)
+    before = [p.detach().clone() for p in trainable]
     gsm.train()
     bar = progress_bar(total=steps, desc="dp-sgd (users)", unit="step", disable=not progress)
     try:
@@ -208,6 +209,8 @@ def train_users_jointly(
     finally:
         bar.close()
         gsm._close()
+    if any(torch.equal(p.detach(), b) for p, b in zip(trainable, before, strict=True)):
+        raise PrivlmError("a trainable parameter did not change during DP-SGD")
 
 
 def _user_gradients(
