@@ -15,34 +15,115 @@ from privlm.cli.common import (
     user_errors,
     warn_if_seeded,
 )
+from privlm.errors import PrivlmError
 from privlm.models import DEFAULT_MODEL, load_public_model
 from privlm.prompting.evaluate import accuracy, prompt_probabilities
 from privlm.prompting.pate_pipeline import PromptPateConfig, pate_ledger, run_prompt_pate
 from privlm.prompting.prompt_dpsgd import PromptDpSgdConfig, train_prompt_dpsgd
-from privlm.prompting.splits import task_splits
-from privlm.prompting.tasks import TASKS, get_task
+from privlm.prompting.splits import TaskSplits
+from privlm.prompting.task_data import ColumnOverrides, TaskFiles, task_data
+from privlm.prompting.tasks import TASKS, Task, get_task, load_task_file
 
 app = typer.Typer(help="Private prompt learning: PromptDPSGD, PromptPATE.", no_args_is_help=True)
-TASK_OPTION = typer.Option("sst2", "--task", help=f"One of {', '.join(sorted(TASKS))}.")
-SPLIT_SEED_OPTION = typer.Option(
-    0, help="Which benchmark examples are private, public and test (no privacy randomness)."
+TASK_OPTION = typer.Option(
+    None, "--task", help=f"A bundled task: {', '.join(sorted(TASKS))} (default sst2)."
 )
+TASK_FILE_OPTION = typer.Option(
+    None,
+    "--task-file",
+    help="Your own task: a .yaml or .json file naming the labels, their verbalisers and a "
+    "template with {text} (README, 'Your own task').",
+)
+PRIVATE_DATA_OPTION = typer.Option(
+    None,
+    "--private-data",
+    help="Labelled private examples (.jsonl or .csv, .gz too); with a user column, the "
+    "privacy unit is the user. Default: the bundled task's corpus.",
+)
+PUBLIC_DATA_OPTION = typer.Option(
+    None,
+    "--public-data",
+    help="Unlabelled public inputs to label (.jsonl, .csv or .txt; out-of-distribution is "
+    "fine). Default: the bundled task's corpus.",
+)
+TEST_DATA_OPTION = typer.Option(
+    None,
+    "--test-data",
+    help="Labelled held-out examples to report accuracy on. Default: the bundled task's test split.",
+)
+TASK_TEXT_COLUMN = typer.Option(
+    None, "--text-column", help="Column holding the text (default: the task file's, else text)."
+)
+TASK_LABEL_COLUMN = typer.Option(
+    None, "--label-column", help="Column holding the label (default: the task file's, else label)."
+)
+TASK_USER_COLUMN = typer.Option(
+    None, "--user-column", help="Column naming the user (default: the task file's, else user_id)."
+)
+TASK_NO_HEADER = typer.Option(
+    False, "--no-header", help="CSVs whose first row is data: columns are positions (1, 2, …)."
+)
+SPLIT_SEED_OPTION = typer.Option(
+    0, help="Which examples are private, public and test (no privacy randomness)."
+)
+
+
+def resolve_task(task: str | None, task_file: Path | None) -> Task:
+    """``--task NAME`` or ``--task-file FILE`` (not both); sst2 when neither is given."""
+    if task is not None and task_file is not None:
+        raise PrivlmError("give --task or --task-file, not both")
+    return load_task_file(task_file) if task_file is not None else get_task(task or "sst2")
+
+
+def task_files(
+    private: Path | None,
+    public: Path | None,
+    test: Path | None,
+    text_column: str | None,
+    label_column: str | None,
+    user_column: str | None,
+    no_header: bool,
+) -> TaskFiles:
+    columns = ColumnOverrides(text_column, label_column, user_column, no_header)
+    return TaskFiles(private, public, test, columns)
+
+
+def describe_splits(splits: TaskSplits, as_json: bool) -> None:
+    if not as_json:
+        sizes = ", ".join(f"{len(getattr(splits, r))} {r}" for r in ("private", "public", "test"))
+        typer.echo(f"examples: {sizes}", err=True)
 
 
 @app.command("dpsgd")
 @user_errors
 def dpsgd(
     out: Path = typer.Option(..., "--out", help="Where to write the prompt adapter."),
-    task: str = TASK_OPTION,
+    task: str | None = TASK_OPTION,
+    task_file: Path | None = TASK_FILE_OPTION,
+    private_data: Path | None = PRIVATE_DATA_OPTION,
+    test_data: Path | None = TEST_DATA_OPTION,
+    text_column: str | None = TASK_TEXT_COLUMN,
+    label_column: str | None = TASK_LABEL_COLUMN,
+    user_column: str | None = TASK_USER_COLUMN,
+    no_header: bool = TASK_NO_HEADER,
+    unit: str = typer.Option(
+        "auto",
+        help="What the guarantee protects when users have several records: user (each "
+        "user's first record) or record (every record); auto refuses to guess.",
+    ),
     kind: str = typer.Option("soft-prompt", help="soft-prompt or prefix."),
     epsilon: float | None = typer.Option(8.0, help="Target ε."),
     non_private: bool = typer.Option(False, "--non-private", help="No noise (the baseline)."),
-    private: int = typer.Option(1000, help="Private training examples."),
+    private: int | None = typer.Option(
+        None, help="Private examples (default 1000 of the corpus, or all of --private-data)."
+    ),
     virtual_tokens: int = typer.Option(10, help="Soft prompt / prefix length."),
     epochs: int = typer.Option(2, help="Epochs."),
     batch_size: int = typer.Option(32, help="Expected logical (Poisson) batch size."),
     learning_rate: float = typer.Option(1e-2, "--lr", help="AdamW learning rate."),
-    test: int = typer.Option(200, help="Test examples to report accuracy on (0: skip)."),
+    test: int | None = typer.Option(
+        None, help="Test examples (default 200 of the corpus, or all of --test-data; 0: skip)."
+    ),
     model: str = typer.Option(DEFAULT_MODEL, help="Public model."),
     split_seed: int = SPLIT_SEED_OPTION,
     seed: int | None = SEED_OPTION,
@@ -51,17 +132,21 @@ def dpsgd(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Train a soft prompt or prefix with DP-SGD; the LLM stays frozen."""
-    t = get_task(task)
-    splits = task_splits(t, private, 0, test, split_seed)
+    t = resolve_task(task, task_file)
+    files = task_files(private_data, None, test_data, text_column, label_column, user_column,
+                       no_header)  # fmt: skip
+    splits = task_data(t, files, {"private": private, "public": 0, "test": test},
+                       {"private": 1000, "test": 200}, split_seed, need=("private",))  # fmt: skip
+    describe_splits(splits, as_json)
     warn_if_seeded(seed)
     cfg = PromptDpSgdConfig(
         kind=kind, virtual_tokens=virtual_tokens, target_epsilon=None if non_private else epsilon,
         epochs=epochs, batch_size=batch_size, learning_rate=learning_rate, seed=seed,
-        device=device, dtype=dtype,
+        device=device, dtype=dtype, unit=unit,
     )  # fmt: skip
     st = train_prompt_dpsgd(model, t, splits.private, out, cfg, progress=not as_json)
-    result = {**st.to_dict(), "adapter": str(out)}
-    if test:
+    result = {**st.to_dict(), "adapter": str(out), "task": t.name}
+    if splits.test:
         from privlm.prompting.serving import prompt_adapter_accuracy
 
         result["test_accuracy"] = prompt_adapter_accuracy(
@@ -71,8 +156,10 @@ def dpsgd(
         emit_json(result)
         return
     eps = "non-private" if st.epsilon is None else f"ε = {st.epsilon:.4g}, δ = {st.delta:.3g}"
-    typer.echo(f"{kind} in {out}: {eps}, σ = {st.noise_multiplier}, {st.steps} steps")
-    if test:
+    typer.echo(f"{kind} in {out}: {eps} per {st.unit}, σ = {st.noise_multiplier}, {st.steps} steps")
+    if st.records_left_out:
+        typer.echo(f"{st.records_left_out} records after each user's first were left out")
+    if splits.test:
         typer.echo(f"test accuracy: {result['test_accuracy']:.3f} on {len(splits.test)} examples")
 
 
@@ -80,7 +167,15 @@ def dpsgd(
 @user_errors
 def pate(
     out: Path = typer.Option(..., "--out", help="Where to write the student prompt."),
-    task: str = TASK_OPTION,
+    task: str | None = TASK_OPTION,
+    task_file: Path | None = TASK_FILE_OPTION,
+    private_data: Path | None = PRIVATE_DATA_OPTION,
+    public_data: Path | None = PUBLIC_DATA_OPTION,
+    test_data: Path | None = TEST_DATA_OPTION,
+    text_column: str | None = TASK_TEXT_COLUMN,
+    label_column: str | None = TASK_LABEL_COLUMN,
+    user_column: str | None = TASK_USER_COLUMN,
+    no_header: bool = TASK_NO_HEADER,
     teachers: int = typer.Option(100, help="Teachers (one-shot prompts of private examples)."),
     shots: int = typer.Option(1, help="Private examples per teacher."),
     teacher_votes: str = typer.Option(
@@ -88,7 +183,9 @@ def pate(
         help="top1: black-box teachers vote their top-1 token (no label: no vote); labels: "
         "each votes the argmax of its calibrated label probabilities.",
     ),
-    public: int = typer.Option(300, help="Public inputs to label."),
+    public: int | None = typer.Option(
+        None, help="Public inputs to label (default 300 of the corpus, or all of --public-data)."
+    ),
     threshold: float = typer.Option(60.0, help="Confident-GNMax threshold T."),
     sigma_threshold: float = typer.Option(30.0, help="σ1 of the threshold check."),
     sigma: float = typer.Option(10.0, help="σ2 of GNMax."),
@@ -98,12 +195,15 @@ def pate(
     ),
     private: int | None = typer.Option(
         None,
-        help="Private examples (default 3 × teachers × shots: units are placed by a keyed "
-        "hash, so a teacher is left empty, and abstains, with probability about e^-3).",
+        help="Private examples (default: all of --private-data, or 3 × teachers × shots of the "
+        "corpus: units are placed by a keyed hash, so a teacher is left empty, and abstains, "
+        "with probability about e^-3).",
     ),
     holdout: int = typer.Option(100, help="Labelled public inputs held back to pick the student."),
     candidates: int = typer.Option(20, help="Candidate student prompts."),
-    test: int = typer.Option(200, help="Test examples for the student's accuracy (0: skip)."),
+    test: int | None = typer.Option(
+        None, help="Test examples (default 200 of the corpus, or all of --test-data; 0: skip)."
+    ),
     ledger: Path = typer.Option(Path("privlm-ledger.db"), help="Budget ledger."),
     ledger_name: str = typer.Option("prompt-pate", help="Ledger name."),
     model: str = typer.Option(DEFAULT_MODEL, help="Public model."),
@@ -114,20 +214,26 @@ def pate(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """PromptPATE: teachers label public inputs by Confident-GNMax; a student prompt is chosen."""
-    t = get_task(task)
-    n_private = private if private is not None else 3 * teachers * shots
-    splits = task_splits(t, n_private, public, test, split_seed)
+    t = resolve_task(task, task_file)
+    files = task_files(private_data, public_data, test_data, text_column, label_column,
+                       user_column, no_header)  # fmt: skip
+    splits = task_data(
+        t, files, {"private": private, "public": public, "test": test},
+        {"private": 3 * teachers * shots, "public": 300, "test": 200}, split_seed,
+        need=("private", "public"),
+    )  # fmt: skip
+    describe_splits(splits, as_json)
     warn_if_seeded(seed)
     cfg = PromptPateConfig(
         teachers=teachers, shots=shots, threshold=threshold, sigma_threshold=sigma_threshold,
         sigma=sigma, epsilon=epsilon, delta=delta, student_candidates=candidates,
         holdout=holdout, seed=seed, teacher_votes=teacher_votes,
     )  # fmt: skip
-    led = pate_ledger(ledger, ledger_name, cfg, len(splits.private))
+    led = pate_ledger(ledger, ledger_name, cfg, len({r.unit for r in splits.private}))
     lm = load_public_model(model, device=device, dtype=dtype)
     res = run_prompt_pate(lm, t, splits.private, splits.public, out, led, cfg, progress=not as_json)
-    result = {**res.to_dict(), **lm.placement.describe()}
-    if test:
+    result = {**res.to_dict(), "task": t.name, **lm.placement.describe()}
+    if splits.test:
         probs = prompt_probabilities(lm.model, lm.tokenizer, t, res.student.records(), splits.test)
         result["student_test_accuracy"] = accuracy(probs, t, splits.test)
     if as_json:
@@ -137,18 +243,29 @@ def pate(
         f"student prompt in {out}: ({res.epsilon:.4g}, {res.delta:.3g})-DP (data-dependent), "
         f"{res.answered} of {res.queries} public inputs labelled"
     )
-    if test:
+    if splits.test:
         typer.echo(f"student test accuracy: {result['student_test_accuracy']:.3f}")
 
 
 @app.command("eval")
 @user_errors
 def evaluate(
-    task: str = TASK_OPTION,
+    task: str | None = TASK_OPTION,
+    task_file: Path | None = TASK_FILE_OPTION,
+    private_data: Path | None = typer.Option(
+        None, "--private-data", help="Labelled examples the demonstrations are drawn from."
+    ),
+    test_data: Path | None = TEST_DATA_OPTION,
+    text_column: str | None = TASK_TEXT_COLUMN,
+    label_column: str | None = TASK_LABEL_COLUMN,
+    user_column: str | None = TASK_USER_COLUMN,
+    no_header: bool = TASK_NO_HEADER,
     shots: int = typer.Option(0, help="Demonstrations per prompt (0: zero-shot)."),
     prompts: int = typer.Option(5, help="Random prompts to average over (k > 0)."),
     calibrated: bool = typer.Option(True, help="Contextual calibration (Zhao et al. 2021)."),
-    test: int = typer.Option(200, help="Test examples."),
+    test: int | None = typer.Option(
+        None, help="Test examples (default 200 of the corpus, or all of --test-data)."
+    ),
     model: str = typer.Option(DEFAULT_MODEL, help="Public model."),
     seed: int = typer.Option(0, help="Seed."),
     device: str = DEVICE_OPTION,
@@ -158,29 +275,52 @@ def evaluate(
     """Non-private accuracy of k-shot prompts: the zero-shot and one-shot reference points."""
     import numpy as np
 
-    t = get_task(task)
-    splits = task_splits(t, max(1, shots * prompts), 0, test, seed)
+    t = resolve_task(task, task_file)
+    files = task_files(private_data if shots else None, None, test_data, text_column,
+                       label_column, user_column, no_header)  # fmt: skip
+    demos_needed = shots * prompts
+    splits = task_data(
+        t, files, {"private": None if private_data else demos_needed, "public": 0, "test": test},
+        {"test": 200}, seed, need=("test", "private") if shots else ("test",),
+    )  # fmt: skip
+    if len(splits.private) < demos_needed:
+        raise PrivlmError(
+            f"{prompts} prompts of {shots} shots need {demos_needed} labelled examples; "
+            f"the private data has {len(splits.private)}"
+        )
+    demo_order = np.random.default_rng(seed).permutation(len(splits.private))
     lm = load_public_model(model, device=device, dtype=dtype)
     accs = []
     for p in range(prompts if shots else 1):
-        demos = splits.private[p * shots : (p + 1) * shots]
+        demos = [splits.private[int(i)] for i in demo_order[p * shots : (p + 1) * shots]]
         probs = prompt_probabilities(lm.model, lm.tokenizer, t, demos, splits.test, calibrated)
         accs.append(accuracy(probs, t, splits.test))
-    result = {"task": task, "shots": shots, "calibrated": calibrated, "accuracies": accs,
+    result = {"task": t.name, "shots": shots, "calibrated": calibrated, "accuracies": accs,
               "mean": float(np.mean(accs)), "best": float(np.max(accs)), "test": len(splits.test),
               **lm.placement.describe()}  # fmt: skip
     if as_json:
         emit_json(result)
         return
     typer.echo(
-        f"{task}, {shots}-shot: mean accuracy {result['mean']:.3f}, best {result['best']:.3f}"
+        f"{t.name}, {shots}-shot: mean accuracy {result['mean']:.3f}, best {result['best']:.3f}"
     )
 
 
 @app.command("mia")
 @user_errors
 def mia(
-    task: str = TASK_OPTION,
+    task: str | None = TASK_OPTION,
+    task_file: Path | None = TASK_FILE_OPTION,
+    private_data: Path | None = typer.Option(
+        None,
+        "--private-data",
+        help="Labelled examples: members (the prompts' demonstrations) and non-members are "
+        "drawn from them. Default: the bundled task's corpus.",
+    ),
+    text_column: str | None = TASK_TEXT_COLUMN,
+    label_column: str | None = TASK_LABEL_COLUMN,
+    user_column: str | None = TASK_USER_COLUMN,
+    no_header: bool = TASK_NO_HEADER,
     prompts: int = typer.Option(100, help="Random one-shot prompts."),
     nonmembers: int = typer.Option(50, help="Non-members per prompt."),
     model: str = typer.Option(DEFAULT_MODEL, help="Public model."),
@@ -192,14 +332,18 @@ def mia(
     """Membership inference against non-private one-shot prompts (Flocks §3): its AUC."""
     from privlm.audit.prompt_mia import prompt_mia
 
-    t = get_task(task)
-    splits = task_splits(t, 2000 if task != "cb" else 200, 0, 0, seed)
+    t = resolve_task(task, task_file)
+    files = task_files(private_data, None, None, text_column, label_column, user_column,
+                       no_header)  # fmt: skip
+    pool = 200 if t.corpus == "cb" else 2000
+    splits = task_data(t, files, {"public": 0, "test": 0}, {"private": pool}, seed,
+                       need=("private",))  # fmt: skip
     lm = load_public_model(model, device=device, dtype=dtype)
     res = prompt_mia(
         lm.model, lm.tokenizer, t, splits.private, prompts, nonmembers, seed, not as_json
     )
     if as_json:
-        emit_json({**res.to_dict(), **lm.placement.describe()})
+        emit_json({**res.to_dict(), "task": t.name, **lm.placement.describe()})
         return
     typer.echo(
         f"AUC {res.auc:.3f} (mean per prompt {res.mean_prompt_auc:.3f}) over {prompts} prompts"

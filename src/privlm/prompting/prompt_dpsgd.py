@@ -46,6 +46,36 @@ from privlm.prompting.tasks import Task, label_token_ids
 from privlm.randomness import PrivacyRandomness
 
 PROMPT_KINDS = ("soft-prompt", "prefix")
+UNITS = ("auto", "record", "user")
+
+
+def privacy_units(records: list[Record], unit: str) -> tuple[list[Record], str, int]:
+    """The examples DP-SGD samples, the unit they protect, and how many records were left out.
+
+    DP-SGD here clips one example at a time, so it protects one *example*. A user with
+    several records would be protected only by group privacy, so:
+
+    - ``auto``: one record per unit is protected as that unit (the user, where the data
+      names users); a unit with several records is refused, saying what to choose;
+    - ``record``: every record, protected as a record (a user with k records gets the
+      group-privacy guarantee of k records, not ε);
+    - ``user``: each user's first record only, so the guarantee is per user; the rest are
+      left out and counted.
+    """
+    if unit not in UNITS:
+        raise PrivlmError(f"unit must be one of {', '.join(UNITS)}, not {unit!r}")
+    by_user = not all(r.unit.startswith("record-") for r in records)
+    if unit == "record" or not by_user:
+        return records, "record", 0
+    firsts = list({r.unit: r for r in reversed(records)}.values())[::-1]
+    if unit == "auto" and len(firsts) < len(records):
+        raise PrivlmError(
+            f"the private data names {len(firsts)} users with {len(records)} records; "
+            "PromptDPSGD clips one example at a time, so it cannot protect a user with several "
+            "records at ε. Choose --unit user (each user's first record, the guarantee per "
+            "user) or --unit record (every record, the guarantee per record)"
+        )
+    return firsts, "user", len(records) - len(firsts)
 
 
 @dataclass
@@ -67,8 +97,11 @@ class PromptDpSgdConfig:
     # noise stay float32 either way
     device: str = "auto"
     dtype: str = "auto"
+    unit: str = "auto"  # what the guarantee protects: see privacy_units
 
     def __post_init__(self) -> None:
+        if self.unit not in UNITS:
+            raise PrivlmError(f"unit must be one of {', '.join(UNITS)}, not {self.unit!r}")
         if self.kind not in PROMPT_KINDS:
             raise PrivlmError(f"unknown prompt kind {self.kind!r}; choose from {PROMPT_KINDS}")
         if self.virtual_tokens < 1 or self.batch_size < 1 or self.epochs < 1:
@@ -92,6 +125,7 @@ class PromptPrivacyStatement:
     randomness: str = "fresh OS entropy (CSPRNG); no seed"
     seed: int | None = None
     warning: str | None = None
+    records_left_out: int = 0  # --unit user: the records after each user's first
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -206,6 +240,7 @@ def train_prompt_dpsgd(
 ) -> PromptPrivacyStatement:
     """Train a soft prompt or prefix with DP-SGD (or without, if ``target_epsilon`` is None)."""
     cfg = cfg or PromptDpSgdConfig()
+    records, unit, left_out = privacy_units(records, cfg.unit)
     n = len(records)
     if n < 2:
         raise PrivlmError("PromptDPSGD needs at least 2 private examples")
@@ -280,7 +315,8 @@ def train_prompt_dpsgd(
     epsilon = dpsgd_epsilon(sigma, q, steps, delta, cfg.accountant).epsilon if sigma else None
     statement = PromptPrivacyStatement(
         epsilon, delta if private else None, sigma, q, steps, cfg.accountant, n, cfg.kind,
-        device=str(place.device), dtype=place.describe()["dtype"], **rng.statement(),
+        unit=unit, device=str(place.device), dtype=place.describe()["dtype"],
+        records_left_out=left_out, **rng.statement(),
     )  # fmt: skip
 
     def write(d: Path) -> None:

@@ -21,15 +21,22 @@ from privlm.prompting.tasks import Task
 @dataclass(frozen=True)
 class StudentPrompt:
     task: str
-    demos: tuple[tuple[str, str, str], ...]  # (text, hypothesis, label) of public inputs
+    # public inputs with their private labels: {"text", "label", and the template's fields}
+    demos: tuple[dict[str, str], ...]
     holdout_accuracy: float
     candidates: int
     holdout: int
 
     def records(self) -> list[Record]:
         return [
-            Record(t, f"demo-{i}", lab, None, {"hypothesis": h})
-            for i, (t, h, lab) in enumerate(self.demos)
+            Record(
+                d["text"],
+                f"demo-{i}",
+                d["label"],
+                None,
+                {k: v for k, v in d.items() if k not in ("text", "label")},
+            )
+            for i, d in enumerate(self.demos)
         ]
 
     def to_dict(self) -> dict[str, Any]:
@@ -70,7 +77,14 @@ def select_student(
     assert best is not None
     return StudentPrompt(
         task=task.name,
-        demos=tuple((d.text, d.fields.get("hypothesis", ""), str(d.label)) for d in best[1]),
+        demos=tuple(
+            {
+                "text": d.text,
+                "label": str(d.label),
+                **{f: d.fields[f] for f in task.extra_fields()},
+            }
+            for d in best[1]
+        ),
         holdout_accuracy=best[0],
         candidates=n,
         holdout=holdout,

@@ -9,8 +9,9 @@ with ``{text}`` and any other ``{field}`` placeholders, ending where the answer 
     columns: {text: body, label: topic, user: customer}            # optional
 
 ``labels`` may also be a list, with ``verbalizers`` a list of the same length. ``columns``
-says which fields of a data file hold the text, the label and the user id (default
-``text``, ``label``, ``user_id``). A bundled task also names its ``corpus`` and ``splits``.
+says which fields of a data file hold the text, the label, the user id (default ``text``,
+``label``, ``user_id``) and any other template field (default: its own name); in a
+headerless CSV they are positions, from 1. ``privlm.prompting.task_data`` loads such files. A bundled task also names its ``corpus`` and ``splits``.
 
 The five bundled tasks (SST-2, AG News, TREC, CB, RTE, with the templates and verbalisers of
 Calibrate Before Use, Zhao et al. 2021, Table 14, as the Flocks paper uses them) are task
@@ -149,19 +150,32 @@ def task_from_spec(spec: Any, source: str) -> Task:
     labels, verbalizers = _labels(spec, source)
     columns = dict(DEFAULT_COLUMNS)
     given = spec.get("columns") or {}
-    if not isinstance(given, dict) or set(given) - set(DEFAULT_COLUMNS):
-        raise DataError(source, "field 'columns': a mapping with keys text, label and user")
-    columns.update({k: str(v) for k, v in given.items()})
+    if not isinstance(given, dict):
+        raise DataError(
+            source,
+            "field 'columns': a mapping from text, label, user (and the "
+            "template's other fields) to the data file's column names",
+        )
+    columns.update({str(k): str(v) for k, v in given.items()})
     corpus = spec.get("corpus")
     if corpus is not None and corpus not in CORPORA:
         raise DataError(source, f"field 'corpus': {corpus!r} is not one of {sorted(CORPORA)}")
     splits = tuple(spec.get("splits", ("train", "test")))
     if len(splits) != 2:
         raise DataError(source, "field 'splits': two split names (private/public, test)")
-    return Task(
+    task = Task(
         spec["name"].strip(), labels, verbalizers, spec["template"], source, columns, corpus,
         (str(splits[0]), str(splits[1])),
     )  # fmt: skip
+    known = {*DEFAULT_COLUMNS, *task.extra_fields()}
+    stray = sorted(set(columns) - known)
+    if stray:
+        raise DataError(
+            source,
+            f"field 'columns': {', '.join(map(repr, stray))} is neither text, label, user nor "
+            "a field of the template",
+        )
+    return task
 
 
 def _labels(spec: dict[str, Any], source: str) -> tuple[tuple[str, ...], tuple[str, ...]]:

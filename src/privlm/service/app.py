@@ -216,6 +216,7 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         perturbation: Annotated[str | None, Form(max_length=10_000)] = None,
         name: Annotated[str | None, Form(max_length=200)] = None,
         require_dp: Annotated[bool, Form()] = False,
+        fields: Annotated[str | None, Form(max_length=500)] = None,
     ) -> dict[str, Any]:
         content = await file.read()
         meta = None
@@ -228,6 +229,7 @@ def create_app(settings: ServiceSettings) -> FastAPI:
             row = ds_api.store_dataset(
                 s, settings.data_dir, me.id, file.filename or "upload.txt", content,
                 budget_epsilon, budget_delta, meta, name, require_dp,
+                ds_api.parse_fields(fields),
             )  # fmt: skip
         except ds_api.UploadError as exc:
             raise ApiError(400, "invalid_dataset", str(exc)) from None
@@ -265,10 +267,13 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         dataset = own(s, Dataset, req.dataset_id, me, "dataset")
         params = jobs_api.validate_params(req.kind, req.params)
         jobs_api.check_dataset_policy(req.kind, dataset)
-        if req.kind == "pate":
-            own(s, Dataset, params["public_dataset_id"], me, "dataset")
+        if req.kind in jobs_api.TASK_KINDS:
+            public = None
+            if req.kind == "pate":
+                public = own(s, Dataset, params["public_dataset_id"], me, "dataset")
+            jobs_api.check_task_data(params, dataset, public)
         params["model"] = settings.model
-        planned = params.get("epsilon") if req.kind in ("dpsgd", "jft") else None
+        planned = params.get("epsilon") if req.kind in ("dpsgd", "jft", "prompt-dpsgd") else None
         job = Job(
             id=new_id("job"), tenant_id=me.id, kind=req.kind, dataset_id=req.dataset_id,
             params=json.dumps(params), status="queued", epsilon_planned=planned,

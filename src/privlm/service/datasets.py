@@ -21,8 +21,10 @@ from privlm.service.storage import dataset_path
 FORMATS = (".txt", ".jsonl", ".csv")
 MAX_NAME = 200
 # The fields a job reads: the text, a label, a (pseudonymous) user id, and the second text of
-# the bundled sentence-pair tasks. Anything else is refused, never stored (issue 17 §2).
+# the bundled sentence-pair tasks. Anything else is refused, never stored (issue 17 §2),
+# unless the upload names it in ``fields``: a field its own task's template uses.
 USED_FIELDS = ("text", "label", "user_id", "hypothesis")
+MAX_EXTRA_FIELDS = 16
 
 
 class UploadError(PrivlmError):
@@ -36,6 +38,19 @@ def _suffix(filename: str) -> str:
             f"unsupported file type {suffix or '(none)'!r}; upload one of {', '.join(FORMATS)}"
         )
     return suffix
+
+
+def parse_fields(fields: str | None) -> tuple[str, ...]:
+    """The upload's ``fields``: comma-separated names of template fields to keep."""
+    names = tuple(f.strip() for f in (fields or "").split(",") if f.strip())
+    bad = [n for n in names if not n.isidentifier() or len(n) > 40]
+    if bad:
+        raise UploadError(
+            "fields: names are plain identifiers (letters, digits, _), comma-separated"
+        )
+    if len(names) > MAX_EXTRA_FIELDS:
+        raise UploadError(f"fields: at most {MAX_EXTRA_FIELDS} extra fields")
+    return names
 
 
 def check_budget(epsilon: float, delta: float) -> None:
@@ -58,8 +73,10 @@ def store_dataset(
     perturbation: dict[str, Any] | None = None,
     name: str | None = None,
     require_dp: bool = False,
+    fields: tuple[str, ...] = (),
 ) -> Dataset:
-    """Validate ``content`` as a ``.txt``/``.jsonl``/``.csv`` file and store it."""
+    """Validate ``content`` as a ``.txt``/``.jsonl``/``.csv`` file and store it; besides
+    :data:`USED_FIELDS` it keeps only the ``fields`` named (a task template's)."""
     suffix = _suffix(filename)
     check_budget(budget_epsilon, budget_delta)
     display = (name or Path(filename).name).strip()[:MAX_NAME] or "dataset"
@@ -74,13 +91,14 @@ def store_dataset(
         tmp.unlink(missing_ok=True)
         where = f"line {exc.line}: " if exc.line else ""
         raise UploadError(f"{display}: {where}{exc.problem}") from None
-    unused = sorted({k for r in records.records for k in r.fields} - set(USED_FIELDS))
+    unused = sorted({k for r in records.records for k in r.fields} - {*USED_FIELDS, *fields})
     if unused:
         tmp.unlink(missing_ok=True)
         raise UploadError(
             f"{display}: column(s) {', '.join(repr(c) for c in unused[:10])} are used by no job "
-            f"and are not stored; upload only {', '.join(USED_FIELDS)} (the page drops the "
-            "other columns, and sends a user id only as a keyed pseudonym)"
+            f"and are not stored; upload only {', '.join(USED_FIELDS)} and the fields your "
+            "task's template uses, named in 'fields' (the page drops the other columns, and "
+            "sends a user id only as a keyed pseudonym)"
         )
     os.replace(tmp, path)
     row = Dataset(

@@ -12,19 +12,25 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import Engine
 
 from privlm.accounting import Budget, PrivacyLedger
-from privlm.errors import PrivlmError
+from privlm.data import Record
+from privlm.errors import DataError, PrivlmError
 from privlm.service.datasets import load_records
 from privlm.service.db import Dataset, Job
 
-KINDS = ("dpsgd", "jft", "ensemble", "pate")
+if TYPE_CHECKING:
+    from privlm.prompting.tasks import Task
+
+KINDS = ("dpsgd", "jft", "ensemble", "pate", "prompt-dpsgd")
 # jobs whose output is itself DP and may leave the service; an ensemble's adapters may not
-RELEASABLE = ("dpsgd", "jft", "pate")
+RELEASABLE = ("dpsgd", "jft", "pate", "prompt-dpsgd")
+# jobs that learn a prompt for a classification task, bundled or the tenant's own
+TASK_KINDS = ("pate", "prompt-dpsgd")
 
 
 class _Params(BaseModel):
@@ -57,8 +63,16 @@ class EnsembleParams(_Params):
     max_blocks: int | None = Field(None, ge=1)
 
 
-class PateParams(_Params):
-    task: str = Field(..., max_length=20)
+class TaskParams(_Params):
+    task: str | None = Field(None, max_length=40, description="a bundled task, e.g. sst2")
+    task_spec: dict[str, Any] | None = Field(
+        None,
+        description="your own task: a task file's content (name, labels, template; "
+        "README, 'Your own task'); the job stores it with its parameters",
+    )
+
+
+class PateParams(TaskParams):
     public_dataset_id: str = Field(..., max_length=40)
     teachers: int = Field(100, ge=2, le=10000)
     threshold: float = Field(60.0, ge=0)
@@ -69,11 +83,24 @@ class PateParams(_Params):
     holdout: int = Field(100, ge=0)
 
 
+class PromptDpSgdParams(TaskParams):
+    prompt_kind: Literal["soft-prompt", "prefix"] = "soft-prompt"
+    epsilon: float = Field(8.0, gt=0, le=100, description="target ε of the run")
+    epochs: int = Field(2, ge=1, le=100)
+    batch_size: int = Field(32, ge=1, le=4096)
+    learning_rate: float = Field(1e-2, gt=0, le=1)
+    virtual_tokens: int = Field(10, ge=1, le=256)
+    unit: Literal["auto", "record", "user"] = Field(
+        "auto", description="what the guarantee protects where users have several records"
+    )
+
+
 PARAMS: dict[str, type[_Params]] = {
     "dpsgd": DpSgdParams,
     "jft": JftParams,
     "ensemble": EnsembleParams,
     "pate": PateParams,
+    "prompt-dpsgd": PromptDpSgdParams,
 }
 
 
@@ -82,12 +109,59 @@ def validate_params(kind: str, params: dict[str, Any]) -> dict[str, Any]:
     if kind not in PARAMS:
         raise PrivlmError(f"unknown job kind {kind!r}; choose one of {', '.join(KINDS)}")
     try:
-        return PARAMS[kind](**params).model_dump()
+        full = PARAMS[kind](**params).model_dump()
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or 'params'}: {e['msg']}" for e in exc.errors()
         )
         raise PrivlmError(f"invalid {kind} parameters: {problems}") from None
+    if kind in TASK_KINDS:
+        job_task(full)  # a bad task spec is refused now, naming its field
+    return full
+
+
+def job_task(params: dict[str, Any]) -> Task:
+    """A task job's task: bundled (``task``) or the tenant's own (``task_spec``). Datasets in
+    the service name their text, label and user columns ``text``, ``label``, ``user_id``."""
+    from privlm.prompting.tasks import DEFAULT_COLUMNS, get_task, task_from_spec
+
+    if (params.get("task") is None) == (params.get("task_spec") is None):
+        raise PrivlmError("give params.task (a bundled task) or params.task_spec, not both")
+    if params.get("task") is not None:
+        return get_task(params["task"])
+    task = task_from_spec(params["task_spec"], "params.task_spec")
+    renamed = [k for k, v in DEFAULT_COLUMNS.items() if task.columns[k] != v]
+    if renamed:
+        raise PrivlmError(
+            f"params.task_spec: field 'columns' renames {', '.join(renamed)}; datasets in the "
+            "service name them text, label and user_id (rename the columns before upload)"
+        )
+    if task.corpus is not None:
+        raise PrivlmError(
+            "params.task_spec: field 'corpus': a job learns from the tenant's datasets, not a "
+            "bundled corpus"
+        )
+    return task
+
+
+def check_task_data(params: dict[str, Any], private: Dataset, public: Dataset | None) -> None:
+    """At submission: the datasets fit the job's task (labels, template fields)."""
+    task = job_task(params)
+    task_records(private, task, "private")
+    if public is not None:
+        task_records(public, task, "public")
+
+
+def task_records(ds: Dataset, task: Task, role: str) -> list[Record]:
+    """The dataset's records as ``role`` data of ``task``; errors name the dataset, the line
+    and the field, never the content."""
+    from privlm.prompting.task_data import load_task_records
+
+    try:
+        return load_task_records(ds.path, task, role).records
+    except DataError as exc:
+        where = f"line {exc.line}: " if exc.line else ""
+        raise PrivlmError(f"dataset {ds.id} ({role} data): {where}{exc.problem}") from None
 
 
 def dataset_ledger(url: str | Engine, ds: Dataset) -> PrivacyLedger:
@@ -171,19 +245,13 @@ def run_ensemble(ctx: JobContext) -> dict[str, Any]:
 def run_pate(ctx: JobContext) -> dict[str, Any]:
     from privlm.models import load_public_model
     from privlm.prompting.pate_pipeline import PromptPateConfig, run_prompt_pate
-    from privlm.prompting.tasks import get_task
 
     p = json.loads(ctx.job.params)
     if ctx.public_dataset is None:
         raise PrivlmError("PromptPATE needs a public dataset (public_dataset_id)")
-    task = get_task(p["task"])
-    private = load_records(ctx.dataset).records
-    unknown = sorted({str(r.label) for r in private if r.label not in task.labels})
-    if unknown:
-        raise PrivlmError(
-            f"{len(unknown)} label value(s) of the private dataset are not {task.name} labels "
-            f"({', '.join(task.labels)}); PromptPATE teachers need labelled examples"
-        )
+    task = job_task(p)
+    private = task_records(ctx.dataset, task, "private")
+    public = task_records(ctx.public_dataset, task, "public")
     ledger = dataset_ledger(ctx.ledger_url, ctx.dataset)
     cfg = PromptPateConfig(
         teachers=p["teachers"], threshold=p["threshold"], sigma_threshold=p["sigma_threshold"],
@@ -192,12 +260,31 @@ def run_pate(ctx: JobContext) -> dict[str, Any]:
         teacher_votes=p["teacher_votes"],
     )  # fmt: skip
     res = run_prompt_pate(
-        load_public_model(ctx.model), task, private,  # the serve --device policy
-        load_records(ctx.public_dataset).records, ctx.out_dir, ledger, cfg,
+        load_public_model(ctx.model), task, private, public,  # the serve --device policy
+        ctx.out_dir, ledger, cfg,
     )  # fmt: skip
     out = res.to_dict()
     out.pop("student", None)  # the student prompt is the artefact in out_dir
-    return {**out, "epsilon_spent": ledger.spent().epsilon}
+    return {**out, "task": task.name, "epsilon_spent": ledger.spent().epsilon}
+
+
+def run_prompt_dpsgd(ctx: JobContext) -> dict[str, Any]:
+    """PromptDPSGD on the dataset: the soft prompt or prefix is the artefact."""
+    from privlm.prompting.prompt_dpsgd import PromptDpSgdConfig, train_prompt_dpsgd
+
+    p = json.loads(ctx.job.params)
+    task = job_task(p)
+    ledger = dataset_ledger(ctx.ledger_url, ctx.dataset)
+    cfg = PromptDpSgdConfig(
+        kind=p["prompt_kind"], virtual_tokens=p["virtual_tokens"], target_epsilon=p["epsilon"],
+        delta=ctx.dataset.budget_delta, epochs=p["epochs"], batch_size=p["batch_size"],
+        learning_rate=p["learning_rate"], unit=p["unit"],
+    )  # fmt: skip
+    st = train_prompt_dpsgd(
+        ctx.model, task, task_records(ctx.dataset, task, "private"), ctx.out_dir, cfg,
+        ledger=ledger,
+    )  # fmt: skip
+    return {"statement": st.to_dict(), "task": task.name, "epsilon_spent": ledger.spent().epsilon}
 
 
 RUNNERS: dict[str, Runner] = {
@@ -205,6 +292,7 @@ RUNNERS: dict[str, Runner] = {
     "jft": run_jft,
     "ensemble": run_ensemble,
     "pate": run_pate,
+    "prompt-dpsgd": run_prompt_dpsgd,
 }
 
 
