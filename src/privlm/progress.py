@@ -66,3 +66,23 @@ def watch(listener: Listener) -> Iterator[None]:
         yield
     finally:
         _listener.reset(token)
+
+
+class LossMeter:
+    """The mean training loss of the examples seen since the last report, shown as a
+    progress bar's postfix. It is a non-private statistic of the training data: shown to
+    whoever runs the training (the data's holder), never written into an artefact, and
+    never heard by a progress listener (the service records only steps)."""
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self.count = 0
+
+    def add(self, loss_sum: float, examples: int) -> None:
+        self.total += loss_sum
+        self.count += examples
+
+    def report(self, bar: Any) -> None:
+        if self.count:
+            bar.set_postfix(loss=f"{self.total / self.count:.3f}", refresh=False)
+        self.total, self.count = 0.0, 0

@@ -106,3 +106,45 @@ def test_joint_user_clipping_refuses_ghost_mode(tmp_path):
     cfg = dp.DpSgdConfig(target_epsilon=5.0, grad_sample_mode="ghost", block_size=16)
     with pytest.raises(PrivlmError, match="hooks mode"):
         dp.train_dpsgd("tiny", users_dataset(), tmp_path / "g", cfg, progress=False)
+
+
+def test_without_noise_a_step_moves_by_the_mean_of_per_user_clipped_gradients(monkeypatch):
+    """σ = 0, every user sampled, plain SGD: the update is −lr · Σ_u clip(g_u) / users, where
+    g_u sums the gradients of all of user u's blocks. Clipping is per user, not per block:
+    the sensitivity the accounting assumes."""
+    from privlm.training import user_level
+
+    lm = load_public_model("tiny")
+    torch.manual_seed(0)
+    cfg = LoraConfig(r=4, lora_alpha=8, target_modules=discover_lora_targets(lm.model),
+                     init_lora_weights=False)  # fmt: skip
+    model = get_peft_model(lm.model, cfg)
+    blocks = user_blocks(lm.tokenizer, groups(users_dataset(3, 4)), 16)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    mask = mask_embedding(lm.model, lm.tokenizer)
+    gsm = GradSampleModule(model, loss_reduction="sum")
+    per_user = _user_gradients(
+        gsm, blocks, torch.arange(3), trainable, 4, torch.device("cpu"), mask
+    )
+    gsm._close()
+    for p in trainable:
+        p.grad_sample = None
+    clip = 0.5
+    norms = torch.stack([a.flatten(1).norm(dim=1) for a in per_user]).norm(dim=0)
+    assert bool((norms > clip).all())  # every user is clipped: the test can tell
+    factor = (clip / norms).clamp(max=1.0)
+    expected = [(a * factor.view(-1, *[1] * (a.dim() - 1))).sum(0) / 3 for a in per_user]
+    before = [p.detach().clone() for p in trainable]
+    lr = 0.1
+    monkeypatch.setattr(
+        user_level.torch.optim,
+        "AdamW",
+        lambda params, lr, weight_decay: torch.optim.SGD(params, lr=lr),
+    )
+    user_level.train_users_jointly(
+        model, blocks, sigma=0.0, max_grad_norm=clip, sample_rate=1.0, steps=1,
+        physical_batch_size=4, learning_rate=lr, reduction="sum",
+        sampling=torch.Generator().manual_seed(0), noise=None, mask_vector=mask, progress=False,
+    )  # fmt: skip
+    for p, b, e in zip(trainable, before, expected, strict=True):
+        torch.testing.assert_close(p.detach(), b - lr * e, atol=1e-6, rtol=1e-4)

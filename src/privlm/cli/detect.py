@@ -6,7 +6,13 @@ from pathlib import Path
 
 import typer
 
-from privlm.cli.common import JSON_OPTION, emit_json, user_errors
+from privlm.cli.common import (
+    JSON_OPTION,
+    NO_HEADER_OPTION,
+    TEXT_COLUMN_OPTION,
+    emit_json,
+    user_errors,
+)
 from privlm.cli.ensemble import load_training_data
 from privlm.data.corpora import conll2003
 from privlm.detect import (
@@ -27,10 +33,12 @@ def redact(
     data: str = typer.Argument(..., help="A .txt/.jsonl/.csv file, or a bundled corpus."),
     detector: str = typer.Option("low-entity", help=DETECTOR_HELP),
     limit: int = typer.Option(5, help="How many records to show."),
+    text_column: str = TEXT_COLUMN_OPTION,
+    no_header: bool = NO_HEADER_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Show what the detector would redact: each span becomes one <mask>."""
-    ds = load_training_data(data, limit)
+    ds = load_training_data(data, limit, text_column=text_column, no_header=no_header)
     det = make_detector(detector)
     texts = ds.texts()
     rows = []

@@ -11,6 +11,9 @@ from privlm.cli.common import (
     DEVICE_OPTION,
     DTYPE_OPTION,
     JSON_OPTION,
+    NO_HEADER_OPTION,
+    TEXT_COLUMN_OPTION,
+    USER_COLUMN_OPTION,
     emit_json,
     user_errors,
 )
@@ -60,6 +63,9 @@ def train(
     model: str = typer.Option(DEFAULT_MODEL, help="Public model: name, HF id or directory."),
     limit: int | None = typer.Option(None, help="Use only the first LIMIT privacy units."),
     records: str = typer.Option("line", help=".txt only: 'line' or 'block' records."),
+    text_column: str = TEXT_COLUMN_OPTION,
+    user_column: str = USER_COLUMN_OPTION,
+    no_header: bool = NO_HEADER_OPTION,
     rank: int = typer.Option(4, help="LoRA rank r (Table 2)."),
     alpha: float = typer.Option(32.0, help="LoRA α (Table 2)."),
     targets: str | None = typer.Option(
@@ -86,7 +92,8 @@ def train(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Partition the data by privacy unit and fine-tune one LoRA adapter per (sub)part."""
-    ds = load_training_data(data, limit, records)
+    ds = load_training_data(data, limit, records, text_column=text_column,
+                            user_column=user_column, no_header=no_header)  # fmt: skip
     cfg = LoraTrainingConfig(
         rank=rank,
         alpha=alpha,
@@ -120,3 +127,16 @@ def train(
         f"{protocol} ensemble of {len(manifest['partition'])} adapters on {manifest['model']} in {out} "
         f"({manifest['units']} {manifest['privacy_unit']} units, {secs:.0f}s of training)"
     )
+    typer.echo(f"  {ensemble_token_usage(manifest)}")
+
+
+def ensemble_token_usage(manifest: dict) -> str:
+    """The adapters' token usage, summed: what packing and --max-blocks left out."""
+    usages = [a["token_usage"] for a in manifest["adapters"].values() if a.get("token_usage")]
+    total = sum(u["tokens"] for u in usages)
+    used = sum(u["used"] for u in usages)
+    line = f"the adapters train on {used:,} of {total:,} tokens ({used / max(total, 1):.1%})"
+    worst = max(usages, key=lambda u: u["dropped"], default=None)
+    if worst is not None and worst["dropped"]:
+        line += f"; the most from one part: {worst['summary']}"
+    return line

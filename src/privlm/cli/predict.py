@@ -1,8 +1,10 @@
-"""``privlm generate`` and ``privlm eval ppl``: private prediction from a trained ensemble."""
+"""``privlm generate`` and ``privlm eval ppl``: private prediction from a trained ensemble,
+and held-out perplexity of an ensemble, an adapter or the public model on any text."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -10,12 +12,14 @@ from privlm.cli.common import (
     DEVICE_OPTION,
     DTYPE_OPTION,
     JSON_OPTION,
+    NO_HEADER_OPTION,
     SEED_OPTION,
+    TEXT_COLUMN_OPTION,
     emit_json,
     user_errors,
     warn_if_seeded,
 )
-from privlm.data import corpora
+from privlm.errors import PrivlmError
 from privlm.models.perplexity import token_blocks
 from privlm.predict.evaluate import METHODS, evaluate
 from privlm.predict.factory import build_predictor
@@ -90,9 +94,29 @@ def generate(
 @eval_app.command("ppl")
 @user_errors
 def eval_ppl(
-    method: str = typer.Option(..., help=f"One of {', '.join(METHODS)}."),
-    ensemble: Path = typer.Option(..., help="A directory made by `privlm ensemble train`."),
-    blocks: int = typer.Option(4, help="Held-out WikiText-2 validation blocks."),
+    method: str | None = typer.Option(
+        None,
+        help=f"With --ensemble: one of {', '.join(METHODS)}. Without: the public model, or "
+        "the --adapter-dir adapter.",
+    ),
+    ensemble: Path | None = typer.Option(None, help="A directory made by `privlm ensemble train`."),
+    adapter_dir: Path | None = typer.Option(
+        None, "--adapter-dir", help="A LoRA adapter made by `privlm train dpsgd` or `train jft`."
+    ),
+    data: str = typer.Option(
+        "wikitext2:valid",
+        "--data",
+        help="Held-out text: your .txt/.jsonl/.csv file (.gz too), or wikitext2[:split].",
+    ),
+    text_column: str = TEXT_COLUMN_OPTION,
+    no_header: bool = NO_HEADER_OPTION,
+    records: str = typer.Option("line", help=".txt only: 'line' or 'block' records."),
+    model: str | None = typer.Option(
+        None, help="Public model (default: the ensemble's or adapter's, else SmolLM2-135M)."
+    ),
+    blocks: int | None = typer.Option(
+        None, help="Held-out blocks to score (default 4 of WikiText-2, all of a file)."
+    ),
     block_size: int = typer.Option(128, help="Tokens per block."),
     runs: int = typer.Option(1, help="Average over runs (private methods are random)."),
     epsilon: float = typer.Option(8.0, help="PMixED ε_G / SubMix ε per part."),
@@ -100,39 +124,155 @@ def eval_ppl(
     alpha: int = typer.Option(3, help="Rényi order α."),
     sample_rate: float = typer.Option(0.03, help="PMixED q."),
     beta: float | None = typer.Option(None, help="SubMix β (default ε/T)."),
-    adapter: int = typer.Option(0, help="finetuned: which adapter."),
+    adapter: int = typer.Option(0, help="finetuned: which adapter of the ensemble."),
     seed: int | None = typer.Option(None, help="Seed of the first run (experiments only)."),
     device: str = DEVICE_OPTION,
     dtype: str = DTYPE_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Test-set perplexity; for private methods every token is one query (T = tokens scored)."""
+    """Held-out perplexity of an ensemble's methods, one LoRA adapter, or the public model, on
+    WikiText-2 or your own file. For private methods every token is one query (T = tokens)."""
+    from privlm.cli.ensemble import load_training_data
+
+    texts = load_training_data(
+        data, None, records, text_column=text_column, no_header=no_header
+    ).texts()
+    if blocks is None:
+        blocks = 4 if data.startswith("wikitext2") and not Path(data).exists() else None
+    if ensemble is None:
+        out = _single_model_ppl(method, adapter_dir, model, texts, data, blocks, block_size,
+                                device, dtype, as_json)  # fmt: skip
+    else:
+        if adapter_dir is not None or model is not None:
+            raise PrivlmError(
+                "--ensemble brings its own model and adapters: drop --adapter-dir/--model"
+            )
+        if method is None:
+            raise PrivlmError(f"with --ensemble, name a --method: {', '.join(METHODS)}")
+        out = _ensemble_ppl(method, ensemble, texts, data, blocks, block_size, runs, epsilon,
+                            delta, alpha, sample_rate, beta, adapter, seed, device, dtype,
+                            as_json)  # fmt: skip
+    if as_json:
+        emit_json(out)
+        return
+    spent = out["runs"][-1]["epsilon_spent"]
+    typer.echo(
+        f"{out['method']}: perplexity {out['perplexity']:.3f} over {out['queries_per_run']} "
+        f"tokens of {data} × {len(out['runs'])} run(s); ε spent per run {spent:.4g}"
+    )
+
+
+def _blocks_of(tokenizer: Any, texts: list[str], data: str, block_size: int,
+               blocks: int | None) -> list[list[int]]:  # fmt: skip
+    try:
+        return token_blocks(tokenizer, texts, block_size, blocks).tolist()
+    except ValueError:
+        raise PrivlmError(
+            f"{data}: not enough text for one block of {block_size} tokens; lower --block-size"
+        ) from None
+
+
+def _single_model_ppl(
+    method: str | None,
+    adapter_dir: Path | None,
+    model: str | None,
+    texts: list[str],
+    data: str,
+    blocks: int | None,
+    block_size: int,
+    device: str,
+    dtype: str,
+    as_json: bool,
+) -> dict[str, Any]:
+    """The public model, or one LoRA adapter on it (no privacy cost: nothing is released
+    but the perplexity of data the caller holds)."""
+    from privlm.models import DEFAULT_MODEL, load_public_model
+    from privlm.models.perplexity import perplexity
+
+    expected = "public" if adapter_dir is None else "finetuned"
+    if method not in (None, expected):
+        raise PrivlmError(
+            f"--method {method} needs --ensemble; without one, privlm scores "
+            + ("the public model" if adapter_dir is None else "the adapter")
+        )
+    if adapter_dir is not None:
+        model = model or _adapter_model(adapter_dir)
+    lm = load_public_model(model or DEFAULT_MODEL, device=device, dtype=dtype)
+    net = lm.model
+    if adapter_dir is not None:
+        from peft import PeftModel
+
+        net = PeftModel.from_pretrained(lm.model, adapter_dir).eval()
+    ids = _blocks_of(lm.tokenizer, texts, data, block_size, blocks)
+    res = perplexity(net, lm.tokenizer, texts, block_size, len(ids), progress=not as_json)
+    return {
+        "method": expected,
+        "model": lm.name,
+        "adapter": None if adapter_dir is None else str(adapter_dir),
+        "data": data,
+        "queries_per_run": res.tokens_scored,
+        "blocks": res.blocks,
+        "runs": [{"perplexity": res.perplexity, "tokens": res.tokens_scored, "epsilon_spent": 0.0}],
+        "perplexity": res.perplexity,
+        **lm.placement.describe(),
+    }
+
+
+def _adapter_model(adapter_dir: Path) -> str | None:
+    """The public model an adapter was trained on (its privacy.json says), if it says; a
+    prompt adapter is refused (prompt eval scores it)."""
+    import json
+
+    config = adapter_dir / "adapter_config.json"
+    if not config.is_file():
+        raise PrivlmError(f"{adapter_dir}: not an adapter directory (no adapter_config.json)")
+    peft_type = json.loads(config.read_text()).get("peft_type")
+    if peft_type != "LORA":
+        raise PrivlmError(
+            f"{adapter_dir}: a {peft_type} adapter; eval ppl scores LoRA adapters (a prompt "
+            "adapter is scored by `privlm prompt` on its task)"
+        )
+    statement = adapter_dir / "privacy.json"
+    if statement.is_file():
+        return json.loads(statement.read_text()).get("model")
+    return None
+
+
+def _ensemble_ppl(
+    method: str,
+    ensemble: Path,
+    texts: list[str],
+    data: str,
+    blocks: int | None,
+    block_size: int,
+    runs: int,
+    epsilon: float,
+    delta: float,
+    alpha: int,
+    sample_rate: float,
+    beta: float | None,
+    adapter: int,
+    seed: int | None,
+    device: str,
+    dtype: str,
+    as_json: bool,
+) -> dict[str, Any]:
     import tempfile
 
     loaded = load_ensemble(ensemble, device, dtype)  # once, for every run and method
     lm, engine, manifest = loaded
-    valid = corpora.wikitext2("valid")
-    ids = token_blocks(lm.tokenizer, valid.texts(), block_size, blocks).tolist()
+    ids = _blocks_of(lm.tokenizer, texts, data, block_size, blocks)
     queries = sum(len(b) - 1 for b in ids)
     reports = []
     for r in range(runs):
         predictor = None
+        spent = 0.0
         if method in ("pmixed", "submix"):
             with tempfile.TemporaryDirectory() as tmp:
                 predictor = build_predictor(
-                    method,
-                    ensemble,
-                    loaded,
-                    Path(tmp) / "eval.db",
-                    f"eval-run-{r}",
-                    epsilon,
-                    delta,
-                    alpha,
-                    queries,
-                    sample_rate,
-                    beta,
-                    None if seed is None else seed + r,
-                )
+                    method, ensemble, loaded, Path(tmp) / "eval.db", f"eval-run-{r}", epsilon,
+                    delta, alpha, queries, sample_rate, beta, None if seed is None else seed + r,
+                )  # fmt: skip
                 rep = evaluate(method, ids, engine, predictor, adapter, progress=not as_json)
                 spent = (
                     predictor.ledger.spent().epsilon
@@ -141,22 +281,14 @@ def eval_ppl(
                 )
         else:
             rep = evaluate(method, ids, engine, None, adapter, progress=not as_json)
-            spent = 0.0
         reports.append({**rep.__dict__, "epsilon_spent": spent})
-    mean = sum(r["perplexity"] for r in reports) / len(reports)
-    out = {
+    return {
         "method": method,
         "model": manifest["model"],
         "ensemble": str(ensemble),
+        "data": data,
         "queries_per_run": queries,
         "runs": reports,
-        "perplexity": mean,
+        "perplexity": sum(r["perplexity"] for r in reports) / len(reports),
         **lm.placement.describe(),
     }
-    if as_json:
-        emit_json(out)
-        return
-    typer.echo(
-        f"{method}: perplexity {mean:.3f} over {queries} tokens × {runs} run(s); "
-        f"ε spent per run {reports[-1]['epsilon_spent']:.4g}"
-    )

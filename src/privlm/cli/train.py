@@ -164,6 +164,9 @@ def jft(
         [], "--miss", help="Audits only: a string the detector is made to miss (repeatable)."
     ),
     phase1_out: Path | None = typer.Option(None, help="Phase-1 adapter (default OUT-phase1)."),
+    text_column: str = TEXT_COLUMN_OPTION,
+    user_column: str = USER_COLUMN_OPTION,
+    no_header: bool = NO_HEADER_OPTION,
     model: str = typer.Option(DEFAULT_MODEL, help="Public model."),
     limit: int | None = typer.Option(None, help="Use only the first LIMIT privacy units."),
     seed: int | None = SEED_OPTION,
@@ -178,7 +181,9 @@ def jft(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Just Fine-tune Twice: a redacted fine-tune, then DP-SGD; print the SDP statement."""
-    ds = load_training_data(data, limit)
+    ds = load_training_data(
+        data, limit, text_column=text_column, user_column=user_column, no_header=no_header
+    )
 
     def dp(target: float) -> DpSgdConfig:
         return DpSgdConfig(
@@ -234,6 +239,11 @@ def jft(
     typer.echo(f"assumption: {st.assumption}")
     if "redacted_token_fraction" in st.phase1:
         typer.echo(f"tokens redacted in phase 1: {100 * st.phase1['redacted_token_fraction']:.1f}%")
+    usage1 = (st.phase1.get("training") or st.phase1.get("statement") or {}).get("token_usage")
+    if usage1:
+        typer.echo(f"  phase 1 {usage1['summary']}")
+    if st.phase2.get("token_usage"):
+        typer.echo(f"  phase 2 {st.phase2['token_usage']['summary']}")
 
 
 def _ledger_exists(path: Path, name: str) -> bool:

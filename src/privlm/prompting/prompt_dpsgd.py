@@ -41,7 +41,7 @@ from privlm.data import Record
 from privlm.errors import PrivlmError
 from privlm.fsutil import write_directory_atomically
 from privlm.models import LoadedModel, load_public_model
-from privlm.progress import progress_bar
+from privlm.progress import LossMeter, progress_bar
 from privlm.prompting.tasks import Task, label_token_ids
 from privlm.randomness import PrivacyRandomness
 
@@ -293,6 +293,7 @@ def train_prompt_dpsgd(
         total=steps, desc=f"prompt-dpsgd ({cfg.kind})", unit="step", disable=not progress
     )
     t0 = time.perf_counter()
+    meter = LossMeter()
     for _ in range(cfg.epochs):
         if private:
             with BatchMemoryManager(
@@ -301,13 +302,17 @@ def train_prompt_dpsgd(
                 optimizer=optimizer,
             ) as mem:
                 for batch in mem:
-                    _step(run_model, optimizer, batch, label_ids, trainable, True, place.device)
+                    meter.add(*_step(run_model, optimizer, batch, label_ids, trainable, True,
+                                     place.device))  # fmt: skip
                     if not optimizer._is_last_step_skipped:  # type: ignore[attr-defined]
                         bar.update(1)
+                        meter.report(bar)
         else:
             for batch in loader:
-                _step(run_model, optimizer, batch, label_ids, trainable, False, place.device)
+                meter.add(*_step(run_model, optimizer, batch, label_ids, trainable, False,
+                                 place.device))  # fmt: skip
                 bar.update(1)
+                meter.report(bar)
     bar.close()
     frozen = [name for name, p in trainable if torch.equal(p.detach(), before[name])]
     if frozen:
@@ -348,8 +353,10 @@ def _step(
     trainable: list[tuple[str, torch.nn.Parameter]],
     private: bool,
     device: torch.device,
-) -> None:
+) -> tuple[float, int]:
+    """One (physical) step; returns the batch's summed loss and its size, for display."""
     ids, mask, last, classes = (t.to(device) for t in batch)
+    shown = 0.0
     optimizer.zero_grad(set_to_none=True)
     if len(ids) == 0:  # an empty Poisson batch: a noise-only step
         for _, p in trainable:
@@ -360,8 +367,10 @@ def _step(
         logits = class_logits(model, ids, mask, last, label_ids)
         loss = torch.nn.functional.cross_entropy(logits, classes)
         loss.backward()
+        shown = float(loss.detach()) * len(ids)
         if private:
             missing = [n for n, p in trainable if getattr(p, "grad_sample", None) is None]
             if missing:
                 raise PrivlmError(f"no per-sample gradient for {missing[:5]}")
     optimizer.step()
+    return shown, len(ids)

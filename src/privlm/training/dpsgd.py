@@ -50,7 +50,7 @@ from privlm.detect import Detector
 from privlm.errors import PrivlmError
 from privlm.fsutil import write_directory_atomically
 from privlm.models.placement import resolve_placement
-from privlm.progress import progress_bar
+from privlm.progress import LossMeter, progress_bar
 from privlm.randomness import PrivacyRandomness
 from privlm.training.checkpointing import enable_gradient_checkpointing
 from privlm.training.distributed_dp import (
@@ -67,7 +67,6 @@ from privlm.training.redaction import (
     IGNORE,
     embed_with_masks,
     mask_embedding,
-    masked_lm_loss,
     per_example_losses,
     redacted_sequences,
     redacted_token_fraction,
@@ -316,6 +315,7 @@ def _train_examples(
     checked_grads = checked_moves = False
     dp_model.train()
     bar = progress_bar(total=steps, desc="dp-sgd", unit="step", disable=not progress)
+    meter = LossMeter()
     for _ in range(cfg.epochs):
         with BatchMemoryManager(
             data_loader=dp_loader,
@@ -340,11 +340,12 @@ def _train_examples(
                         logits = dp_model(inputs_embeds=embeds, attention_mask=attention).logits
                     else:
                         logits = dp_model(input_ids=x, attention_mask=attention).logits
+                    losses = per_example_losses(logits, y)
                     if ghost:  # two backward passes: norms, then the clipped sum
-                        losses = per_example_losses(logits, y)
                         DPTensorFastGradientClipping(dp_model, dp_opt, losses, "mean").backward()
                     else:
-                        masked_lm_loss(logits, y, per_example=True).backward()
+                        losses.mean().backward()  # each example one term, as DP-SGD clips
+                    meter.add(float(losses.detach().sum()), len(losses))
                     if not checked_grads:
                         seen = "_norm_sample" if ghost else "grad_sample"
                         missing = [name for name, p in trainable if getattr(p, seen, None) is None]
@@ -356,6 +357,7 @@ def _train_examples(
                 dp_opt.step()
                 if not dp_opt._is_last_step_skipped:
                     bar.update(1)
+                    meter.report(bar)
                     if not checked_moves:
                         frozen = [
                             name for name, p in trainable if torch.equal(p.detach(), before[name])

@@ -142,6 +142,33 @@ def save_untrained_adapter(
     }  # fmt: skip
 
 
+def training_token_usage(
+    tokenizer: PreTrainedTokenizerBase,
+    texts: list[str],
+    labels: torch.Tensor,
+    masked: torch.Tensor | None,
+    config: LoraTrainingConfig,
+    redact: list[list[Span]] | None,
+) -> dict[str, Any]:
+    """How many of the texts' tokens (each text's tokens and its EOS) are trained on: the
+    labelled positions of the blocks kept, redaction slots counted as used (issue 12 §2)."""
+    total = sum(len(ids) + 1 for ids in tokenizer(texts, add_special_tokens=False)["input_ids"])
+    used = int((labels != IGNORE).sum()) + (0 if masked is None else int(masked.sum()))
+    used = min(used, total)
+    rules = [
+        "the last partial block" if config.pack else f"cutting texts at {config.block_size} tokens"
+    ]
+    if config.max_blocks is not None:
+        rules.append(f"the cap of {config.max_blocks} blocks")
+    if redact is not None:
+        rules.append("redaction (a span becomes one slot)")
+    summary = f"trains on {used:,} of {total:,} tokens ({used / max(total, 1):.1%})"
+    if used < total:
+        summary += f"; {total - used:,} dropped by {' and '.join(rules)}"
+    return {"tokens": total, "used": used, "dropped": total - used,
+            "used_fraction": used / max(total, 1), "summary": summary}  # fmt: skip
+
+
 def finetune_lora(
     model_name: str,
     texts: list[str],
@@ -177,6 +204,7 @@ def finetune_lora(
         blocks, labels_all = blocks[: config.max_blocks], labels_all[: config.max_blocks]
         if masked_all is not None:
             masked_all = masked_all[: config.max_blocks]
+    usage = training_token_usage(lm.tokenizer, texts, labels_all, masked_all, config, redact)
     mask_vector = mask_embedding(lm.model, lm.tokenizer) if masked_all is not None else None
     gen = torch.Generator().manual_seed(config.seed)
     model.train()
@@ -218,6 +246,7 @@ def finetune_lora(
     return {
         "blocks": len(blocks),
         "tokens": int(blocks.numel()),
+        "token_usage": usage,
         "steps": total,
         "final_loss": last_loss,
         "seconds": time.perf_counter() - t0,

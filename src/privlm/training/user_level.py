@@ -35,7 +35,7 @@ from transformers import PreTrainedTokenizerBase
 
 from privlm.detect import Span
 from privlm.errors import PrivlmError
-from privlm.progress import progress_bar
+from privlm.progress import LossMeter, progress_bar
 from privlm.training.redaction import IGNORE, embed_with_masks, encode_redacted, per_example_losses
 
 USER_REDUCTIONS = ("mean", "sum")
@@ -190,12 +190,13 @@ def train_users_jointly(
     before = [p.detach().clone() for p in trainable]
     gsm.train()
     bar = progress_bar(total=steps, desc="dp-sgd (users)", unit="step", disable=not progress)
+    meter = LossMeter()  # the mean loss per block of the step's users
     try:
         for _ in range(steps):
             users = torch.nonzero(torch.rand(blocks.users, generator=sampling) < sample_rate)
             users = users.flatten()
             acc = _user_gradients(
-                gsm, blocks, users, trainable, physical_batch_size, device, mask_vector
+                gsm, blocks, users, trainable, physical_batch_size, device, mask_vector, meter
             )
             if reduction == "mean":
                 scale = 1.0 / per_user_blocks[users].to(device, torch.float32)
@@ -205,7 +206,7 @@ def train_users_jointly(
                 p.grad_sample = a  # type: ignore[attr-defined]  # one row per sampled user
             optimizer.step()
             bar.update(1)
-            bar.set_postfix(users=len(users))
+            meter.report(bar)
     finally:
         bar.close()
         gsm._close()
@@ -221,10 +222,12 @@ def _user_gradients(
     physical_batch_size: int,
     device: torch.device,
     mask_vector: torch.Tensor,
+    meter: LossMeter | None = None,
 ) -> list[torch.Tensor]:
     """The summed per-block gradients of each sampled user: one (users, *shape) tensor per
     trainable parameter (zero rows for an empty batch)."""
     acc = [torch.zeros((len(users), *p.shape), dtype=p.dtype, device=device) for p in trainable]
+    meter = meter if meter is not None else LossMeter()
     for p in trainable:  # the last step's per-user rows, left by the optimizer
         p.grad_sample = None  # type: ignore[attr-defined]
     if len(users) == 0:
@@ -241,7 +244,9 @@ def _user_gradients(
             logits = gsm(inputs_embeds=embeds, attention_mask=attention).logits
         else:
             logits = gsm(input_ids=x, attention_mask=attention).logits
-        per_example_losses(logits, y).sum().backward()
+        losses = per_example_losses(logits, y)
+        losses.sum().backward()
+        meter.add(float(losses.detach().sum()), len(losses))
         owner_slot = slot[blocks.owner[pick]].to(device)
         for a, p in zip(acc, trainable, strict=True):
             sample = getattr(p, "grad_sample", None)
