@@ -81,6 +81,7 @@ def test_prompt_dpsgd_eval_and_mia_on_an_unshipped_task(files):
     assert out["task"] == "ticket-topic" and 0 <= out["test_accuracy"] <= 1
     statement = json.loads((files / "sp" / "privacy.json").read_text())
     assert statement["unit"] == "user" and statement["task"] == "ticket-topic"
+    assert "-DP per user" in (files / "sp" / "README.md").read_text()  # privlm's model card
     ev = invoke("prompt", "eval", *common, "--test-data", files / "test.csv", "--shots", 1,
                 "--prompts", 2)  # fmt: skip
     assert ev["task"] == "ticket-topic" and ev["test"] == 6 and len(ev["accuracies"]) == 2

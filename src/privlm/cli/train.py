@@ -54,6 +54,11 @@ def dpsgd(
     max_blocks_per_user: int | None = typer.Option(
         None, help="joint: train on at most this many blocks of each user (default: all)."
     ),
+    user_reduction: str = typer.Option(
+        "mean",
+        help="joint: a user's gradient is the mean or the sum of their blocks' gradients "
+        "(clipped as one either way; the sensitivity is the same).",
+    ),
     text_column: str = TEXT_COLUMN_OPTION,
     user_column: str = USER_COLUMN_OPTION,
     no_header: bool = NO_HEADER_OPTION,
@@ -93,6 +98,7 @@ def dpsgd(
         seed=seed,
         user_sampling=user_sampling,
         max_blocks_per_user=max_blocks_per_user,
+        user_reduction=user_reduction,
         grad_sample_mode=grad_sample_mode,
         device=device,
         dtype=dtype,

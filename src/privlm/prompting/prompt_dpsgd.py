@@ -44,6 +44,7 @@ from privlm.models import LoadedModel, load_public_model
 from privlm.progress import LossMeter, progress_bar
 from privlm.prompting.tasks import Task, label_token_ids
 from privlm.randomness import PrivacyRandomness
+from privlm.training.model_card import model_card
 
 PROMPT_KINDS = ("soft-prompt", "prefix")
 UNITS = ("auto", "record", "user")
@@ -324,20 +325,19 @@ def train_prompt_dpsgd(
         records_left_out=left_out, **rng.statement(),
     )  # fmt: skip
 
+    privacy = {
+        **statement.to_dict(),
+        "max_grad_norm": cfg.max_grad_norm,
+        "task": task.name,
+        "model": model_name,
+        "training": asdict(cfg),
+        "seconds": time.perf_counter() - t0,
+    }
+
     def write(d: Path) -> None:
         model.save_pretrained(d)
-        (d / "privacy.json").write_text(
-            json.dumps(
-                {
-                    **statement.to_dict(),
-                    "task": task.name,
-                    "model": model_name,
-                    "training": asdict(cfg),
-                    "seconds": time.perf_counter() - t0,
-                },
-                indent=2,
-            )
-        )
+        (d / "privacy.json").write_text(json.dumps(privacy, indent=2))
+        (d / "README.md").write_text(model_card(privacy))  # after PEFT's own card
 
     if private and ledger is not None:
         ledger.charge(charge)
