@@ -17,8 +17,6 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from opacus.accountants import PRVAccountant
-
 from privlm.accounting.analysis.conversion import check_delta
 from privlm.accounting.analysis.gaussian import subsampled_gaussian_rdp
 from privlm.accounting.curves import RdpCurve
@@ -77,6 +75,8 @@ def _check_accountant(accountant: str) -> None:
 
 
 def _prv_epsilon(plan: DpSgdPlan, delta: float) -> float:
+    from opacus.accountants import PRVAccountant  # Opacus (and torch) only when asked for
+
     acc = PRVAccountant()
     acc.history = [(plan.noise_multiplier, plan.sample_rate, int(plan.steps))]
     try:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from opacus.accountants.analysis import rdp as opacus_rdp
 
+from privlm.accounting.analysis.opacus_analysis import rdp as opacus_rdp
 from privlm.accounting.orders import as_orders
 from privlm.errors import AccountingError
 
