@@ -1,43 +1,123 @@
-"""The ``privlm`` command line (Typer). Every command takes ``--json``."""
+"""The ``privlm`` command line (Typer). Every command takes ``--json``.
+
+``privlm`` starts fast (issue 13 §1): its top level is a lazy group that imports a command's
+module only when that command runs, so ``privlm --help`` or ``privlm account dpsgd`` never
+loads torch. :data:`COMMANDS` lists each command, where it lives and its one-line help (a
+test checks the help against the module's own). ``privlm.cli.app`` is the whole command
+line as one Typer app, built on first use (for tests and embedding).
+"""
 
 from __future__ import annotations
 
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
 import typer
+from typer.core import TyperGroup
 
-from privlm.cli import account, audit, data, detect, ensemble, ledger, models, plan, prompt, train
-from privlm.cli.common import user_errors
-from privlm.cli.perturb import perturb
-from privlm.cli.predict import eval_app, generate
-from privlm.cli.quickstart import quickstart
-from privlm.cli.serve import app as service_app
-from privlm.cli.serve import serve
+HELP = "privlm: differentially private adaptation and serving of language models."
 
-app = typer.Typer(
-    help="privlm: differentially private adaptation and serving of language models.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
-app.add_typer(account.app, name="account")
-app.add_typer(models.app, name="models")
-app.add_typer(data.app, name="data")
-app.add_typer(ledger.app, name="ledger")
-app.add_typer(ensemble.app, name="ensemble")
-app.add_typer(plan.app, name="plan")
-app.add_typer(eval_app, name="eval")
-app.add_typer(audit.app, name="audit")
-app.add_typer(train.app, name="train")
-app.add_typer(detect.app, name="detect")
-app.add_typer(prompt.app, name="prompt")
-app.command("generate")(user_errors(generate))
-app.command("quickstart")(quickstart)
-app.command("perturb")(perturb)
-app.command("serve")(serve)
-app.add_typer(service_app, name="service")
+
+@dataclass(frozen=True)
+class Entry:
+    module: str  # privlm.cli.<module>
+    attribute: str  # a Typer app (a group of commands) or a command function
+    help: str  # the one line `privlm --help` shows
+
+
+COMMANDS: dict[str, Entry] = {
+    "account": Entry("account", "app", "Privacy accounting: ε of a plan, σ for a target ε."),
+    "models": Entry("models", "app", "Public models."),
+    "data": Entry("data", "app", "Datasets."),
+    "ledger": Entry("ledger", "app", "Privacy ledgers."),
+    "ensemble": Entry("ensemble", "app", "LoRA ensembles for PMixED and SubMix."),
+    "plan": Entry("plan", "app", "Plan private-prediction budgets."),
+    "eval": Entry("predict", "eval_app", "Evaluate private prediction."),
+    "audit": Entry("audit", "app", "Attacks and audits."),
+    "train": Entry("train", "app", "Private fine-tuning."),
+    "detect": Entry("detect", "app", "Secret detectors (JFT policy functions)."),
+    "prompt": Entry("prompt", "app", "Private prompt learning: PromptDPSGD, PromptPATE."),
+    "generate": Entry(
+        "predict",
+        "generate",
+        "Generate text privately; every released token is charged to the ledger first.",
+    ),
+    "quickstart": Entry(
+        "quickstart",
+        "quickstart",
+        "Public model and perplexity, a DP-SGD budget, then private prediction with PMixED.",
+    ),
+    "perturb": Entry(
+        "perturb",
+        "perturb",
+        "Perturb text locally, as the upload page does: each word a noisy GloVe neighbour.",
+    ),
+    "serve": Entry(
+        "serve", "serve", "Start the web service (FastAPI on uvicorn) and its job worker."
+    ),
+    "service": Entry("serve", "app", "Administer the service: tenants, API keys, the job worker."),
+}
+
+
+def load_command(name: str) -> Any:
+    """The (Typer) click command of ``privlm NAME``, importing its module now."""
+    from privlm.cli.common import user_errors
+
+    entry = COMMANDS[name]
+    target = getattr(importlib.import_module(f"privlm.cli.{entry.module}"), entry.attribute)
+    parent = typer.Typer(pretty_exceptions_enable=False, add_completion=False)
+    if isinstance(target, typer.Typer):  # a group of commands, as the whole app mounts it
+        parent.add_typer(target, name=name)
+        return typer.main.get_command(parent).commands[name]  # type: ignore[attr-defined]
+    parent.command(name)(user_errors(target) if name == "generate" else target)
+    return typer.main.get_command(parent)  # one command: the command itself
+
+
+class LazyGroup(TyperGroup):
+    """A Typer group whose commands are imported when they are used; its own help is plain
+    text from :data:`COMMANDS` (rich help would import every command to describe it)."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        return load_command(cmd_name) if cmd_name in COMMANDS else None
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, entry.help) for name, entry in COMMANDS.items()])
+
+
+def lazy_cli() -> LazyGroup:
+    return LazyGroup(name="privlm", help=HELP, no_args_is_help=True, rich_markup_mode=None)
+
+
+def full_app() -> Any:
+    """Every command in one Typer app (imports them all)."""
+    app = typer.Typer(help=HELP, no_args_is_help=True, pretty_exceptions_enable=False,
+                      add_completion=False)  # fmt: skip
+    for name, entry in COMMANDS.items():
+        target = getattr(importlib.import_module(f"privlm.cli.{entry.module}"), entry.attribute)
+        if isinstance(target, typer.Typer):
+            app.add_typer(target, name=name)
+        else:
+            from privlm.cli.common import user_errors
+
+            app.command(name)(user_errors(target) if name == "generate" else target)
+    return app
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":
+        app = full_app()
+        globals()["app"] = app
+        return app
+    raise AttributeError(name)
 
 
 def main() -> None:
-    app()
+    lazy_cli()(prog_name="privlm")
 
 
-__all__ = ["app", "main"]
+__all__ = ["COMMANDS", "app", "lazy_cli", "main"]

@@ -28,8 +28,9 @@ def perturb(
     seed: int | None = SEED_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Replace every word by a noisy nearest neighbour in GloVe space, as the service's web
-    page does before upload; prints the guarantee per word and per document."""
+    """Perturb text locally, as the upload page does: each word a noisy GloVe neighbour.
+
+    Prints the guarantee per word and per document."""
     mech = make_mechanism(mechanism, epsilon, delta, clip)
     warn_if_seeded(seed)
     if str(source) == "-":

@@ -1,0 +1,53 @@
+"""Issue 13 §1: ``privlm`` starts fast. The top level imports a command's module only when
+that command runs, so ``privlm --help`` loads neither torch nor transformers, and the lazy
+command line is the same as the whole one."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+
+import typer
+
+from privlm.cli import COMMANDS, lazy_cli
+
+
+def privlm(*args):
+    return subprocess.run([sys.executable, "-m", "privlm", *args], capture_output=True,
+                          text=True)  # fmt: skip
+
+
+def test_help_loads_no_machine_learning_library():
+    code = (
+        "import sys\nfrom privlm.cli import main\nsys.argv = ['privlm', '--help']\n"
+        "try:\n    main()\nexcept SystemExit as e:\n    assert e.code == 0\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'opacus', 'peft') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+    assert "prompt" in out.stdout and "Private prompt learning" in out.stdout
+
+
+def test_every_lazy_command_is_the_modules_own_with_its_own_help():
+    full = typer.main.get_command(importlib.import_module("privlm.cli").full_app())
+    assert sorted(COMMANDS) == sorted(full.commands)
+    for name, entry in COMMANDS.items():
+        target = getattr(importlib.import_module(f"privlm.cli.{entry.module}"), entry.attribute)
+        own = target.info.help if isinstance(target, typer.Typer) else target.__doc__
+        assert own.strip().splitlines()[0] == entry.help, name
+        lazy = lazy_cli().get_command(None, name)
+        assert sorted(getattr(lazy, "commands", {})) == sorted(
+            getattr(full.commands[name], "commands", {})
+        )
+        assert [p.name for p in lazy.params] == [p.name for p in full.commands[name].params]
+
+
+def test_the_lazy_command_line_runs_commands_and_reports_errors_with_exit_code_2():
+    plan = ["--sample-rate", "0.01", "--steps", "10", "--delta", "1e-5"]
+    ok = privlm("account", "dpsgd", "--noise-multiplier", "1", *plan)
+    assert ok.returncode == 0 and "ε =" in ok.stdout
+    bad = privlm("account", "dpsgd", "--noise-multiplier", "-1", *plan)
+    assert bad.returncode == 2 and "error: the noise multiplier" in bad.stderr
+    assert "Traceback" not in bad.stderr
+    assert privlm("no-such-command").returncode == 2
