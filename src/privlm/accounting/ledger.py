@@ -189,6 +189,10 @@ def durable_engine(target: str | Path) -> Engine:
         path = Path(url).expanduser()
         path.parent.mkdir(parents=True, exist_ok=True)
         url = f"sqlite:///{path}"
+    if url.startswith("postgresql"):
+        from privlm.extras import require
+
+        require("postgres", "a PostgreSQL database")
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"timeout": 60, "check_same_thread": False})
 

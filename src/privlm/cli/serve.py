@@ -11,6 +11,7 @@ from pathlib import Path
 import typer
 
 from privlm.cli.common import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit_json, user_errors
+from privlm.extras import require
 
 DATA_DIR_OPTION = typer.Option(
     Path(os.environ.get("PRIVLM_SERVICE_DIR", "privlm-service")),
@@ -47,6 +48,7 @@ def serve(
     dtype: str = DTYPE_OPTION,
 ) -> None:
     """Start the web service (FastAPI on uvicorn) and its job worker."""
+    require("service", "the service")
     import uvicorn
 
     from privlm.models.placement import DEVICE_ENV, DTYPE_ENV, resolve_placement
@@ -86,6 +88,7 @@ def worker_cmd(
     die_with_parent: bool = typer.Option(False, hidden=True),
 ) -> None:
     """Run queued jobs (privlm serve starts one; run more on other machines with --db)."""
+    require("service", "the service")
     from privlm.service.worker import run_worker
 
     run_worker(_url(db, data_dir), data_dir.resolve(), model, die_with_parent)
@@ -100,6 +103,7 @@ def tenant_create(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Create a tenant and print its first API key (shown once; only its hash is stored)."""
+    require("service", "the service")
     from privlm.service.db import make_engine, session_factory
     from privlm.service.keys import create_tenant
 
@@ -120,6 +124,7 @@ def key_add(
     db: str | None = DB_OPTION,
 ) -> None:
     """Add an API key to a tenant."""
+    require("service", "the service")
     from sqlalchemy import select
 
     from privlm.errors import PrivlmError

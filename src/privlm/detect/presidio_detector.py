@@ -12,18 +12,16 @@ from typing import Any
 
 from privlm.detect.base import Span, merge_spans
 from privlm.detect.spacy_detector import DEFAULT_PIPELINE
-from privlm.errors import PrivlmError
 
 
 @lru_cache(maxsize=2)
 def _analyzer(pipeline: str) -> Any:
-    try:
-        from presidio_analyzer import AnalyzerEngine
-        from presidio_analyzer.nlp_engine import NlpEngineProvider
-    except ImportError as e:
-        raise PrivlmError(
-            "the presidio detector needs presidio-analyzer (pip install presidio-analyzer)"
-        ) from e
+    from privlm.extras import require
+
+    require("detect", "the presidio detector")
+    from presidio_analyzer import AnalyzerEngine
+    from presidio_analyzer.nlp_engine import NlpEngineProvider
+
     provider = NlpEngineProvider(
         nlp_configuration={
             "nlp_engine_name": "spacy",

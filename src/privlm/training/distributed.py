@@ -28,10 +28,11 @@ def _train_task(
 
 def connect(address: str) -> Any:
     """Join the Ray cluster at ``address`` ('local' starts one in this process)."""
-    try:
-        import ray
-    except ImportError as exc:  # pragma: no cover - ray is a declared dependency
-        raise PrivlmError("--ray needs the 'ray' package: pip install ray") from exc
+    from privlm.extras import require
+
+    require("ray", "--ray")
+    import ray
+
     if not ray.is_initialized():
         try:
             if address == "local":
