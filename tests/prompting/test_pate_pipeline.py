@@ -53,6 +53,9 @@ def test_prompt_pate_end_to_end(tmp_path, monkeypatch):
     assert "secret" not in saved  # the student is built from public inputs only
     statement = json.loads((tmp_path / "out" / "privacy.json").read_text())
     assert statement["epsilon"] == res.epsilon and statement["teachers"] == 20
+    card = (tmp_path / "out" / "README.md").read_text()  # issue 13 §3: the student's card
+    assert "-DP per record or user" in card and "Confident-GNMax" in card
+    assert "Data size:** 60 units" in card
     assert res.other_rate == np.mean(np.arange(30) % 7 == 0)
 
 

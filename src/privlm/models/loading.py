@@ -139,7 +139,25 @@ def load_public_model(
     >>> lm.placement.describe()["dtype"]
     'float32'
     """
-    place = resolve_placement(device, dtype)
+    loaded = _load(name_or_path, resolve_placement(device, dtype), seed)
+    # what a saved adapter's base_model_name_or_path says: an id or path plain PEFT can load
+    origin = base_model_id(name_or_path)
+    loaded.model.config._name_or_path = origin
+    loaded.model.name_or_path = origin  # what PEFT records (get_peft_model reads it)
+    return loaded
+
+
+def base_model_id(name_or_path: str) -> str:
+    """The Hugging Face id of a model privlm ships by name (its name, for ``tiny``, which
+    only privlm builds), the absolute path of a local directory, or the id given."""
+    spec = KNOWN_MODELS.get(name_or_path)
+    if spec is not None:
+        return spec.hf_id or spec.name
+    path = Path(name_or_path).expanduser()
+    return str(path.resolve()) if path.exists() else name_or_path
+
+
+def _load(name_or_path: str, place: Placement, seed: int) -> LoadedModel:
     spec = KNOWN_MODELS.get(name_or_path)
     if spec is not None and spec.kind == "tiny":
         tok = load_tokenizer("tiny")

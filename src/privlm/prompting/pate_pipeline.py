@@ -38,6 +38,7 @@ from privlm.prompting.scoring import (
 from privlm.prompting.student import StudentPrompt, select_student
 from privlm.prompting.tasks import Task, content_free_records, label_token_ids
 from privlm.randomness import PrivacyRandomness
+from privlm.training.model_card import model_card
 
 TEACHER_VOTES = ("top1", "labels")
 
@@ -243,9 +244,14 @@ def run_prompt_pate(
             "threshold": cfg.threshold,
             "sigma_threshold": cfg.sigma_threshold,
             "sigma": cfg.sigma,
+            "model": lm.name,
+            "units": len({r.unit for r in private}),
+            "unit_kind": "record" if all(r.unit.startswith("record-") for r in private) else "user",
             **lm.placement.describe(),
         }
         (d / "privacy.json").write_text(json.dumps(statement, indent=2))
+        card = model_card(statement, "A privlm student prompt (PromptPATE)", library=None)
+        (d / "README.md").write_text(card)
 
     write_directory_atomically(Path(out_dir), write)  # the labels were charged query by query
     return result

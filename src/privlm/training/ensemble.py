@@ -29,6 +29,7 @@ from privlm.data.partition import derive_key, new_partition_key, partition_by_un
 from privlm.errors import PrivlmError
 from privlm.progress import progress_bar
 from privlm.training.lora_finetune import LoraTrainingConfig, finetune_lora, save_untrained_adapter
+from privlm.training.model_card import ensemble_card
 
 MANIFEST = "manifest.json"
 FORMAT = "privlm-ensemble/1"
@@ -151,6 +152,7 @@ def train_ensemble(
     def record(name: str, stats: dict[str, Any]) -> None:
         manifest["adapters"][name] = {"status": "done", "path": name, **stats}
         manifest["targets"] = stats["targets"]
+        (out / name / "README.md").write_text(ensemble_card(manifest, member=name))
         _write_json(manifest_path, manifest)
         bar.update(1)
 
@@ -170,6 +172,7 @@ def train_ensemble(
             )
             record(name, stats)
     bar.close()
+    (out / "README.md").write_text(ensemble_card(manifest))
     return manifest
 
 

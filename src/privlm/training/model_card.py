@@ -26,27 +26,50 @@ def guarantee_line(privacy: Mapping[str, Any]) -> str:
     return f"{pair}-DP per {unit}"
 
 
-def model_card(privacy: Mapping[str, Any]) -> str:
+def base_model_line(model: str) -> list[str]:
+    """The front matter's ``base_model``: a Hugging Face id, when the model has one."""
+    from privlm.models.loading import base_model_id
+
+    hub = base_model_id(model) if model else ""
+    return [f"base_model: {hub}"] if "/" in hub and not hub.startswith("/") else []
+
+
+def mechanism_lines(privacy: Mapping[str, Any]) -> list[str]:
+    lines = [f"- **Mechanism:** {privacy.get('mechanism', '')}"]
+    if privacy.get("noise_multiplier") is not None and privacy.get("sample_rate") is not None:
+        lines.append(
+            f"- **Accountant:** {privacy.get('accountant', '')}; σ = "
+            f"{privacy.get('noise_multiplier')}, q = {privacy.get('sample_rate')}, "
+            f"{privacy.get('steps')} steps, clipping norm {privacy.get('max_grad_norm')}"
+        )
+    elif privacy.get("accounting"):
+        lines.append(f"- **Accountant:** {privacy['accounting']}")
+    return lines
+
+
+def model_card(
+    privacy: Mapping[str, Any], title: str = "A privlm adapter", library: str | None = "peft"
+) -> str:
     """The card's Markdown, with Hugging Face front matter."""
+    from privlm.models.loading import base_model_id
+
+    model = str(privacy.get("model", ""))
     lines = [
         "---",
-        "library_name: peft",
-        f"base_model: {privacy.get('model', '')}",
+        *([f"library_name: {library}"] if library else []),
+        *base_model_line(model),
         "tags: [privlm, differential-privacy]",
         "---",
         "",
-        "# A privlm adapter",
+        f"# {title}",
         "",
         f"**Guarantee:** {guarantee_line(privacy)}.",
         "",
-        f"- **Mechanism:** {privacy.get('mechanism', '')}",
-        f"- **Accountant:** {privacy.get('accountant', '')}; σ = "
-        f"{privacy.get('noise_multiplier')}, q = {privacy.get('sample_rate')}, "
-        f"{privacy.get('steps')} steps, clipping norm {privacy.get('max_grad_norm')}",
+        *mechanism_lines(privacy),
         f"- **Privacy unit:** {privacy.get('unit', 'record')}; neighbouring datasets differ by "
         "adding or removing one unit",
         f"- **Data size:** {privacy.get('units')} units",
-        f"- **Base model:** {privacy.get('model', '')}",
+        f"- **Base model:** {base_model_id(model) if model else ''}",
         f"- **Randomness:** {privacy.get('randomness', '')}",
     ]
     if privacy.get("warning"):
@@ -65,3 +88,47 @@ def model_card(privacy: Mapping[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def ensemble_card(manifest: Mapping[str, Any], member: str | None = None) -> str:
+    """The card of a PMixED or SubMix ensemble (or of one ``member`` adapter of it): it is
+    not DP by itself, since each adapter saw its part of the data in the clear; only tokens
+    mixed by a deployment are, at the deployment's (ε, δ)."""
+    model = str(manifest.get("model", ""))
+    from privlm.models.loading import base_model_id
+
+    what = (
+        f"adapter {member} of a {manifest.get('protocol')} ensemble"
+        if member
+        else f"a {manifest.get('protocol')} ensemble of {len(manifest.get('partition', []))} LoRA adapters"
+    )
+    return "\n".join([
+        "---",
+        "library_name: peft",
+        *base_model_line(model),
+        "tags: [privlm, differential-privacy, not-private-by-itself]",
+        "---",
+        "",
+        f"# privlm: {what}",
+        "",
+        "**Guarantee:** none by itself. Each adapter was fine-tuned without noise on one "
+        "disjoint part of the private data; do not release it. Tokens generated through a "
+        f"{str(manifest.get('protocol')).upper()} deployment are differentially private, at "
+        "the (ε, δ) that deployment's ledger states.",
+        "",
+        f"- **Mechanism:** {manifest.get('protocol')} private prediction over the ensemble "
+        "(parts by a keyed hash of each privacy unit, so one unit changes one part)",
+        "- **Accountant:** the deployment's (PMixED: data-dependent RDP per token; SubMix: "
+        "per-part RDP), charged before each token is released",
+        f"- **Privacy unit:** {manifest.get('privacy_unit')}; neighbouring datasets differ by "
+        "adding or removing one unit",
+        f"- **Data size:** {manifest.get('units')} units in {manifest.get('n_parts')} parts",
+        f"- **Base model:** {base_model_id(model) if model else ''}",
+        "",
+        "## What the guarantee does not cover",
+        "",
+        "- the adapters themselves, which must stay private;",
+        "- the public base model and whatever it memorised;",
+        "- tokens generated without a deployment's ledger.",
+        "",
+    ])  # fmt: skip

@@ -1,0 +1,62 @@
+"""Issue 13 §3: every artefact privlm writes carries a model card with its guarantee, and its
+adapters load in plain PEFT on the base model named in their config, giving privlm's logits."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from peft import PeftModel
+
+from privlm.data import Dataset, Record
+from privlm.models import load_public_model
+from privlm.models.loading import base_model_id
+from privlm.predict.loading import load_ensemble
+from privlm.training.dpsgd import DpSgdConfig, train_dpsgd
+from privlm.training.ensemble import train_ensemble
+from privlm.training.lora_finetune import LoraTrainingConfig
+from privlm.training.model_card import model_card
+
+NOTES = [Record(f"note {i}: the patient in room {i} is feeling better", f"user-{i % 6}")
+         for i in range(24)]  # fmt: skip
+
+
+def test_base_models_are_named_by_a_loadable_id(tmp_path):
+    assert base_model_id("smollm2-135m") == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert base_model_id(str(tmp_path)) == str(tmp_path.resolve())
+    assert base_model_id("meta-llama/Llama-3.2-1B") == "meta-llama/Llama-3.2-1B"
+    card = model_card({"epsilon": 3.0, "delta": 1e-5, "model": "smollm2-135m", "units": 9})
+    assert "base_model: HuggingFaceTB/SmolLM2-135M-Instruct" in card
+
+
+def test_a_dpsgd_adapter_states_its_guarantee_and_loads_in_plain_peft(tmp_path):
+    cfg = DpSgdConfig(target_epsilon=4.0, batch_size=4, physical_batch_size=4, epochs=1,
+                      block_size=16)  # fmt: skip
+    train_dpsgd("tiny", Dataset(NOTES, "notes", "user"), tmp_path / "dp", cfg, progress=False)
+    card = (tmp_path / "dp" / "README.md").read_text()
+    for needed in ("-DP per user", "Accountant:** rdp", "neighbouring datasets differ",
+                   "Data size:** 6 units", "Base model:** tiny", "does not cover"):  # fmt: skip
+        assert needed in card, needed
+    config = json.loads((tmp_path / "dp" / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == "tiny"
+
+
+def test_ensemble_members_load_in_plain_peft_with_privlms_logits(tmp_path):
+    cfg = LoraTrainingConfig(epochs=1, block_size=16, max_blocks=2)
+    ds = Dataset(NOTES, "notes", "user")
+    train_ensemble("tiny", ds, 2, tmp_path / "ens", config=cfg, progress=False)
+    card = (tmp_path / "ens" / "README.md").read_text()
+    assert "none by itself" in card and "Data size:** 6 units in 2 parts" in card
+    lm, engine, manifest = load_ensemble(tmp_path / "ens", "cpu", "float32")
+    ids = torch.tensor([lm.tokenizer("the patient is")["input_ids"]])
+    for row, part in enumerate(p["name"] for p in manifest["partition"]):
+        assert "do not release it" in (tmp_path / "ens" / part / "README.md").read_text()
+        config = json.loads((tmp_path / "ens" / part / "adapter_config.json").read_text())
+        assert config["base_model_name_or_path"] == "tiny"
+        plain = PeftModel.from_pretrained(load_public_model("tiny").model, tmp_path / "ens" / part)
+        with torch.no_grad():
+            expected = plain.eval()(input_ids=ids).logits.float()
+            ours, _ = engine.logits(ids, torch.tensor([row]))
+        torch.testing.assert_close(ours.float(), expected, atol=1e-4, rtol=1e-4)
+        public, _ = engine.logits(ids, torch.tensor([-1]))
+        assert not torch.allclose(public.float(), expected, atol=1e-4)  # the adapter matters
