@@ -1,1 +1,25 @@
-"""Training: LoRA target discovery, ensemble fine-tuning (PMixED / SubMix)."""
+"""Private fine-tuning: DP-SGD on LoRA adapters (record- and user-level), Just Fine-tune
+Twice, and the LoRA ensembles of PMixED and SubMix. The functions the CLI calls:
+
+- ``train_dpsgd(model, dataset, out_dir, DpSgdConfig(...), ledger=...)``
+- ``train_jft(model, dataset, out_dir, JftConfig(...), ledger=...)``
+- ``train_ensemble(model, dataset, parts, out_dir, protocol, LoraTrainingConfig(...))``
+"""
+
+from privlm.lazy import lazy_exports
+
+EXPORTS = {
+    "DpSgdConfig": "dpsgd",
+    "PrivacyStatement": "dpsgd",
+    "train_dpsgd": "dpsgd",
+    "JftConfig": "jft",
+    "SdpStatement": "jft",
+    "train_jft": "jft",
+    "LoraTrainingConfig": "lora_finetune",
+    "finetune_lora": "lora_finetune",
+    "train_ensemble": "ensemble",
+    "load_manifest": "ensemble",
+    "model_card": "model_card",
+}
+__getattr__ = lazy_exports(__name__, EXPORTS)
+__all__ = sorted(EXPORTS)

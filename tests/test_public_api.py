@@ -1,0 +1,34 @@
+"""Issue 13 §1: privlm.training, privlm.prompting and privlm.predict export the functions the
+CLI calls; every exported name resolves, and importing the packages stays cheap."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.parametrize("package", ["privlm.training", "privlm.prompting", "privlm.predict"])
+def test_every_exported_name_resolves(package):
+    module = importlib.import_module(package)
+    assert module.__all__
+    for name in module.__all__:
+        assert getattr(module, name) is not None, f"{package}.{name}"
+    with pytest.raises(AttributeError):
+        module.no_such_name  # noqa: B018
+
+
+def test_the_cli_calls_the_exported_functions():
+    from privlm import prompting, training
+    from privlm.cli import prompt, train
+
+    assert train.train_dpsgd is training.train_dpsgd and train.train_jft is training.train_jft
+    assert prompt.run_prompt_pate is prompting.run_prompt_pate
+
+
+def test_importing_the_training_and_prompting_packages_loads_no_torch():
+    code = "import sys, privlm.training, privlm.prompting; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
