@@ -8,15 +8,17 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "privlm"
-BASE = {"errors", "settings", "fsutil", "progress", "randomness"}
+BASE = {"errors", "settings", "fsutil", "progress", "randomness", "extras", "lazy"}
 ALLOWED = {
     "errors": set(),
     "settings": {"errors"},
     "fsutil": set(),
     "progress": set(),
     "randomness": set(),
+    "extras": {"errors"},
+    "lazy": set(),
     "perturb": BASE | {"perturb"},
-    "accounting": {"errors", "accounting"},
+    "accounting": {"errors", "extras", "accounting"},
     "data": BASE | {"data"},
     "models": BASE | {"models"},
     "detect": BASE | {"data", "detect"},
