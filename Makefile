@@ -59,7 +59,7 @@ postgres:
 	fi
 
 unit: setup browser postgres
-	$(VENV)/bin/pytest -q -m "not slow"
+	$(VENV)/bin/pytest -q -m "not slow" --durations=25
 
 test: lint typecheck unit
 
