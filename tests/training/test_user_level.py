@@ -41,6 +41,17 @@ def groups(ds):
     return dp.records_per_unit(ds)
 
 
+def lora_on_tiny():
+    """The tiny model with a seeded, non-zero LoRA adapter: (lm, model, trainable, mask)."""
+    lm = load_public_model("tiny")
+    torch.manual_seed(0)
+    cfg = LoraConfig(r=4, lora_alpha=8, target_modules=discover_lora_targets(lm.model),
+                     init_lora_weights=False)  # fmt: skip
+    model = get_peft_model(lm.model, cfg)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    return lm, model, trainable, mask_embedding(lm.model, lm.tokenizer)
+
+
 def test_blocks_hold_every_token_of_every_user():
     tok = load_public_model("tiny").tokenizer
     g = groups(users_dataset())
@@ -57,16 +68,10 @@ def test_blocks_hold_every_token_of_every_user():
 
 
 def test_a_users_gradient_is_the_sum_of_their_blocks_gradients():
-    lm = load_public_model("tiny")
-    torch.manual_seed(0)
-    cfg = LoraConfig(r=4, lora_alpha=8, target_modules=discover_lora_targets(lm.model),
-                     init_lora_weights=False)  # fmt: skip
-    model = get_peft_model(lm.model, cfg)
+    lm, model, trainable, mask = lora_on_tiny()
     blocks = user_blocks(lm.tokenizer, groups(users_dataset(4, 3)), 16)
-    trainable = [p for p in model.parameters() if p.requires_grad]
     gsm = GradSampleModule(model, loss_reduction="sum")
     users = torch.tensor([1, 3])
-    mask = mask_embedding(lm.model, lm.tokenizer)
     acc = _user_gradients(gsm, blocks, users, trainable, 3, torch.device("cpu"), mask)
     gsm._close()
     for slot, u in enumerate(users.tolist()):
@@ -114,14 +119,8 @@ def test_without_noise_a_step_moves_by_the_mean_of_per_user_clipped_gradients(mo
     the sensitivity the accounting assumes."""
     from privlm.training import user_level
 
-    lm = load_public_model("tiny")
-    torch.manual_seed(0)
-    cfg = LoraConfig(r=4, lora_alpha=8, target_modules=discover_lora_targets(lm.model),
-                     init_lora_weights=False)  # fmt: skip
-    model = get_peft_model(lm.model, cfg)
+    lm, model, trainable, mask = lora_on_tiny()
     blocks = user_blocks(lm.tokenizer, groups(users_dataset(3, 4)), 16)
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    mask = mask_embedding(lm.model, lm.tokenizer)
     gsm = GradSampleModule(model, loss_reduction="sum")
     per_user = _user_gradients(
         gsm, blocks, torch.arange(3), trainable, 4, torch.device("cpu"), mask
