@@ -131,11 +131,20 @@ def test_a_task_without_corpus_needs_a_file_for_each_role_it_uses(tmp_path, task
 
 def test_counts_draw_from_a_file_and_never_exceed_it(tmp_path, task):
     f = write_csv(tmp_path / "p.csv", [f"c{i},mail,text {i},billing" for i in range(10)])
-    got = task_data(task, TaskFiles(private=f), {"private": 4}, {}, seed=1).private
+    got = task_data(task, TaskFiles(test=f), {"test": 4}, {}, seed=1).test
     assert len(got) == 4 and len({r.text for r in got}) == 4
-    assert got == task_data(task, TaskFiles(private=f), {"private": 4}, {}, seed=1).private
+    assert got == task_data(task, TaskFiles(test=f), {"test": 4}, {}, seed=1).test
     with pytest.raises(DataError, match="asked for 11 examples, the file has 10"):
-        task_data(task, TaskFiles(private=f), {"private": 11}, {})
+        task_data(task, TaskFiles(test=f), {"test": 11}, {})
+
+
+def test_a_private_file_is_never_subsampled(tmp_path, task):
+    """A seeded subset of a private file depends on every record in it: removing one user
+    could change many picks, so the ε stated for the file would not hold. Refused."""
+    f = write_csv(tmp_path / "p.csv", [f"c{i},mail,text {i},billing" for i in range(10)])
+    with pytest.raises(DataError, match="trains on a private file whole"):
+        task_data(task, TaskFiles(private=f), {"private": 4}, {})
+    assert len(task_data(task, TaskFiles(private=f), {"private": 10}, {}).private) == 10
 
 
 @requires_data

@@ -115,7 +115,8 @@ def dpsgd(
     epsilon: float | None = typer.Option(8.0, help="Target ε."),
     non_private: bool = typer.Option(False, "--non-private", help="No noise (the baseline)."),
     private: int | None = typer.Option(
-        None, help="Private examples (default 1000 of the corpus, or all of --private-data)."
+        None,
+        help="Private examples from the corpus (default 1000); a --private-data file is used whole.",
     ),
     virtual_tokens: int = typer.Option(10, help="Soft prompt / prefix length."),
     epochs: int = typer.Option(2, help="Epochs."),
@@ -195,8 +196,8 @@ def pate(
     ),
     private: int | None = typer.Option(
         None,
-        help="Private examples (default: all of --private-data, or 3 × teachers × shots of the "
-        "corpus: units are placed by a keyed hash, so a teacher is left empty, and abstains, "
+        help="Private examples from the corpus (a --private-data file is used whole; default "
+        "3 × teachers × shots: units are placed by a keyed hash, so a teacher is left empty, and abstains, "
         "with probability about e^-3).",
     ),
     holdout: int = typer.Option(100, help="Labelled public inputs held back to pick the student."),

@@ -137,9 +137,22 @@ def _template_fields(record: Record, task: Task, cols: dict[str, str]) -> dict[s
             if cols[name] in record.fields}  # fmt: skip
 
 
-def _sample(records: list[Record], n: int | None, source: str, seed: int) -> list[Record]:
+def _sample(
+    records: list[Record], n: int | None, source: str, seed: int, role: str
+) -> list[Record]:
+    """``n`` of a file's records drawn by ``seed``; a private file is used whole."""
     if n is None or n == len(records):
         return records
+    if role == "private":
+        # which n records a seeded permutation picks depends on every record in the file,
+        # so one unit more or less could change many picks: the guarantee, stated for the
+        # file, would not hold at its ε
+        raise DataError(
+            source,
+            f"asked for {n} of the private file's {len(records)} examples; privlm trains on "
+            "a private file whole (a subset drawn from it would depend on every record, and "
+            "the guarantee would not hold), so make a smaller file instead",
+        )
     if n > len(records):
         raise DataError(source, f"asked for {n} examples, the file has {len(records)}")
     order = np.random.default_rng(seed).permutation(len(records))[:n]
@@ -155,7 +168,8 @@ def task_data(
     need: tuple[str, ...] = (),
 ) -> TaskSplits:
     """Private, public and test records. A role with a file takes all of it, or ``counts``
-    of it drawn by ``seed``; a role without one takes ``counts`` (else ``defaults``) from
+    of it drawn by ``seed`` (public and test only: a private file is used whole); a role
+    without one takes ``counts`` (else ``defaults``) from
     the task's corpus. A role in ``need`` that gets nothing is an error; without a corpus
     and a file, any other role is left empty."""
     got: dict[str, list[Record]] = {}
@@ -164,7 +178,7 @@ def task_data(
         path = files.path(role)
         if path is not None:
             ds = load_task_records(path, task, role, files.columns)
-            got[role] = _sample(ds.records, counts.get(role), ds.source, seed)
+            got[role] = _sample(ds.records, counts.get(role), ds.source, seed, role)
         else:
             n = counts.get(role)
             from_corpus[role] = defaults.get(role, 0) if n is None else n
