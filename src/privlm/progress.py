@@ -75,14 +75,16 @@ class LossMeter:
     never heard by a progress listener (the service records only steps)."""
 
     def __init__(self) -> None:
-        self.total = 0.0
+        self.total: Any = 0.0
         self.count = 0
 
-    def add(self, loss_sum: float, examples: int) -> None:
-        self.total += loss_sum
+    def add(self, loss_sum: Any, examples: int) -> None:
+        """``loss_sum`` may be a detached tensor on the device: it is read back only once
+        per report, not once per batch (no device sync in the training loop)."""
+        self.total = self.total + loss_sum
         self.count += examples
 
     def report(self, bar: Any) -> None:
         if self.count:
-            bar.set_postfix(loss=f"{self.total / self.count:.3f}", refresh=False)
+            bar.set_postfix(loss=f"{float(self.total) / self.count:.3f}", refresh=False)
         self.total, self.count = 0.0, 0

@@ -60,18 +60,24 @@ COMMANDS: dict[str, Entry] = {
 }
 
 
-def load_command(name: str) -> Any:
-    """The (Typer) click command of ``privlm NAME``, importing its module now."""
-    from privlm.cli.common import user_errors
-
+def mount(app: Any, name: str) -> None:
+    """Add ``privlm NAME`` (a group of commands or one command) to the Typer ``app``,
+    importing its module now."""
     entry = COMMANDS[name]
     target = getattr(importlib.import_module(f"privlm.cli.{entry.module}"), entry.attribute)
+    if isinstance(target, typer.Typer):
+        app.add_typer(target, name=name)
+    else:
+        app.command(name)(target)
+
+
+def load_command(name: str) -> Any:
+    """The (Typer) click command of ``privlm NAME``, mounted as the whole app mounts it."""
     parent = typer.Typer(pretty_exceptions_enable=False, add_completion=False)
-    if isinstance(target, typer.Typer):  # a group of commands, as the whole app mounts it
-        parent.add_typer(target, name=name)
-        return typer.main.get_command(parent).commands[name]  # type: ignore[attr-defined]
-    parent.command(name)(user_errors(target) if name == "generate" else target)
-    return typer.main.get_command(parent)  # one command: the command itself
+    mount(parent, name)
+    command = typer.main.get_command(parent)
+    # a group comes back inside the parent's group; a lone command comes back as itself
+    return getattr(command, "commands", {}).get(name, command)
 
 
 class LazyGroup(TyperGroup):
@@ -97,14 +103,8 @@ def full_app() -> Any:
     """Every command in one Typer app (imports them all)."""
     app = typer.Typer(help=HELP, no_args_is_help=True, pretty_exceptions_enable=False,
                       add_completion=False)  # fmt: skip
-    for name, entry in COMMANDS.items():
-        target = getattr(importlib.import_module(f"privlm.cli.{entry.module}"), entry.attribute)
-        if isinstance(target, typer.Typer):
-            app.add_typer(target, name=name)
-        else:
-            from privlm.cli.common import user_errors
-
-            app.command(name)(user_errors(target) if name == "generate" else target)
+    for name in COMMANDS:
+        mount(app, name)
     return app
 
 

@@ -28,6 +28,7 @@ from privlm.predict.loading import load_ensemble
 eval_app = typer.Typer(help="Evaluate private prediction.", no_args_is_help=True)
 
 
+@user_errors
 def generate(
     ensemble: Path = typer.Argument(..., help="A directory made by `privlm ensemble train`."),
     prompt: str = typer.Option(..., help="The query context."),
@@ -163,9 +164,10 @@ def eval_ppl(
 
 
 def _blocks_of(tokenizer: Any, texts: list[str], data: str, block_size: int,
-               blocks: int | None) -> list[list[int]]:  # fmt: skip
+               blocks: int | None) -> Any:  # fmt: skip
+    """The held-out token blocks, (blocks, block_size), or an error naming the data."""
     try:
-        return token_blocks(tokenizer, texts, block_size, blocks).tolist()
+        return token_blocks(tokenizer, texts, block_size, blocks)
     except ValueError:
         raise PrivlmError(
             f"{data}: not enough text for one block of {block_size} tokens; lower --block-size"
@@ -187,7 +189,7 @@ def _single_model_ppl(
     """The public model, or one LoRA adapter on it (no privacy cost: nothing is released
     but the perplexity of data the caller holds)."""
     from privlm.models import DEFAULT_MODEL, load_public_model
-    from privlm.models.perplexity import perplexity
+    from privlm.models.perplexity import block_perplexity
 
     expected = "public" if adapter_dir is None else "finetuned"
     if method not in (None, expected):
@@ -204,7 +206,7 @@ def _single_model_ppl(
 
         net = PeftModel.from_pretrained(lm.model, adapter_dir).eval()
     ids = _blocks_of(lm.tokenizer, texts, data, block_size, blocks)
-    res = perplexity(net, lm.tokenizer, texts, block_size, len(ids), progress=not as_json)
+    res = block_perplexity(net, ids, progress=not as_json)
     return {
         "method": expected,
         "model": lm.name,
@@ -261,7 +263,7 @@ def _ensemble_ppl(
 
     loaded = load_ensemble(ensemble, device, dtype)  # once, for every run and method
     lm, engine, manifest = loaded
-    ids = _blocks_of(lm.tokenizer, texts, data, block_size, blocks)
+    ids = _blocks_of(lm.tokenizer, texts, data, block_size, blocks).tolist()
     queries = sum(len(b) - 1 for b in ids)
     reports = []
     for r in range(runs):

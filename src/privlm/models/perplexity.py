@@ -52,6 +52,14 @@ def perplexity(
 ) -> PerplexityResult:
     """exp of the mean next-token NLL over every predicted token of every block."""
     blocks = token_blocks(tokenizer, texts, block_size, max_blocks)
+    return block_perplexity(model, blocks, batch_size, progress)
+
+
+@torch.no_grad()
+def block_perplexity(
+    model: PreTrainedModel, blocks: torch.Tensor, batch_size: int = 4, progress: bool = True
+) -> PerplexityResult:
+    """:func:`perplexity` of token blocks already cut, (blocks, block_size)."""
     total_nll, total_tokens = 0.0, 0
     model.eval()
     bar = tqdm(total=len(blocks), desc="perplexity", unit="block", disable=not progress)

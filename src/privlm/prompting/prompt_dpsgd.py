@@ -353,10 +353,11 @@ def _step(
     trainable: list[tuple[str, torch.nn.Parameter]],
     private: bool,
     device: torch.device,
-) -> tuple[float, int]:
-    """One (physical) step; returns the batch's summed loss and its size, for display."""
+) -> tuple[Any, int]:
+    """One (physical) step; returns the batch's summed loss (a detached tensor, read back
+    only when shown) and its size."""
     ids, mask, last, classes = (t.to(device) for t in batch)
-    shown = 0.0
+    shown: Any = 0.0
     optimizer.zero_grad(set_to_none=True)
     if len(ids) == 0:  # an empty Poisson batch: a noise-only step
         for _, p in trainable:
@@ -367,7 +368,7 @@ def _step(
         logits = class_logits(model, ids, mask, last, label_ids)
         loss = torch.nn.functional.cross_entropy(logits, classes)
         loss.backward()
-        shown = float(loss.detach()) * len(ids)
+        shown = loss.detach() * len(ids)
         if private:
             missing = [n for n, p in trainable if getattr(p, "grad_sample", None) is None]
             if missing:

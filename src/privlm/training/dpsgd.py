@@ -345,7 +345,7 @@ def _train_examples(
                         DPTensorFastGradientClipping(dp_model, dp_opt, losses, "mean").backward()
                     else:
                         losses.mean().backward()  # each example one term, as DP-SGD clips
-                    meter.add(float(losses.detach().sum()), len(losses))
+                    meter.add(losses.detach().sum(), len(losses))
                     if not checked_grads:
                         seen = "_norm_sample" if ghost else "grad_sample"
                         missing = [name for name, p in trainable if getattr(p, seen, None) is None]

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from privlm.models.loading import base_model_id
+
 
 def guarantee_line(privacy: Mapping[str, Any]) -> str:
     """One line: "(ε, δ)-DP per <unit>" or "(ε, δ)-SDP under policy '…'; DP: …"."""
@@ -26,12 +28,17 @@ def guarantee_line(privacy: Mapping[str, Any]) -> str:
     return f"{pair}-DP per {unit}"
 
 
-def base_model_line(model: str) -> list[str]:
-    """The front matter's ``base_model``: a Hugging Face id, when the model has one."""
-    from privlm.models.loading import base_model_id
-
+def front_matter(model: str, library: str | None, tags: str) -> list[str]:
+    """Hugging Face front matter; ``base_model`` only where the model has a hub id."""
     hub = base_model_id(model) if model else ""
-    return [f"base_model: {hub}"] if "/" in hub and not hub.startswith("/") else []
+    return [
+        "---",
+        *([f"library_name: {library}"] if library else []),
+        *([f"base_model: {hub}"] if "/" in hub and not hub.startswith("/") else []),
+        f"tags: [{tags}]",
+        "---",
+        "",
+    ]
 
 
 def mechanism_lines(privacy: Mapping[str, Any]) -> list[str]:
@@ -51,16 +58,9 @@ def model_card(
     privacy: Mapping[str, Any], title: str = "A privlm adapter", library: str | None = "peft"
 ) -> str:
     """The card's Markdown, with Hugging Face front matter."""
-    from privlm.models.loading import base_model_id
-
     model = str(privacy.get("model", ""))
     lines = [
-        "---",
-        *([f"library_name: {library}"] if library else []),
-        *base_model_line(model),
-        "tags: [privlm, differential-privacy]",
-        "---",
-        "",
+        *front_matter(model, library, "privlm, differential-privacy"),
         f"# {title}",
         "",
         f"**Guarantee:** {guarantee_line(privacy)}.",
@@ -95,20 +95,13 @@ def ensemble_card(manifest: Mapping[str, Any], member: str | None = None) -> str
     not DP by itself, since each adapter saw its part of the data in the clear; only tokens
     mixed by a deployment are, at the deployment's (ε, δ)."""
     model = str(manifest.get("model", ""))
-    from privlm.models.loading import base_model_id
-
     what = (
         f"adapter {member} of a {manifest.get('protocol')} ensemble"
         if member
         else f"a {manifest.get('protocol')} ensemble of {len(manifest.get('partition', []))} LoRA adapters"
     )
     return "\n".join([
-        "---",
-        "library_name: peft",
-        *base_model_line(model),
-        "tags: [privlm, differential-privacy, not-private-by-itself]",
-        "---",
-        "",
+        *front_matter(model, "peft", "privlm, differential-privacy, not-private-by-itself"),
         f"# privlm: {what}",
         "",
         "**Guarantee:** none by itself. Each adapter was fine-tuned without noise on one "

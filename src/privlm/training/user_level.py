@@ -246,7 +246,7 @@ def _user_gradients(
             logits = gsm(input_ids=x, attention_mask=attention).logits
         losses = per_example_losses(logits, y)
         losses.sum().backward()
-        meter.add(float(losses.detach().sum()), len(losses))
+        meter.add(losses.detach().sum(), len(losses))
         owner_slot = slot[blocks.owner[pick]].to(device)
         for a, p in zip(acc, trainable, strict=True):
             sample = getattr(p, "grad_sample", None)
