@@ -107,3 +107,15 @@ def test_data_that_does_not_fit_the_task_is_refused_at_submission(service):
     msg = r.json()["error"]["message"]
     assert r.status_code == 400 and "line 3: field 'label'" in msg
     assert "Jane" not in msg and "fraud" not in msg
+
+
+def test_a_prompt_dpsgd_job_over_the_dataset_budget_is_refused_and_releases_nothing(service):
+    private = upload(service, private_jsonl(), budget_epsilon=2)
+    j = submit(service, "acme", "prompt-dpsgd", private, task_spec=SPEC, epsilon=4, epochs=1,
+               batch_size=8)  # fmt: skip
+    run_queue(service)
+    done = job(service, "acme", j["id"])
+    assert done["status"] == "failed" and "budget" in done["error"], done
+    assert PrivacyLedger(service.ledgers, f"dataset-{private}").count() == 0
+    art = service.client.get(f"/v1/jobs/{j['id']}/artifact", headers=service.auth("acme"))
+    assert art.status_code != 200
