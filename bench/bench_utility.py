@@ -24,6 +24,7 @@ from privlm.data import corpora
 from privlm.models.perplexity import token_blocks
 from privlm.predict import PMixED, PMixEDConfig, SubMix, SubMixConfig, part_ledgers
 from privlm.predict.evaluate import evaluate
+from privlm.predict.factory import plain_predictor
 from privlm.predict.loading import load_ensemble
 from privlm.settings import cache_dir
 from privlm.training.ensemble import train_ensemble
@@ -65,23 +66,27 @@ def main() -> None:
     ).tolist()
     queries = sum(len(b) - 1 for b in blocks)
     ppl = {
-        "public": evaluate("public", blocks, single).perplexity,
-        "finetuned": evaluate("finetuned", blocks, single).perplexity,
+        "public": evaluate(plain_predictor("public", single, lm.tokenizer), blocks).perplexity,
+        "finetuned": evaluate(
+            plain_predictor("finetuned", single, lm.tokenizer), blocks
+        ).perplexity,
     }
     _, pm_engine, _ = load_ensemble(root / "pmixed")
-    ppl["ensemble"] = evaluate("ensemble", blocks, pm_engine).perplexity
+    ppl["ensemble"] = evaluate(
+        plain_predictor("ensemble", pm_engine, lm.tokenizer), blocks
+    ).perplexity
     q = min(1.0, 2.4 / args.n)
     with tempfile.TemporaryDirectory() as tmp:
         led = PrivacyLedger(Path(tmp) / "l.db", "pm", Budget(8.0, 1e-5))
         pm = PMixED(pm_engine, lm.tokenizer, led, PMixEDConfig(8.0, 1e-5, 3, queries, q), seed=0)
         t = time.perf_counter()
-        ppl["pmixed"] = evaluate("pmixed", blocks, pm_engine, pm).perplexity
+        ppl["pmixed"] = evaluate(pm, blocks).perplexity
         pm_eps, pm_secs = led.spent().epsilon, time.perf_counter() - t
         _, sm_engine, _ = load_ensemble(root / "submix")
         scfg = SubMixConfig(2.0, 2.0, 2.0 / queries)
         ledgers = part_ledgers(Path(tmp) / "l.db", "sm", args.k, scfg)
         sm = SubMix(sm_engine, lm.tokenizer, ledgers, scfg, seed=0)
-        rep = evaluate("submix", blocks, sm_engine, sm)
+        rep = evaluate(sm, blocks)
         ppl["submix"] = rep.perplexity
         sm_eps, sm_private = max(lg.spent().epsilon for lg in ledgers), rep.private_tokens
     gap = ppl["public"] - ppl["finetuned"]

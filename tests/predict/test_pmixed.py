@@ -73,7 +73,8 @@ def test_radius_is_the_largest_that_fits_the_per_query_budget(engine, tmp_path):
 def test_scoring_charges_one_query_per_position(engine, tmp_path):
     pm, ledger = make(engine, tmp_path)
     scores = pm.score([1, 2, 3, 4, 5])
-    assert scores.shape == (4,) and (scores <= 0).all()
+    assert scores.log_probs.shape == (4,) and (scores.log_probs <= 0).all()
+    assert scores.private == 4
     assert ledger.count() == 4
     with pytest.raises(BudgetExceededError, match="needs 10 queries"):
         pm.score(list(range(11)))

@@ -22,8 +22,9 @@ from privlm.cli.common import (
 from privlm.errors import PrivlmError
 from privlm.models.perplexity import token_blocks
 from privlm.predict.evaluate import METHODS, evaluate
-from privlm.predict.factory import build_predictor
+from privlm.predict.factory import build_predictor, plain_predictor
 from privlm.predict.loading import load_ensemble
+from privlm.predict.protocol import Predictor
 
 eval_app = typer.Typer(help="Evaluate private prediction.", no_args_is_help=True)
 
@@ -240,6 +241,12 @@ def _adapter_model(adapter_dir: Path) -> str | None:
     return None
 
 
+def _spent(predictor: Predictor) -> float:
+    """What a run spent: ε for PMixED, the largest part's RDP ε for SubMix, 0 otherwise."""
+    spent = predictor.budget().get("spent", {})
+    return float(spent.get("epsilon", spent.get("rdp_epsilon", 0.0)))
+
+
 def _ensemble_ppl(
     method: str,
     ensemble: Path,
@@ -267,22 +274,16 @@ def _ensemble_ppl(
     queries = sum(len(b) - 1 for b in ids)
     reports = []
     for r in range(runs):
-        predictor = None
-        spent = 0.0
-        if method in ("pmixed", "submix"):
-            with tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory() as tmp:
+            if method in ("pmixed", "submix"):
                 predictor = build_predictor(
                     method, ensemble, loaded, Path(tmp) / "eval.db", f"eval-run-{r}", epsilon,
                     delta, alpha, queries, sample_rate, beta, None if seed is None else seed + r,
                 )  # fmt: skip
-                rep = evaluate(method, ids, engine, predictor, adapter, progress=not as_json)
-                spent = (
-                    predictor.ledger.spent().epsilon
-                    if method == "pmixed"
-                    else max(lg.spent().epsilon for lg in predictor.ledgers)
-                )
-        else:
-            rep = evaluate(method, ids, engine, None, adapter, progress=not as_json)
+            else:
+                predictor = plain_predictor(method, engine, lm.tokenizer, adapter)
+            rep = evaluate(predictor, ids, progress=not as_json)
+            spent = _spent(predictor)
         reports.append({**rep.__dict__, "epsilon_spent": spent})
     return {
         "method": method,

@@ -35,6 +35,7 @@ from privlm.models import DEFAULT_MODEL, load_public_model, perplexity
 from privlm.models.perplexity import token_blocks
 from privlm.predict import PMixED, PMixEDConfig
 from privlm.predict.evaluate import evaluate
+from privlm.predict.factory import plain_predictor
 from privlm.predict.loading import load_ensemble
 from privlm.settings import cache_dir
 from privlm.training.ensemble import train_ensemble
@@ -144,13 +145,13 @@ def private_pipeline(
         blocks = token_blocks(
             lm.tokenizer, corpora.wikitext2("valid").texts(), eval_block_size, eval_blocks
         ).tolist()
-        public = evaluate("public", blocks, engine, progress=progress)
-        ensemble = evaluate("ensemble", blocks, engine, progress=progress)
+        public = evaluate(plain_predictor("public", engine, lm.tokenizer), blocks, progress)
+        ensemble = evaluate(plain_predictor("ensemble", engine, lm.tokenizer), blocks, progress)
         eval_ledger = PrivacyLedger(
             Path(tmp) / "eval.db", "eval", Budget(config.epsilon, config.delta)
         )
         scorer = PMixED(engine, lm.tokenizer, eval_ledger, config)
-        private = evaluate("pmixed", blocks, engine, scorer, progress=progress)
+        private = evaluate(scorer, blocks, progress=progress)
         eval_spent = eval_ledger.spent().epsilon
     say(
         f"      validation perplexity over {public.tokens} tokens: public {public.perplexity:.2f}, "

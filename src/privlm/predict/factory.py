@@ -1,5 +1,6 @@
-"""Build a private predictor (PMixED or SubMix) over a loaded ensemble, with its ledgers:
-one place for the CLI and the service."""
+"""Build a predictor over a loaded ensemble: PMixED or SubMix with their ledgers, or a plain
+one (the public model, one adapter, the ensemble average). The one place that maps a method's
+name to a :class:`~privlm.predict.protocol.Predictor`, for the CLI and the service."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ from typing import Any
 
 from privlm.accounting import Budget, PrivacyLedger
 from privlm.errors import PrivlmError
+from privlm.predict.engine import EnsembleEngine
+from privlm.predict.plain import PlainPredictor
 from privlm.predict.pmixed import PMixED, PMixEDConfig
+from privlm.predict.protocol import Predictor
 from privlm.predict.submix import SubMix, SubMixConfig, part_ledgers
 
 
@@ -34,7 +38,7 @@ def build_predictor(
     sample_rate: float,
     beta: float | None,
     seed: int | None,
-) -> Any:
+) -> Predictor:
     """A PMixED or SubMix predictor over an already loaded ensemble (``load_ensemble``),
     its ledger(s) named ``name`` in the database ``ledger`` (a path or a SQLAlchemy URL)."""
     lm, engine, manifest = loaded
@@ -60,3 +64,20 @@ def build_predictor(
             seed,
         )
     raise PrivlmError(f"unknown method {method!r}; choose pmixed or submix")
+
+
+def plain_predictor(
+    method: str, engine: EnsembleEngine, tokenizer: Any, adapter: int = 0
+) -> PlainPredictor:
+    """``public`` (the public model), ``finetuned`` (adapter number ``adapter``) or
+    ``ensemble`` (the plain average of every adapter: not private, a utility baseline)."""
+    rows = {
+        "public": [-1],
+        "finetuned": [adapter],
+        "ensemble": list(range(engine.n_adapters)),
+    }.get(method)
+    if rows is None:
+        raise PrivlmError(f"unknown method {method!r}; choose public, finetuned or ensemble")
+    if method == "finetuned" and not 0 <= adapter < engine.n_adapters:
+        raise PrivlmError(f"adapter {adapter} is not one of the {engine.n_adapters} adapters")
+    return PlainPredictor(engine, tokenizer, rows, method)

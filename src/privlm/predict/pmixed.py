@@ -11,7 +11,8 @@ budget at α by Theorem C.3, and ρ* is chosen so one query costs at most that o
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Generator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -22,7 +23,8 @@ from privlm.accounting.analysis import pmixed as analysis
 from privlm.errors import BudgetExceededError, PrivlmError
 from privlm.predict.engine import CachedDecoder, EnsembleEngine, upcast_log_softmax
 from privlm.predict.pmixed_rule import pmixed_mixture, sample_subset
-from privlm.predict.sampling import check_ancestral, sample
+from privlm.predict.protocol import Generation, Scores, StreamingPredictor, Token, TokenStream
+from privlm.predict.sampling import sample
 from privlm.randomness import PrivacyRandomness, as_randomness
 
 
@@ -70,23 +72,11 @@ class PMixEDConfig:
         return self.query_cost(n_models)[1].times(self.queries)
 
 
-@dataclass
-class Generation:
-    """Released tokens and what they cost."""
-
-    text: str
-    token_ids: list[int]
-    epsilon_spent: float
-    queries_used: int
-    queries_left: int
-    stopped: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-class PMixED:
+class PMixED(StreamingPredictor):
     """Private prediction over an ensemble of LoRA adapters. One ledger per deployment."""
 
     mechanism = "pmixed"
+    charges_tokens = True
 
     def __init__(
         self,
@@ -140,27 +130,45 @@ class PMixED:
         )
         return mix.log_probs
 
-    def generate(self, prompt: str, max_new_tokens: int = 32, **sampling: Any) -> Generation:
-        """Sample up to ``max_new_tokens`` private tokens after ``prompt``.
+    def exhausted(self) -> bool:
+        return self.queries_left() < 1
+
+    def budget(self) -> dict[str, Any]:
+        """(ε, δ) over all T queries: budget, spent, what is left, and the queries."""
+        cfg, spent = self.config, self.ledger.spent().epsilon
+        return {
+            "mechanism": self.mechanism,
+            "budget": {"epsilon": cfg.epsilon, "delta": cfg.delta},
+            "spent": {"epsilon": spent, "delta": cfg.delta},
+            "remaining": {"epsilon": max(cfg.epsilon - spent, 0.0)},
+            "exhausted": self.exhausted(),
+            "queries": {
+                "used": self.queries_used(), "total": cfg.queries, "left": self.queries_left()
+            },
+            "note": "(ε, δ)-DP over all T queries. Even one query shows a large ε: the "
+            "RDP-to-(ε, δ) conversion adds about log(1/δ)/(α−1) at the first query, and "
+            "little after it.",
+        }  # fmt: skip
+
+    def stream(self, prompt_ids: list[int], max_new_tokens: int) -> TokenStream:
+        """Up to ``max_new_tokens`` private tokens after ``prompt_ids``, each charged (one
+        query) before it is released. Refused at once when no query is left.
 
         The Poisson subsets of every step are drawn up front: they are data-independent
         randomness, so this changes nothing in the output distribution, but adapters that no
         step samples are never evaluated, and each row leaves the KV cache after its last use.
         """
-        check_ancestral(sampling)
         if max_new_tokens < 1:
             raise PrivlmError("max_new_tokens must be at least 1")
         if self.queries_left() < 1:
             self._charge_one()  # raises with the reason
+        return TokenStream(self._tokens(prompt_ids, max_new_tokens))
+
+    def _tokens(self, ids: list[int], max_new_tokens: int) -> Generator[Token, None, str | None]:
         n, q = self.engine.n_adapters, self.config.sample_rate
         subsets = [sample_subset(self.rng, n, q).tolist() for _ in range(max_new_tokens)]
         last_use = {a: t for t, s in enumerate(subsets) for a in s}
-        ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"] or [
-            self.tokenizer.eos_token_id
-        ]
         decoder = CachedDecoder(self.engine, ids, [-1, *sorted(last_use)], max_new_tokens)
-        out: list[int] = []
-        stopped = None
         for t in range(max_new_tokens):
             position = {int(a): i for i, a in enumerate(decoder.rows.tolist())}
             sampled = decoder.last[[position[a] for a in subsets[t]]]
@@ -169,27 +177,25 @@ class PMixED:
             try:
                 self._charge_one()
             except BudgetExceededError as exc:
-                stopped = str(exc)
-                break
-            out.append(token)  # released only now that its cost is committed
+                return str(exc)
+            yield Token(token, True)  # released only now that its cost is committed
             if token == self.tokenizer.eos_token_id or t == max_new_tokens - 1:
-                break
+                return None
             still = [i for i, a in enumerate(decoder.rows.tolist()) if a < 0 or last_use[a] > t]
             if len(still) < len(decoder.rows):
                 decoder.keep(still)
             decoder.advance(token)
-        return Generation(
-            self.tokenizer.decode(out),
-            out,
-            self.ledger.spent().epsilon,
-            self.queries_used(),
-            self.queries_left(),
-            stopped,
-        )
+        return None
 
-    def score(self, token_ids: list[int]) -> torch.Tensor:
+    def generation(self, released: list[Token], stopped: str | None) -> Generation:
+        out = super().generation(released, stopped)
+        out.epsilon_spent = self.ledger.spent().epsilon
+        out.queries_used, out.queries_left = self.queries_used(), self.queries_left()
+        return out
+
+    def score(self, token_ids: list[int]) -> Scores:
         """Teacher-forced: log-probability of each token given its prefix, every position one
-        charged query (the papers' perplexity protocol). Returns len(token_ids) − 1 values."""
+        charged query (the papers' perplexity protocol): len(token_ids) − 1 values."""
         if len(token_ids) < 2:
             raise PrivlmError("scoring needs at least two tokens")
         need = len(token_ids) - 1
@@ -206,4 +212,4 @@ class PMixED:
             mixed = self._mix(upcast_log_softmax(logits[:, t]))
             self._charge_one()
             out[t] = mixed[token_ids[t + 1]]
-        return out
+        return Scores(out, need)

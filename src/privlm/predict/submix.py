@@ -9,6 +9,7 @@ this and every later query is answered by the public model alone, and the caller
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,8 +19,8 @@ from transformers import PreTrainedTokenizerBase
 from privlm.accounting import Budget, Charge, PrivacyLedger, RdpCurve, charge_together
 from privlm.errors import BudgetExceededError, PrivlmError
 from privlm.predict.engine import CachedDecoder, EnsembleEngine, upcast_log_softmax
-from privlm.predict.pmixed import Generation
-from privlm.predict.sampling import check_ancestral, sample
+from privlm.predict.protocol import Generation, Scores, StreamingPredictor, Token, TokenStream
+from privlm.predict.sampling import sample
 from privlm.predict.submix_rule import submix_step
 from privlm.randomness import PrivacyRandomness, as_randomness
 
@@ -51,8 +52,9 @@ def part_ledgers(target: Any, name: str, n_parts: int, config: SubMixConfig) -> 
     return PrivacyLedger.family(target, [f"{name}/part-{i:03d}" for i in range(n_parts)], budget)
 
 
-class SubMix:
+class SubMix(StreamingPredictor):
     mechanism = "submix"
+    charges_tokens = True
 
     def __init__(
         self,
@@ -124,7 +126,30 @@ class SubMix:
             return False
         return True
 
-    def score(self, token_ids: list[int]) -> tuple[torch.Tensor, int]:
+    def exhausted(self) -> bool:
+        return self.stopped
+
+    def budget(self) -> dict[str, Any]:
+        """SubMix's budget is Rényi DP at order α per part (Algorithm 2), shown as such, with
+        its (ε, δ) conversion beside it, never as if it were an (ε, δ) pair itself."""
+        cfg = self.config
+        spent = max(lg.spent().epsilon for lg in self.ledgers)  # RDP at order α
+        return {
+            "mechanism": self.mechanism,
+            "budget": {
+                "rdp_epsilon": cfg.epsilon, "order": cfg.alpha, "per": "part",
+                "as_dp": {"epsilon": cfg.lifetime_curve().to_dp(cfg.delta).epsilon,
+                          "delta": cfg.delta},
+            },
+            "spent": {"rdp_epsilon": spent, "order": cfg.alpha},
+            "remaining": {"rdp_epsilon": max(cfg.epsilon - spent, 0.0), "order": cfg.alpha},
+            "exhausted": self.exhausted(),
+            "queries": {"used": self.ledgers[0].count()},
+            "note": "Rényi DP at order α for each part (a unit lies in one part); as_dp is "
+            "what that converts to at δ",
+        }  # fmt: skip
+
+    def score(self, token_ids: list[int]) -> Scores:
         """Teacher-forced log-probabilities of each next token (one query each); returns
         them and how many were answered privately (the rest by the public model, after STOP)."""
         rows = torch.tensor([-1, *range(self.engine.n_adapters)])
@@ -140,34 +165,34 @@ class SubMix:
                     private += 1
                     continue
             out[t] = lp[0, token_ids[t + 1]].double()
-        return out, private
+        return Scores(out, private)
 
-    def generate(self, prompt: str, max_new_tokens: int = 32, **sampling: Any) -> Generation:
-        check_ancestral(sampling)
-        ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"] or [
-            self.tokenizer.eos_token_id
-        ]
+    def stream(self, prompt_ids: list[int], max_new_tokens: int) -> TokenStream:
+        """Up to ``max_new_tokens`` tokens after ``prompt_ids``: private ones (every part
+        charged first) until STOP, then the public model's (``Token.private`` False)."""
+        if max_new_tokens < 1:
+            raise PrivlmError("max_new_tokens must be at least 1")
+        return TokenStream(self._tokens(prompt_ids, max_new_tokens))
+
+    def _tokens(self, ids: list[int], max_new_tokens: int) -> Generator[Token, None, str | None]:
         decoder = CachedDecoder(
             self.engine, ids, [-1, *range(self.engine.n_adapters)], max_new_tokens
         )
-        out: list[int] = []
-        private = 0
         log_probs = decoder.last
-        for _ in range(max_new_tokens):
+        for t in range(max_new_tokens):
             token, was_private = self._query(log_probs)
-            private += was_private
-            out.append(token)
-            if token == self.tokenizer.eos_token_id:
+            yield Token(token, was_private)
+            if token == self.tokenizer.eos_token_id or t == max_new_tokens - 1:
                 break
             log_probs = decoder.advance(token)
-        spent = [lg.spent().epsilon for lg in self.ledgers]
         stop = self.ledgers[0].flag(STOP_FLAG)
-        return Generation(
-            self.tokenizer.decode(out),
-            out,
-            max(spent),
-            self.ledgers[0].count(),
-            0,
-            None if stop is None else f"STOP: {stop}; later tokens come from the public model only",
-            {"private_tokens": private, "public_tokens": len(out) - private, "part_spent": spent},
+        return (
+            None if stop is None else f"STOP: {stop}; later tokens come from the public model only"
         )
+
+    def generation(self, released: list[Token], stopped: str | None) -> Generation:
+        out = super().generation(released, stopped)
+        spent = [lg.spent().epsilon for lg in self.ledgers]
+        out.epsilon_spent, out.queries_used = max(spent), self.ledgers[0].count()
+        out.extra["part_spent"] = spent
+        return out

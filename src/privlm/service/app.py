@@ -11,13 +11,12 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, File, Form, Header, Request, UploadFile
+from fastapi import FastAPI, File, Form, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
@@ -31,6 +30,8 @@ from privlm.perturb.mechanisms import DEFAULT_CLIP
 from privlm.perturb.vocabulary import DEFAULT_VOCABULARY, load_glove
 from privlm.service import datasets as ds_api
 from privlm.service import jobs as jobs_api
+from privlm.service.api_errors import ApiError, not_found
+from privlm.service.auth import Db, Me, MeBriefly
 from privlm.service.db import (
     Dataset,
     Deployment,
@@ -42,7 +43,6 @@ from privlm.service.db import (
     session_factory,
 )
 from privlm.service.deployments import (
-    BudgetExhausted,
     DeploymentParams,
     DeploymentRuntime,
     check_config,
@@ -51,8 +51,8 @@ from privlm.service.deployments import (
     deployment_guarantee,
     reserve_on_dataset,
 )
-from privlm.service.keys import tenant_for_key
 from privlm.service.limits import BodySizeLimit
+from privlm.service.openai_api import mount_openai
 
 STATIC = Path(__file__).with_name("static")
 log = logging.getLogger("privlm.service")
@@ -68,63 +68,11 @@ class ServiceSettings:
     vocabulary: int = DEFAULT_VOCABULARY
 
 
-class ApiError(Exception):
-    def __init__(self, status: int, kind: str, message: str, **extra: Any) -> None:
-        self.status, self.kind, self.message, self.extra = status, kind, message, extra
-
-
-def not_found(what: str, ident: str) -> ApiError:
-    return ApiError(404, "not_found", f"no {what} {ident!r} for this tenant")
-
-
 class JobRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     kind: str = Field(..., max_length=20)
     dataset_id: str = Field(..., max_length=40)
     params: dict[str, Any] = Field(default_factory=dict)
-
-
-class CompletionRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")  # OpenAI clients send fields we ignore
-    model: str = Field(..., max_length=40)
-    prompt: str | list[str] = Field(...)
-    max_tokens: int = Field(16, ge=1, le=256)
-    temperature: float | None = None
-    top_p: float | None = None
-    n: int = 1
-    stream: bool = False
-
-
-def get_session(request: Request) -> Iterator[Session]:
-    """One transaction per request."""
-    with request.app.state.sessions.begin() as s:
-        yield s
-
-
-def get_tenant(
-    s: Annotated[Session, Depends(get_session)],
-    authorization: Annotated[str | None, Header()] = None,
-) -> Tenant:
-    if not authorization or not authorization.startswith("Bearer "):
-        raise ApiError(401, "unauthorized", "send an API key: Authorization: Bearer <key>")
-    t = tenant_for_key(s, authorization.removeprefix("Bearer ").strip())
-    if t is None:
-        raise ApiError(401, "unauthorized", "unknown or revoked API key")
-    return t
-
-
-def get_tenant_briefly(
-    request: Request, authorization: Annotated[str | None, Header()] = None
-) -> Tenant:
-    """The caller's tenant, from a transaction closed at once: for routes that must not hold
-    the database while they work (generation charges the ledger token by token)."""
-    with request.app.state.sessions.begin() as s:
-        return get_tenant(s, authorization)
-
-
-Db = Annotated[Session, Depends(get_session)]
-Me = Annotated[Tenant, Depends(get_tenant)]
-MeBriefly = Annotated[Tenant, Depends(get_tenant_briefly)]
 
 
 def create_app(settings: ServiceSettings) -> FastAPI:
@@ -142,9 +90,7 @@ def create_app(settings: ServiceSettings) -> FastAPI:
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return JSONResponse(
-            {"error": {"type": exc.kind, "message": exc.message, **exc.extra}}, exc.status
-        )
+        return JSONResponse(exc.body(), exc.status)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -400,35 +346,7 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         out: dict[str, Any] = dep.budget()
         return out
 
-    @app.post("/v1/completions")
-    def completions(req: CompletionRequest, me: MeBriefly) -> dict[str, Any]:
-        prompts = [req.prompt] if isinstance(req.prompt, str) else req.prompt
-        if len(prompts) != 1 or req.n != 1 or req.stream:
-            raise ApiError(400, "invalid_request", "one prompt, n = 1 and no streaming")
-        if len(prompts[0]) > 20_000:
-            raise ApiError(400, "invalid_request", "the prompt is limited to 20,000 characters")
-        for name in ("temperature", "top_p"):
-            v = getattr(req, name)
-            if v is not None and v != 1:
-                raise ApiError(
-                    400, "invalid_request",
-                    f"{name} must be 1: private generation samples the mechanism's own "
-                    "distribution (any other sampling would void the accounting)",
-                )  # fmt: skip
-        dep = loaded(me, req.model)
-        try:
-            c = dep.complete(prompts[0], req.max_tokens)
-        except BudgetExhausted as exc:
-            raise ApiError(429, "budget_exhausted", str(exc), budget=dep.budget()) from None
-        return {
-            "id": new_id("cmpl"), "object": "text_completion", "created": int(time.time()),
-            "model": req.model,
-            "choices": [{"text": c.text, "index": 0, "logprobs": None, "finish_reason": c.finish_reason}],
-            "usage": {"prompt_tokens": c.prompt_tokens, "completion_tokens": c.tokens,
-                      "total_tokens": c.prompt_tokens + c.tokens},
-            "privlm": {"private_tokens": c.private_tokens, "public_tokens": c.public_tokens,
-                       "fallback": c.fallback, "note": c.note},
-        }  # fmt: skip
+    mount_openai(app, loaded)
 
     wrapped = BodySizeLimit(
         app, settings.max_body_bytes, settings.max_upload_bytes, ("/v1/datasets",)

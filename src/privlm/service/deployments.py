@@ -12,21 +12,21 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from privlm.accounting import Charge, PrivacyLedger, RdpCurve
 from privlm.errors import BudgetExceededError, PrivlmError
 from privlm.models.pool import ModelPool
-from privlm.predict.engine import CachedDecoder, EnsembleEngine
+from privlm.predict.engine import EnsembleEngine
 from privlm.predict.factory import build_predictor, submix_config
 from privlm.predict.loading import load_ensemble
-from privlm.predict.sampling import sample
-from privlm.randomness import PrivacyRandomness
+from privlm.predict.plain import PlainPredictor
+from privlm.predict.protocol import Predictor, Token
 from privlm.service.db import Deployment, Job
 from privlm.service.jobs import guarantee
 
@@ -35,6 +35,13 @@ MAX_TOKENS = 256
 
 class BudgetExhausted(PrivlmError):
     """The deployment's privacy budget is spent and it has no public fallback."""
+
+
+class DeploymentBusy(PrivlmError):
+    """Another request held the deployment longer than a request may wait for it."""
+
+
+LOCK_WAIT_S = 120.0
 
 
 class DeploymentParams(BaseModel):
@@ -52,6 +59,8 @@ class DeploymentParams(BaseModel):
 
 @dataclass
 class Completion:
+    """A finished completion: its text, token counts, why it ended, and what was private."""
+
     text: str
     tokens: int
     prompt_tokens: int
@@ -62,176 +71,174 @@ class Completion:
     note: str | None = None
 
 
-def _finish(tokens: list[int], eos: int | None, max_tokens: int, stopped: bool) -> str:
-    if tokens and tokens[-1] == eos:
-        return "stop"
-    if stopped and len(tokens) < max_tokens:
-        return "budget_exhausted"
-    return "length"
+class Release:
+    """One completion, released token by token (issue 13 §4).
+
+    Iterating yields each released token's text (possibly empty while a multi-byte character
+    is incomplete); a private token is yielded only after its charge is committed. The
+    deployment's lock is held from the first token to the last, or until :meth:`close`, so
+    its ledger sees one query at a time. The first ``next`` raises :class:`BudgetExhausted`
+    when nothing can be released: ask for it before sending a response.
+    """
+
+    def __init__(self, deployment: LoadedDeployment, prompt_ids: list[int], max_tokens: int):
+        if not (1 <= max_tokens <= MAX_TOKENS):
+            raise PrivlmError(f"max_tokens must be between 1 and {MAX_TOKENS}")
+        self.deployment, self.max_tokens = deployment, max_tokens
+        self.prompt_tokens = len(prompt_ids)
+        self.tokens: list[Token] = []
+        self.fallback, self.finish_reason = False, "length"
+        self.note: str | None = None
+        self._text = ""
+        self._pieces = self._run(prompt_ids)
+
+    def __iter__(self) -> Release:
+        return self
+
+    def __next__(self) -> str:
+        return next(self._pieces)
+
+    def close(self) -> None:
+        """Stop: nothing more is generated or charged; the lock is released."""
+        self._pieces.close()
+
+    @property
+    def text(self) -> str:
+        return self._text
+
+    def completion(self) -> Completion:
+        """The whole completion (iterates to the end first)."""
+        for _ in self:
+            pass
+        private = sum(t.private for t in self.tokens)
+        return Completion(
+            self._text, len(self.tokens), self.prompt_tokens, self.finish_reason, private,
+            len(self.tokens) - private, self.fallback, self.note,
+        )  # fmt: skip
+
+    def _piece(self, token: Token) -> str:
+        """The text ``token`` adds, held back while it ends in an incomplete character."""
+        self.tokens.append(token)
+        text = self.deployment.tokenizer.decode(
+            [t.id for t in self.tokens], skip_special_tokens=True
+        )
+        if text.endswith("\ufffd") and len(self.tokens) < self.max_tokens:
+            return ""
+        piece, self._text = text[len(self._text) :], text
+        return piece
+
+    def _run(self, ids: list[int]) -> Iterator[str]:
+        dep = self.deployment
+        if not dep.lock.acquire(timeout=LOCK_WAIT_S):
+            raise DeploymentBusy(
+                f"deployment {dep.row.id} answered other requests for {LOCK_WAIT_S:g}s; retry"
+            )
+        try:
+            yield from self._answer(ids)
+        finally:
+            dep.lock.release()
+
+    def _answer(self, ids: list[int]) -> Iterator[str]:
+        dep = self.deployment
+        predictor = dep.predictor
+        self.note = predictor.budget().get("note") if not predictor.charges_tokens else None
+        if predictor.exhausted():
+            yield from self._fallback(ids)
+            return
+        try:
+            stream = predictor.stream(ids, self.max_tokens)
+        except BudgetExceededError:
+            yield from self._fallback(ids)
+            return
+        truncated = False
+        try:
+            for token in stream:
+                if predictor.charges_tokens and not token.private and not dep.row.fallback:
+                    truncated = True  # SubMix after STOP: only the tokens it charged leave
+                    break
+                yield self._piece(token)
+        finally:
+            stream.close()
+        if not self.tokens:  # stopped before its first private token
+            yield from self._fallback(ids)
+            return
+        self.fallback = predictor.charges_tokens and any(not t.private for t in self.tokens)
+        if truncated:
+            self.note = "the private budget ran out (STOP): only the tokens charged leave"
+        elif stream.stopped is not None:
+            self.note = stream.stopped
+        self.finish_reason = self._finish(truncated or stream.stopped is not None)
+
+    def _ended(self) -> bool:
+        return bool(self.tokens) and self.tokens[-1].id == self.deployment.tokenizer.eos_token_id
+
+    def _finish(self, stopped: bool) -> str:
+        if self._ended():
+            return "stop"
+        return "budget_exhausted" if stopped and len(self.tokens) < self.max_tokens else "length"
+
+    def _fallback(self, ids: list[int]) -> Iterator[str]:
+        """The public model's answer, flagged, when the deployment allows it; else refuse."""
+        dep = self.deployment
+        if not dep.row.fallback:
+            raise BudgetExhausted(
+                f"the privacy budget of deployment {dep.row.id} is spent ({dep.spent_text()}); "
+                "no further private tokens can be released"
+            )
+        self.fallback = True
+        self.note = "the privacy budget is spent: this answer comes from the public model alone"
+        for token in dep.public.stream(ids, self.max_tokens):
+            yield self._piece(token)
+        self.finish_reason = self._finish(False)
 
 
 @dataclass
 class LoadedDeployment:
+    """A deployment ready to answer: its predictor (PMixED, SubMix or a DP adapter, behind
+    one interface), the public model for a fallback, and the lock that serialises it."""
+
     row: Deployment
     tokenizer: Any
-    engine: EnsembleEngine
-    predictor: Any = None  # PMixED | SubMix | None (adapter)
-    adapter_epsilon: dict[str, Any] = field(default_factory=dict)
+    predictor: Predictor
+    public: Predictor
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    # -- budget ------------------------------------------------------------------------------
-
-    def ledgers(self) -> list[PrivacyLedger]:
-        if self.predictor is None:
-            return []
-        if self.row.mechanism == "submix":
-            return list(self.predictor.ledgers)
-        return [self.predictor.ledger]
-
     def exhausted(self) -> bool:
-        if self.predictor is None:
-            return False
-        if self.row.mechanism == "pmixed":
-            return bool(self.predictor.queries_left() < 1)
-        return bool(self.predictor.stopped)
+        return self.predictor.exhausted()
 
     def budget(self) -> dict[str, Any]:
-        row = self.row
-        if self.predictor is None:
-            return {
-                "deployment": row.id, "mechanism": "adapter",
-                "per_token_cost": 0.0,
-                "training": self.adapter_epsilon,
-                "note": (
-                    "a JFT adapter: selective DP (SDP) under its policy, not DP; its tokens "
-                    "are post-processing and cost nothing more"
-                    if self.adapter_epsilon.get("guarantee_kind") == "SDP"
-                    else "a DP-trained adapter: its tokens are post-processing and cost nothing"
-                ),
-            }  # fmt: skip
-        if row.mechanism == "submix":
-            return self._submix_budget()
-        spent = max(lg.spent().epsilon for lg in self.ledgers())
-        p = self.predictor
-        return {
-            "deployment": row.id,
-            "mechanism": row.mechanism,
-            "budget": {"epsilon": row.budget_epsilon, "delta": row.budget_delta},
-            "spent": {"epsilon": spent, "delta": row.budget_delta},
-            "remaining": {"epsilon": max(row.budget_epsilon - spent, 0.0)},
-            "exhausted": self.exhausted(),
-            "fallback": row.fallback,
-            "queries": {
-                "used": p.queries_used(), "total": p.config.queries, "left": p.queries_left()
-            },
-            "note": "(ε, δ)-DP over all T queries, reserved on the dataset's budget at "
-            "creation. Even one query shows a large ε: the RDP-to-(ε, δ) conversion adds "
-            "about log(1/δ)/(α−1) at the first query, and little after it.",
-        }  # fmt: skip
-
-    def _submix_budget(self) -> dict[str, Any]:
-        """SubMix's budget is Rényi DP at order α per part (Algorithm 2), shown as such, with
-        its (ε, δ) conversion beside it, never as if it were an (ε, δ) pair itself."""
-        cfg = self.predictor.config
-        spent = max(lg.spent().epsilon for lg in self.ledgers())  # RDP at order α
-        return {
-            "deployment": self.row.id,
-            "mechanism": "submix",
-            "budget": {
-                "rdp_epsilon": cfg.epsilon, "order": cfg.alpha, "per": "part",
-                "as_dp": {"epsilon": cfg.lifetime_curve().to_dp(cfg.delta).epsilon,
-                          "delta": cfg.delta},
-            },
-            "spent": {"rdp_epsilon": spent, "order": cfg.alpha},
-            "remaining": {"rdp_epsilon": max(cfg.epsilon - spent, 0.0), "order": cfg.alpha},
-            "exhausted": self.exhausted(),
-            "fallback": self.row.fallback,
-            "queries": {"used": self.ledgers()[0].count()},
-            "note": "Rényi DP at order α for each part (a unit lies in one part); as_dp is "
-            "what that converts to at δ, and what the dataset's budget was charged",
-        }  # fmt: skip
-
-    # -- generation --------------------------------------------------------------------------
-
-    def _decode(self, prompt: str, max_tokens: int, row: int) -> list[int]:
-        """Plain sampling from one engine row: −1 the public model, 0 the adapter."""
-        ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"] or [
-            self.tokenizer.eos_token_id
-        ]
-        gen = PrivacyRandomness()
-        decoder = CachedDecoder(self.engine, ids, [row], max_tokens)
-        out: list[int] = []
-        with torch.no_grad():
-            for _ in range(max_tokens):
-                token = sample(decoder.last[0], gen)
-                out.append(token)
-                if token == self.tokenizer.eos_token_id:
-                    break
-                decoder.advance(token)
+        out = {"deployment": self.row.id, **self.predictor.budget()}
+        if self.predictor.charges_tokens:
+            out["fallback"] = self.row.fallback
+            out["note"] += (
+                " The deployment's whole cost was reserved on its dataset's budget at creation."
+            )
         return out
 
-    def complete(self, prompt: str, max_tokens: int) -> Completion:
-        if not (1 <= max_tokens <= MAX_TOKENS):
-            raise PrivlmError(f"max_tokens must be between 1 and {MAX_TOKENS}")
-        n_prompt = len(self.tokenizer(prompt, add_special_tokens=False)["input_ids"])
-        eos = self.tokenizer.eos_token_id
-        with self.lock:
-            if self.predictor is None:
-                toks = self._decode(prompt, max_tokens, 0)
-                return Completion(
-                    self.tokenizer.decode(toks), len(toks), n_prompt,
-                    _finish(toks, eos, max_tokens, False), 0, len(toks), False,
-                    "JFT adapter: (ε, δ)-SDP under its policy, not DP (post-processing: no "
-                    "per-token charge)" if self.adapter_epsilon.get("guarantee_kind") == "SDP"
-                    else "DP-trained adapter (post-processing: no per-token charge)",
-                )  # fmt: skip
-            if self.exhausted():
-                return self._fallback_or_refuse(prompt, max_tokens, n_prompt)
-            try:
-                gen = self.predictor.generate(prompt, max_new_tokens=max_tokens)
-            except BudgetExceededError:
-                return self._fallback_or_refuse(prompt, max_tokens, n_prompt)
-            extra = gen.extra or {}
-            private = int(extra.get("private_tokens", len(gen.token_ids)))
-            public = len(gen.token_ids) - private
-            if self.row.mechanism == "submix" and public and not self.row.fallback:
-                # SubMix answers from the public model after STOP; without fallback the
-                # deployment releases only the private tokens it charged
-                keep = gen.token_ids[:private]
-                if not keep:
-                    return self._fallback_or_refuse(prompt, max_tokens, n_prompt)
-                return Completion(
-                    self.tokenizer.decode(keep), len(keep), n_prompt, "budget_exhausted",
-                    private, 0, False, gen.stopped,
-                )  # fmt: skip
-            if not gen.token_ids and gen.stopped:
-                return self._fallback_or_refuse(prompt, max_tokens, n_prompt)
-            return Completion(
-                gen.text, len(gen.token_ids), n_prompt,
-                _finish(gen.token_ids, eos, max_tokens, gen.stopped is not None),
-                private, public, public > 0, gen.stopped,
-            )  # fmt: skip
-
-    def _fallback_or_refuse(self, prompt: str, max_tokens: int, n_prompt: int) -> Completion:
-        if not self.row.fallback:
-            b = self.budget()
-            spent = (
+    def spent_text(self) -> str:
+        b = self.predictor.budget()
+        if "rdp_epsilon" in b["spent"]:
+            return (
                 f"RDP ε {b['spent']['rdp_epsilon']:.4g} of {b['budget']['rdp_epsilon']:g} at "
                 f"order α={b['budget']['order']:g}"
-                if self.row.mechanism == "submix"
-                else f"ε {b['spent']['epsilon']:.4g} of {self.row.budget_epsilon:g} at δ "
-                f"{self.row.budget_delta:g}"
             )
-            raise BudgetExhausted(
-                f"the privacy budget of deployment {self.row.id} is spent ({spent}); no "
-                "further private tokens can be released"
-            )
-        toks = self._decode(prompt, max_tokens, -1)
-        return Completion(
-            self.tokenizer.decode(toks), len(toks), n_prompt,
-            _finish(toks, self.tokenizer.eos_token_id, max_tokens, False), 0, len(toks), True,
-            "the privacy budget is spent: this answer comes from the public model alone",
-        )  # fmt: skip
+        return (
+            f"ε {b['spent']['epsilon']:.4g} of {b['budget']['epsilon']:g} at δ "
+            f"{b['budget']['delta']:g}"
+        )
+
+    def prompt_ids(self, prompt: str) -> list[int]:
+        ids: list[int] = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        return ids or [self.tokenizer.eos_token_id]
+
+    def release(self, prompt: str | list[int], max_tokens: int) -> Release:
+        """A completion of ``prompt`` (text, or token ids from a chat template), released
+        token by token as it is iterated."""
+        ids = self.prompt_ids(prompt) if isinstance(prompt, str) else prompt
+        return Release(self, ids, max_tokens)
+
+    def complete(self, prompt: str, max_tokens: int) -> Completion:
+        return self.release(prompt, max_tokens).completion()
 
 
 class DeploymentRuntime:
@@ -265,13 +272,15 @@ def load_deployment(
             row.mechanism, out, loaded, ledger_url, f"deployment-{row.id}", row.budget_epsilon,
             row.budget_delta, p["alpha"], p["queries"], p["sample_rate"], p["beta"], None,
         )  # fmt: skip
-        return LoadedDeployment(row, lm.tokenizer, engine, predictor)
-    statement = json.loads((out / "privacy.json").read_text())
-    lm = models.get(json.loads(job.params)["model"])
-    engine = EnsembleEngine.from_directories(lm.model, [out])
-    keys = ("epsilon", "delta", "mechanism", "guarantee_kind", "policy", "dp_epsilon", "not_dp")
-    eps = {k: statement.get(k) for k in keys if k in statement}
-    return LoadedDeployment(row, lm.tokenizer, engine, None, eps)
+    else:
+        statement = json.loads((out / "privacy.json").read_text())
+        lm = models.get(json.loads(job.params)["model"])
+        engine = EnsembleEngine.from_directories(lm.model, [out])
+        keys = ("epsilon", "delta", "mechanism", "guarantee_kind", "policy", "dp_epsilon", "not_dp")
+        facts = {k: statement.get(k) for k in keys if k in statement}
+        predictor = PlainPredictor(engine, lm.tokenizer, [0], "adapter", facts)
+    public = PlainPredictor(engine, lm.tokenizer, [-1], "public")
+    return LoadedDeployment(row, lm.tokenizer, predictor, public)
 
 
 def deployment_guarantee(row: Deployment, job: Job | None) -> dict[str, Any]:

@@ -1,0 +1,133 @@
+"""One interface for everything that answers a prompt (issue 13 §1).
+
+PMixED, SubMix, a DP-trained adapter and the public model all answer through
+:class:`Predictor`: ``stream`` (tokens one at a time, each released only after its cost is
+committed), ``generate`` (the same tokens collected), ``score`` (teacher-forced
+log-probabilities) and ``budget``/``exhausted``. The CLI and the service build a predictor
+once (:mod:`privlm.predict.factory`) and never branch on the mechanism's name again.
+
+A stream is lazy: a token is computed, charged and released only when the consumer asks for
+the next one. A consumer that stops asking (a client that disconnected) stops generation, and
+what was charged stays charged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+from privlm.errors import PrivlmError
+from privlm.predict.sampling import check_ancestral
+
+
+@dataclass(frozen=True)
+class Token:
+    """One released token. ``private``: drawn from the private mechanism and charged to its
+    ledger; False for the public model (after SubMix's STOP, or a fallback) and for
+    post-processing of an already private release (a DP-trained adapter)."""
+
+    id: int
+    private: bool
+
+
+@dataclass(frozen=True)
+class Scores:
+    """Teacher-forced log-probabilities (float64) of every token after the first, and how
+    many of them were answered by the private mechanism (charged)."""
+
+    log_probs: torch.Tensor
+    private: int
+
+
+@dataclass
+class Generation:
+    """Released tokens and what they cost."""
+
+    text: str
+    token_ids: list[int]
+    epsilon_spent: float
+    queries_used: int
+    queries_left: int
+    stopped: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class TokenStream(Iterator[Token]):
+    """The tokens of one generation, one at a time. After the last, ``stopped`` says why a
+    private mechanism stopped early (None: end of sequence or the length asked for)."""
+
+    def __init__(self, tokens: Generator[Token, None, str | None]) -> None:
+        self._tokens = tokens
+        self.stopped: str | None = None
+
+    def __iter__(self) -> TokenStream:
+        return self
+
+    def __next__(self) -> Token:
+        try:
+            return next(self._tokens)
+        except StopIteration as end:
+            self.stopped = end.value
+            raise
+
+    def close(self) -> None:
+        """Stop generating: no further token is computed or charged."""
+        self._tokens.close()
+
+
+@runtime_checkable
+class Predictor(Protocol):
+    """What the CLI and the service need from any way of answering a prompt.
+
+    ``charges_tokens``: whether each private token is charged to a ledger (PMixED, SubMix),
+    or tokens are free (the public model, a DP-trained adapter's post-processing)."""
+
+    mechanism: str
+    charges_tokens: bool
+    tokenizer: Any
+
+    def stream(self, prompt_ids: list[int], max_new_tokens: int) -> TokenStream: ...
+
+    def generate(self, prompt: str, max_new_tokens: int = 32, **sampling: Any) -> Generation: ...
+
+    def score(self, token_ids: list[int]) -> Scores: ...
+
+    def budget(self) -> dict[str, Any]: ...
+
+    def exhausted(self) -> bool: ...
+
+
+class StreamingPredictor:
+    """``generate`` for predictors that implement ``stream``: the same tokens, collected."""
+
+    mechanism: str
+    tokenizer: Any
+
+    def stream(self, prompt_ids: list[int], max_new_tokens: int) -> TokenStream:
+        raise NotImplementedError
+
+    def prompt_ids(self, prompt: str) -> list[int]:
+        """The prompt's token ids without special tokens; an empty prompt is one EOS."""
+        ids: list[int] = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        return ids or [self.tokenizer.eos_token_id]
+
+    def generate(self, prompt: str, max_new_tokens: int = 32, **sampling: Any) -> Generation:
+        """Sample up to ``max_new_tokens`` tokens after ``prompt`` (ancestral sampling only:
+        any other decoding option is refused with the reason)."""
+        check_ancestral(sampling)
+        if max_new_tokens < 1:
+            raise PrivlmError("max_new_tokens must be at least 1")
+        tokens = self.stream(self.prompt_ids(prompt), max_new_tokens)
+        released = list(tokens)
+        return self.generation(released, tokens.stopped)
+
+    def generation(self, released: list[Token], stopped: str | None) -> Generation:
+        ids = [t.id for t in released]
+        private = sum(t.private for t in released)
+        return Generation(
+            self.tokenizer.decode(ids), ids, 0.0, 0, 0, stopped,
+            {"private_tokens": private, "public_tokens": len(ids) - private},
+        )  # fmt: skip
