@@ -47,7 +47,7 @@ lint: setup
 	$(VENV)/bin/ruff format --check src tests bench
 
 typecheck: setup
-	$(VENV)/bin/mypy src/privlm/accounting src/privlm/perturb src/privlm/service src/privlm/progress.py src/privlm/randomness.py
+	$(VENV)/bin/mypy  # the whole package, strict (pyproject.toml [tool.mypy])
 
 # PostgreSQL server binaries, for the service's --db postgresql:// test (a throwaway cluster
 # the test starts itself)

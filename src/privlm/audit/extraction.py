@@ -75,7 +75,8 @@ def _sample_plain(
             break
         out.append(tok)
         dec.advance(tok)
-    return tokenizer.decode(out)
+    text: str = tokenizer.decode(out)
+    return text
 
 
 def run_extraction(

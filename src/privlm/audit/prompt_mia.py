@@ -63,7 +63,8 @@ def correct_class_scores(
     """The attack's score: P(correct class) under the prompt with ``demos``."""
     probs = prompt_probabilities(model, tokenizer, task, demos, candidates, calibrated=False)
     truth = np.array([task.class_of(c) for c in candidates])
-    return probs[np.arange(len(candidates)), truth]
+    scores: np.ndarray = probs[np.arange(len(candidates)), truth]
+    return scores
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,9 @@ def prompt_mia(
     if len(pool) < nonmembers + 1:
         raise PrivlmError(f"the pool needs at least {nonmembers + 1} examples")
     rng = np.random.default_rng(seed)
-    all_m, all_n, per = [], [], []
+    all_m: list[np.ndarray] = []
+    all_n: list[np.ndarray] = []
+    per: list[float] = []
     for _ in tqdm(range(prompts), desc="prompt MIA", disable=not progress):
         pick = rng.choice(len(pool), size=nonmembers + 1, replace=False)
         member, others = pool[int(pick[0])], [pool[int(i)] for i in pick[1:]]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -90,7 +91,7 @@ def exposure(
     from privlm.models import load_public_model
 
     lm = load_public_model(model, device=device, dtype=dtype)
-    net = lm.model if adapter is None else PeftModel.from_pretrained(lm.model, adapter).eval()
+    net: Any = lm.model if adapter is None else PeftModel.from_pretrained(lm.model, adapter).eval()
     e = measure_exposure(net, lm.tokenizer, canary, prefix, max_rows, progress=not as_json)
     if as_json:
         emit_json({**e.__dict__, **lm.placement.describe()})

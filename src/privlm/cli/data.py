@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -80,7 +81,7 @@ def inspect(
         typer.echo(f"  DP-SGD:        {summary['token_usage']['summary']}")
 
 
-def _token_usage(ds, model: str, block_size: int, cap: int | None) -> dict:
+def _token_usage(ds: Any, model: str, block_size: int, cap: int | None) -> dict[str, Any]:
     """What DP-SGD at ``block_size`` trains on: users' blocks (all, or ``cap`` of them) for
     user-level data, each record cut at the block size otherwise."""
     from privlm.models.loading import load_tokenizer

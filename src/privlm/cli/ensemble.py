@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -130,7 +131,7 @@ def train(
     typer.echo(f"  {ensemble_token_usage(manifest)}")
 
 
-def ensemble_token_usage(manifest: dict) -> str:
+def ensemble_token_usage(manifest: dict[str, Any]) -> str:
     """The adapters' token usage, summed: what packing and --max-blocks left out."""
     usages = [a["token_usage"] for a in manifest["adapters"].values() if a.get("token_usage")]
     total = sum(u["tokens"] for u in usages)

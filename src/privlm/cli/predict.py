@@ -201,7 +201,7 @@ def _single_model_ppl(
     if adapter_dir is not None:
         model = model or _adapter_model(adapter_dir)
     lm = load_public_model(model or DEFAULT_MODEL, device=device, dtype=dtype)
-    net = lm.model
+    net: Any = lm.model
     if adapter_dir is not None:
         from peft import PeftModel
 
@@ -237,7 +237,8 @@ def _adapter_model(adapter_dir: Path) -> str | None:
         )
     statement = adapter_dir / "privacy.json"
     if statement.is_file():
-        return json.loads(statement.read_text()).get("model")
+        model: str | None = json.loads(statement.read_text()).get("model")
+        return model
     return None
 
 

@@ -44,7 +44,8 @@ def wikitext2(split: str = "valid", variant: str = "raw") -> Dataset:
     _check_split("wikitext2", split, ("train", "valid", "test"))
     _check_split("wikitext2 variant", variant, ("raw", "tokens"))
     p, lines = _lines(f"wikitext2/{variant}/{split}.txt.gz")
-    records, skipped = [], []
+    records: list[Record] = []
+    skipped: list[Skip] = []
     for i, line in enumerate(lines, start=1):
         if line.strip():
             records.append(Record(line.strip(), f"record-{len(records)}", line=i))
@@ -57,7 +58,7 @@ def sst2(split: str = "train") -> Dataset:
     """SST-2 sentences labelled negative/positive."""
     _check_split("sst2", split, ("train", "dev", "test"))
     p, lines = _lines(f"fewshot_cbu/sst2/stsa.binary.{split}.gz")
-    records = []
+    records: list[Record] = []
     for i, line in enumerate(lines, start=1):
         label, _, text = line.partition(" ")
         if label not in SST2_LABELS or not text:
@@ -70,7 +71,7 @@ def trec(split: str = "train") -> Dataset:
     """TREC questions with their coarse class (ABBR, DESC, ENTY, HUM, LOC, NUM)."""
     _check_split("trec", split, ("train", "test"))
     p, lines = _lines(f"fewshot_cbu/trec/{split}.txt.gz")
-    records = []
+    records: list[Record] = []
     for i, line in enumerate(lines, start=1):
         tag, _, text = line.partition(" ")
         coarse, _, fine = tag.partition(":")
@@ -84,7 +85,7 @@ def agnews(split: str = "test") -> Dataset:
     """AG News (test set only is staged): 'Title. Description' with its topic."""
     _check_split("agnews", split, ("test",))
     p = _path("fewshot_cbu/agnews/test.csv.gz")
-    records = []
+    records: list[Record] = []
     with gzip.open(p, "rt", encoding="utf-8", newline="") as fh:
         reader = csv.reader(fh)
         next(reader)
@@ -100,7 +101,7 @@ def agnews(split: str = "test") -> Dataset:
 def _superglue(task: str, split: str) -> Dataset:
     _check_split(task, split, ("train", "val", "test"))
     p, lines = _lines(f"fewshot_cbu/{task}/{split}.jsonl.gz")
-    records = []
+    records: list[Record] = []
     for i, line in enumerate(lines, start=1):
         obj = json.loads(line)
         records.append(

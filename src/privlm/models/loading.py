@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 from transformers import (
@@ -161,7 +162,8 @@ def _load(name_or_path: str, place: Placement, seed: int) -> LoadedModel:
     spec = KNOWN_MODELS.get(name_or_path)
     if spec is not None and spec.kind == "tiny":
         tok = load_tokenizer("tiny")
-        model = build_tiny_model(tok, seed=seed).to(device=place.device, dtype=place.dtype)
+        model: Any = build_tiny_model(tok, seed=seed)
+        model = model.to(device=place.device, dtype=place.dtype)
         return LoadedModel(model, tok, "tiny", "tiny")
     if spec is not None:
         folder = prepare_gguf_model(spec)

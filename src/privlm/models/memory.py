@@ -48,7 +48,7 @@ def model_bytes(config: Any, dtype: torch.dtype) -> int:
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     itemsize = torch.empty((), dtype=dtype).element_size()
-    return sum(p.numel() for p in model.parameters()) * itemsize
+    return int(sum(p.numel() for p in model.parameters()) * itemsize)
 
 
 def kv_cache_bytes(config: Any, dtype: torch.dtype, rows: int, tokens: int) -> int:

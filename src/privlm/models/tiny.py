@@ -31,4 +31,5 @@ def build_tiny_model(tokenizer: PreTrainedTokenizerBase, seed: int = 0) -> Llama
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = LlamaForCausalLM(tiny_config(tokenizer))
-    return model.eval()
+    model.eval()
+    return model

@@ -80,7 +80,7 @@ class StackedLoRA(nn.Module):
         self.stacks[key] = (a, b, scaling)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.base(x)
+        y: torch.Tensor = self.base(x)
         rows, active = self.router.rows, self.router.active
         stack = self.stacks.get(self.router.stack) if self.router.stack is not None else None
         if stack is None or rows is None or active is None or active.numel() == 0:
@@ -184,7 +184,8 @@ class EnsembleEngine:
 
     @property
     def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        device: torch.device = next(self.model.parameters()).device
+        return device
 
     @torch.no_grad()
     def logits(

@@ -21,6 +21,7 @@ import torch
 
 from privlm.errors import PrivlmError
 from privlm.predict.sampling import check_ancestral
+from privlm.randomness import PrivacyRandomness
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,7 @@ class Predictor(Protocol):
     mechanism: str
     charges_tokens: bool
     tokenizer: Any
+    rng: PrivacyRandomness  # the sampling noise: the OS CSPRNG unless a seed was given
 
     def stream(self, prompt_ids: list[int], max_new_tokens: int) -> TokenStream: ...
 

@@ -179,7 +179,9 @@ def labelled_public(
     ]
 
 
-def blackbox_accuracy(answers: NDArray[np.int64], truth: Sequence[int]) -> float:
+def blackbox_accuracy(
+    answers: NDArray[np.int64], truth: Sequence[int] | NDArray[np.int64]
+) -> float:
     """Accuracy where an OTHER answer counts as wrong."""
     a = np.asarray(answers)
     return float(np.mean((a == np.asarray(truth)) & (a != OTHER)))

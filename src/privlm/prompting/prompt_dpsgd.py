@@ -21,12 +21,19 @@ import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from opacus import PrivacyEngine
 from opacus.utils.batch_memory_manager import BatchMemoryManager
-from peft import PeftModel, PrefixTuningConfig, PromptTuningConfig, TaskType, get_peft_model
+from peft import (
+    PeftModel,
+    PrefixTuningConfig,
+    PromptLearningConfig,
+    PromptTuningConfig,
+    TaskType,
+    get_peft_model,
+)
 from torch.utils.data import DataLoader, TensorDataset
 
 from privlm.accounting import (
@@ -148,7 +155,7 @@ def prompt_model(lm: LoadedModel, kind: str, virtual_tokens: int, seed: int) -> 
             config = PrefixTuningConfig(
                 task_type=TaskType.CAUSAL_LM, num_virtual_tokens=virtual_tokens
             )
-        model = get_peft_model(lm.model, config)
+        model: PeftModel = get_peft_model(lm.model, config)
         if kind == "prefix":
             with torch.no_grad():
                 for p in model.parameters():
@@ -166,12 +173,14 @@ class BatchedSoftPrompt(torch.nn.Module):
     ``tests/prompting/test_prompt_dpsgd.py`` reproduces. Training therefore goes through
     this module; it shares PEFT's parameters, so the adapter is saved in PEFT's format."""
 
+    tokens: torch.Tensor  # the virtual tokens' ids (a buffer)
+
     def __init__(self, peft_model: PeftModel) -> None:
         super().__init__()
         adapter = peft_model.active_adapter
-        self.prompt = peft_model.prompt_encoder[adapter]
-        self.base = peft_model.get_base_model()
-        n = peft_model.peft_config[adapter].num_virtual_tokens
+        self.prompt: torch.nn.Module = peft_model.prompt_encoder[adapter]
+        self.base: Any = peft_model.get_base_model()
+        n = cast(PromptLearningConfig, peft_model.peft_config[adapter]).num_virtual_tokens
         self.register_buffer(
             "tokens", peft_model.prompt_tokens[adapter][:n].clone(), persistent=False
         )
@@ -227,7 +236,8 @@ def class_logits(
     logits = model(input_ids=ids, attention_mask=mask).logits
     offset = logits.size(1) - ids.size(1)  # soft prompts add their positions in front
     rows = torch.arange(ids.size(0), device=logits.device)
-    return logits[rows, offset + last.to(logits.device)][:, label_ids].float()
+    scores: torch.Tensor = logits[rows, offset + last.to(logits.device)][:, label_ids].float()
+    return scores
 
 
 def train_prompt_dpsgd(
@@ -335,7 +345,7 @@ def train_prompt_dpsgd(
     }
 
     def write(d: Path) -> None:
-        model.save_pretrained(d)
+        model.save_pretrained(str(d))
         (d / "privacy.json").write_text(json.dumps(privacy, indent=2))
         (d / "README.md").write_text(model_card(privacy))  # after PEFT's own card
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -25,11 +26,12 @@ from privlm.prompting.prompt_dpsgd import class_logits, encode_examples
 from privlm.prompting.tasks import Task, label_token_ids
 
 
-def _adapter_config(path: Path) -> dict:
+def _adapter_config(path: Path) -> dict[str, Any]:
     cfg = path / "adapter_config.json"
     if not cfg.is_file():
         raise PrivlmError(f"{path} is not a saved prompt adapter (no adapter_config.json)")
-    return json.loads(cfg.read_text())
+    config: dict[str, Any] = json.loads(cfg.read_text())
+    return config
 
 
 class SoftPromptBank:
@@ -52,7 +54,7 @@ class SoftPromptBank:
     def next_token_logits(self, rows: Sequence[tuple[int, str]]) -> torch.Tensor:
         """(prompt index, text) per row → next-token logits, one forward pass."""
         tok, model = self.lm.tokenizer, self.lm.model
-        emb = model.get_input_embeddings()
+        emb = cast(torch.nn.Embedding, model.get_input_embeddings())
         dev, dtype = emb.weight.device, emb.weight.dtype
         seqs = []
         for idx, text in rows:
@@ -68,7 +70,8 @@ class SoftPromptBank:
             mask[i, width - s.size(0) :] = 1
         positions = (mask.cumsum(1) - 1).clamp_min(0)
         out = model(inputs_embeds=x, attention_mask=mask, position_ids=positions).logits
-        return out[:, -1].float().cpu()
+        logits: torch.Tensor = out[:, -1].float().cpu()
+        return logits
 
 
 def prompt_adapter_accuracy(

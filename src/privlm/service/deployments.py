@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -119,7 +119,7 @@ class Release:
     def _piece(self, token: Token) -> str:
         """The text ``token`` adds, held back while it ends in an incomplete character."""
         self.tokens.append(token)
-        text = self.deployment.tokenizer.decode(
+        text: str = self.deployment.tokenizer.decode(
             [t.id for t in self.tokens], skip_special_tokens=True
         )
         if text.endswith("\ufffd") and len(self.tokens) < self.max_tokens:
@@ -127,7 +127,7 @@ class Release:
         piece, self._text = text[len(self._text) :], text
         return piece
 
-    def _run(self, ids: list[int]) -> Iterator[str]:
+    def _run(self, ids: list[int]) -> Generator[str, None, None]:
         dep = self.deployment
         if not dep.lock.acquire(timeout=LOCK_WAIT_S):
             raise DeploymentBusy(
@@ -138,7 +138,7 @@ class Release:
         finally:
             dep.lock.release()
 
-    def _answer(self, ids: list[int]) -> Iterator[str]:
+    def _answer(self, ids: list[int]) -> Generator[str, None, None]:
         dep = self.deployment
         predictor = dep.predictor
         self.note = predictor.budget().get("note") if not predictor.charges_tokens else None
@@ -177,7 +177,7 @@ class Release:
             return "stop"
         return "budget_exhausted" if stopped and len(self.tokens) < self.max_tokens else "length"
 
-    def _fallback(self, ids: list[int]) -> Iterator[str]:
+    def _fallback(self, ids: list[int]) -> Generator[str, None, None]:
         """The public model's answer, flagged, when the deployment allows it; else refuse."""
         dep = self.deployment
         if not dep.row.fallback:

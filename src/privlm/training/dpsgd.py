@@ -329,7 +329,7 @@ def _train_examples(
                         if ghost:
                             p.grad = torch.zeros_like(p)
                         else:
-                            p.grad_sample = torch.zeros(
+                            p.grad_sample = torch.zeros(  # type: ignore[attr-defined]  # Opacus's
                                 (0, *p.shape), dtype=p.dtype, device=p.device
                             )
                 else:
@@ -509,7 +509,7 @@ def train_dpsgd(
     }
 
     def write(d: Path) -> None:
-        model.save_pretrained(d)
+        model.save_pretrained(str(d))
         (d / "privacy.json").write_text(json.dumps(privacy, indent=2))
         (d / "README.md").write_text(model_card(privacy))  # after PEFT's own card
 

@@ -173,7 +173,7 @@ def train_ensemble(
             record(name, stats)
     bar.close()
     (out / "README.md").write_text(ensemble_card(manifest))
-    return manifest
+    return dict(manifest)
 
 
 def load_manifest(out_dir: str | Path) -> dict[str, Any]:

@@ -11,7 +11,7 @@ import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
@@ -112,14 +112,18 @@ def lora_model(
         if not (path / "adapter_config.json").is_file():
             raise PrivlmError(f"{path} is not a saved LoRA adapter (no adapter_config.json)")
         model = PeftModel.from_pretrained(lm.model, path, is_trainable=True)
-        found = sorted(model.peft_config["default"].target_modules)
+        found = sorted(cast(LoraConfig, model.peft_config["default"]).target_modules or [])
         return lm, model, found
     targets = targets or discover_lora_targets(lm.model)
     check_targets(lm.model, targets)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         config = LoraConfig(
-            r=rank, lora_alpha=alpha, target_modules=targets, lora_dropout=0.0, bias="none"
+            r=rank,
+            lora_alpha=alpha,  # type: ignore[arg-type]  # peft annotates int; a float scales too
+            target_modules=targets,
+            lora_dropout=0.0,
+            bias="none",
         )
         model = get_peft_model(lm.model, config)
     return lm, model, targets
@@ -134,7 +138,7 @@ def save_untrained_adapter(
         model_name, config.rank, config.alpha, config.targets, config.seed,
         device=config.device, dtype=config.dtype,
     )  # fmt: skip
-    write_directory_atomically(out_dir, model.save_pretrained)
+    write_directory_atomically(out_dir, lambda d: model.save_pretrained(str(d)))
     return {
         "blocks": 0, "tokens": 0, "steps": 0, "final_loss": None,
         "seconds": time.perf_counter() - t0, "targets": targets,
@@ -242,7 +246,7 @@ def finetune_lora(
             bar.update(1)
             bar.set_postfix(loss=f"{last_loss:.3f}")
     bar.close()
-    write_directory_atomically(out_dir, model.save_pretrained)
+    write_directory_atomically(out_dir, lambda d: model.save_pretrained(str(d)))
     return {
         "blocks": len(blocks),
         "tokens": int(blocks.numel()),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -132,7 +133,7 @@ def redacted_blocks(
 
 def mask_embedding(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> torch.Tensor:
     """The input vector of a mask slot (module docstring)."""
-    table = model.get_input_embeddings().weight.detach()
+    table = cast(torch.nn.Embedding, model.get_input_embeddings()).weight.detach()
     if tokenizer.mask_token_id is not None:
         return table[tokenizer.mask_token_id].clone()
     return table.mean(0)
@@ -142,7 +143,8 @@ def embed_with_masks(
     model: torch.nn.Module, ids: torch.Tensor, masked: torch.Tensor, mask_vector: torch.Tensor
 ) -> torch.Tensor:
     """Input embeddings of ``ids`` with masked positions replaced by ``mask_vector``."""
-    emb = model.get_input_embeddings()(ids)
+    embedding: torch.nn.Module = cast(Any, model).get_input_embeddings()
+    emb: torch.Tensor = embedding(ids)
     if bool(masked.any()):
         emb = torch.where(masked.unsqueeze(-1), mask_vector.to(emb.dtype), emb)
     return emb
