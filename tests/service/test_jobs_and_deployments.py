@@ -100,7 +100,10 @@ def test_deployments_of_one_model_share_its_weights(service, ensemble_job):
         assert complete(service, "acme", dep, max_tokens=1).status_code == 200
     runtime = service.state.runtime
     loaded = [runtime._loaded[i] for i in ids]
-    assert len(runtime.models) == 1 and loaded[0].predictor.engine.model is loaded[1].predictor.engine.model
+    assert (
+        len(runtime.models) == 1
+        and loaded[0].predictor.engine.model is loaded[1].predictor.engine.model
+    )
     assert loaded[0].predictor.engine.key != loaded[1].predictor.engine.key
     assert loaded[0].predictor.ledger.name != loaded[1].predictor.ledger.name
 

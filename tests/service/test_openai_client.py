@@ -100,7 +100,9 @@ def test_completions_and_models_through_the_official_client(served):
     assert 1 <= c.usage.completion_tokens <= 5
     assert c.model_extra["privlm"]["private_tokens"] == c.usage.completion_tokens
     models = {m.id: m for m in client.models.list()}
-    assert served.dep in models and models[served.dep].model_extra["privlm"]["mechanism"] == "pmixed"
+    assert (
+        served.dep in models and models[served.dep].model_extra["privlm"]["mechanism"] == "pmixed"
+    )
 
 
 def test_chat_uses_the_models_chat_template(served):
@@ -201,7 +203,7 @@ def test_budget_exhaustion_is_a_429_with_the_reason(served):
         lambda: list(client.chat.completions.create(
             model=dep, messages=[{"role": "user", "content": "hi"}], max_tokens=2, stream=True)),
     ):  # fmt: skip
-        with pytest.raises(openai.RateLimitError, match="privacy budget .* is spent") as err:
+        with pytest.raises(openai.RateLimitError, match=r"privacy budget .* is spent") as err:
             call()
         assert err.value.status_code == 429
         assert err.value.body["type"] == "budget_exhausted"

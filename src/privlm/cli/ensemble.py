@@ -18,10 +18,11 @@ from privlm.cli.common import (
     emit_json,
     user_errors,
 )
+from privlm.config import option
 from privlm.data import Dataset, corpora, load_file
 from privlm.errors import PrivlmError
 from privlm.models import DEFAULT_MODEL
-from privlm.training.ensemble import train_ensemble
+from privlm.training.ensemble import EnsembleConfig, train_ensemble
 from privlm.training.lora_finetune import LoraTrainingConfig
 
 app = typer.Typer(help="LoRA ensembles for PMixED and SubMix.", no_args_is_help=True)
@@ -59,24 +60,24 @@ def load_training_data(
 def train(
     data: str = typer.Argument(..., help="A .txt/.jsonl/.csv file, or wikitext2[:split]."),
     out: Path = typer.Option(..., "--out", help="Output directory (resumes if interrupted)."),
-    parts: int = typer.Option(8, "--parts", help="N (PMixED) or k (SubMix) disjoint parts."),
-    protocol: str = typer.Option("pmixed", help="pmixed: one adapter per part; submix: two."),
+    parts: int = option(EnsembleConfig, "parts"),
+    protocol: str = option(EnsembleConfig, "protocol"),
     model: str = typer.Option(DEFAULT_MODEL, help="Public model: name, HF id or directory."),
     limit: int | None = typer.Option(None, help="Use only the first LIMIT privacy units."),
     records: str = typer.Option("line", help=".txt only: 'line' or 'block' records."),
     text_column: str = TEXT_COLUMN_OPTION,
     user_column: str = USER_COLUMN_OPTION,
     no_header: bool = NO_HEADER_OPTION,
-    rank: int = typer.Option(4, help="LoRA rank r (Table 2)."),
-    alpha: float = typer.Option(32.0, help="LoRA α (Table 2)."),
+    rank: int = option(LoraTrainingConfig, "rank"),
+    alpha: float = option(LoraTrainingConfig, "alpha"),
     targets: str | None = typer.Option(
         None, help="Comma-separated module names; default: discovered."
     ),
-    epochs: int = typer.Option(3, help="Epochs per adapter."),
-    learning_rate: float = typer.Option(2e-4, "--lr", help="AdamW learning rate (Table 2)."),
-    block_size: int = typer.Option(256, help="Tokens per training block."),
-    batch_size: int = typer.Option(8, help="Blocks per step."),
-    max_blocks: int | None = typer.Option(None, help="Cap on blocks per adapter (quick runs)."),
+    epochs: int = option(LoraTrainingConfig, "epochs"),
+    learning_rate: float = option(LoraTrainingConfig, "learning_rate", "--lr"),
+    block_size: int = option(LoraTrainingConfig, "block_size"),
+    batch_size: int = option(LoraTrainingConfig, "batch_size"),
+    max_blocks: int | None = option(LoraTrainingConfig, "max_blocks"),
     seed: int = typer.Option(
         0, help="Training seed (initialisation, shuffling): no privacy randomness."
     ),

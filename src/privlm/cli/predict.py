@@ -19,11 +19,13 @@ from privlm.cli.common import (
     user_errors,
     warn_if_seeded,
 )
+from privlm.config import option
 from privlm.errors import PrivlmError
 from privlm.models.perplexity import token_blocks
 from privlm.predict.evaluate import METHODS, evaluate
 from privlm.predict.factory import build_predictor, plain_predictor
 from privlm.predict.loading import load_ensemble
+from privlm.predict.pmixed import PMixEDConfig
 from privlm.predict.protocol import Predictor
 
 eval_app = typer.Typer(help="Evaluate private prediction.", no_args_is_help=True)
@@ -36,11 +38,16 @@ def generate(
     method: str = typer.Option("pmixed", help="pmixed or submix."),
     ledger: Path = typer.Option(Path("privlm-ledger.db"), help="The budget ledger (SQLite)."),
     name: str = typer.Option("default", help="Ledger (deployment) name."),
-    epsilon: float = typer.Option(8.0, help="PMixED: ε_G at δ; SubMix: ε per part at order α."),
-    delta: float = typer.Option(1e-5, help="δ."),
-    alpha: int = typer.Option(3, help="Rényi order α."),
-    queries: int = typer.Option(1024, help="T, private queries over the budget's life."),
-    sample_rate: float = typer.Option(0.03, help="PMixED: Poisson sampling rate q."),
+    epsilon: float | None = typer.Option(
+        None,
+        help="PMixED: ε_G at δ (default 8); SubMix: RDP ε per part at order α (default 2).",
+    ),
+    delta: float = option(PMixEDConfig, "delta"),
+    alpha: float | None = typer.Option(
+        None, help="Rényi order α (default: PMixED 3, an integer; SubMix 2)."
+    ),
+    queries: int = option(PMixEDConfig, "queries"),
+    sample_rate: float = option(PMixEDConfig, "sample_rate"),
     beta: float | None = typer.Option(None, help="SubMix: target leakage β (default ε/T)."),
     max_new_tokens: int = typer.Option(32, help="Tokens to generate."),
     seed: int | None = SEED_OPTION,
@@ -121,10 +128,15 @@ def eval_ppl(
     ),
     block_size: int = typer.Option(128, help="Tokens per block."),
     runs: int = typer.Option(1, help="Average over runs (private methods are random)."),
-    epsilon: float = typer.Option(8.0, help="PMixED ε_G / SubMix ε per part."),
-    delta: float = typer.Option(1e-5, help="δ."),
-    alpha: int = typer.Option(3, help="Rényi order α."),
-    sample_rate: float = typer.Option(0.03, help="PMixED q."),
+    epsilon: float | None = typer.Option(
+        None,
+        help="PMixED: ε_G at δ (default 8); SubMix: RDP ε per part at order α (default 2).",
+    ),
+    delta: float = option(PMixEDConfig, "delta"),
+    alpha: float | None = typer.Option(
+        None, help="Rényi order α (default: PMixED 3, an integer; SubMix 2)."
+    ),
+    sample_rate: float = option(PMixEDConfig, "sample_rate"),
     beta: float | None = typer.Option(None, help="SubMix β (default ε/T)."),
     adapter: int = typer.Option(0, help="finetuned: which adapter of the ensemble."),
     seed: int | None = typer.Option(None, help="Seed of the first run (experiments only)."),
@@ -256,9 +268,9 @@ def _ensemble_ppl(
     blocks: int | None,
     block_size: int,
     runs: int,
-    epsilon: float,
+    epsilon: float | None,
     delta: float,
-    alpha: int,
+    alpha: float | None,
     sample_rate: float,
     beta: float | None,
     adapter: int,

@@ -15,6 +15,7 @@ from privlm.cli.common import (
     user_errors,
     warn_if_seeded,
 )
+from privlm.config import option
 from privlm.errors import PrivlmError
 from privlm.models import DEFAULT_MODEL, load_public_model
 from privlm.prompting.evaluate import accuracy, prompt_probabilities
@@ -106,22 +107,18 @@ def dpsgd(
     label_column: str | None = TASK_LABEL_COLUMN,
     user_column: str | None = TASK_USER_COLUMN,
     no_header: bool = TASK_NO_HEADER,
-    unit: str = typer.Option(
-        "auto",
-        help="What the guarantee protects when users have several records: user (each "
-        "user's first record) or record (every record); auto refuses to guess.",
-    ),
-    kind: str = typer.Option("soft-prompt", help="soft-prompt or prefix."),
-    epsilon: float | None = typer.Option(8.0, help="Target ε."),
+    unit: str = option(PromptDpSgdConfig, "unit"),
+    kind: str = option(PromptDpSgdConfig, "kind"),
+    epsilon: float | None = option(PromptDpSgdConfig, "target_epsilon"),
     non_private: bool = typer.Option(False, "--non-private", help="No noise (the baseline)."),
     private: int | None = typer.Option(
         None,
         help="Private examples from the corpus (default 1000); a --private-data file is used whole.",
     ),
-    virtual_tokens: int = typer.Option(10, help="Soft prompt / prefix length."),
-    epochs: int = typer.Option(2, help="Epochs."),
-    batch_size: int = typer.Option(32, help="Expected logical (Poisson) batch size."),
-    learning_rate: float = typer.Option(1e-2, "--lr", help="AdamW learning rate."),
+    virtual_tokens: int = option(PromptDpSgdConfig, "virtual_tokens"),
+    epochs: int = option(PromptDpSgdConfig, "epochs"),
+    batch_size: int = option(PromptDpSgdConfig, "batch_size"),
+    learning_rate: float = option(PromptDpSgdConfig, "learning_rate", "--lr"),
     test: int | None = typer.Option(
         None, help="Test examples (default 200 of the corpus, or all of --test-data; 0: skip)."
     ),
@@ -177,31 +174,25 @@ def pate(
     label_column: str | None = TASK_LABEL_COLUMN,
     user_column: str | None = TASK_USER_COLUMN,
     no_header: bool = TASK_NO_HEADER,
-    teachers: int = typer.Option(100, help="Teachers (one-shot prompts of private examples)."),
-    shots: int = typer.Option(1, help="Private examples per teacher."),
-    teacher_votes: str = typer.Option(
-        "top1",
-        help="top1: black-box teachers vote their top-1 token (no label: no vote); labels: "
-        "each votes the argmax of its calibrated label probabilities.",
-    ),
+    teachers: int = option(PromptPateConfig, "teachers"),
+    shots: int = option(PromptPateConfig, "shots"),
+    teacher_votes: str = option(PromptPateConfig, "teacher_votes"),
     public: int | None = typer.Option(
         None, help="Public inputs to label (default 300 of the corpus, or all of --public-data)."
     ),
-    threshold: float = typer.Option(60.0, help="Confident-GNMax threshold T."),
-    sigma_threshold: float = typer.Option(30.0, help="σ1 of the threshold check."),
-    sigma: float = typer.Option(10.0, help="σ2 of GNMax."),
-    epsilon: float = typer.Option(8.0, help="Budget ε: labelling stops before exceeding it."),
-    delta: float | None = typer.Option(
-        None, help="δ (default min(1/N^1.1, 1e-6), N private examples)."
-    ),
+    threshold: float = option(PromptPateConfig, "threshold"),
+    sigma_threshold: float = option(PromptPateConfig, "sigma_threshold"),
+    sigma: float = option(PromptPateConfig, "sigma"),
+    epsilon: float = option(PromptPateConfig, "epsilon"),
+    delta: float | None = option(PromptPateConfig, "delta"),
     private: int | None = typer.Option(
         None,
         help="Private examples from the corpus (a --private-data file is used whole; default "
         "3 × teachers × shots: units are placed by a keyed hash, so a teacher is left empty, and abstains, "
         "with probability about e^-3).",
     ),
-    holdout: int = typer.Option(100, help="Labelled public inputs held back to pick the student."),
-    candidates: int = typer.Option(20, help="Candidate student prompts."),
+    holdout: int = option(PromptPateConfig, "holdout"),
+    candidates: int = option(PromptPateConfig, "student_candidates", "--candidates"),
     test: int | None = typer.Option(
         None, help="Test examples (default 200 of the corpus, or all of --test-data; 0: skip)."
     ),

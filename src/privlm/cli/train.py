@@ -22,10 +22,11 @@ from privlm.cli.common import (
     warn_if_seeded,
 )
 from privlm.cli.ensemble import load_training_data
+from privlm.config import option
 from privlm.errors import AccountingError
 from privlm.models import DEFAULT_MODEL
 from privlm.training.dpsgd import DpSgdConfig, examples_per_unit, plan, train_dpsgd
-from privlm.training.jft import PHASE1_MODES, JftConfig, train_jft
+from privlm.training.jft import JftConfig, train_jft
 from privlm.training.lora_finetune import LoraTrainingConfig
 
 app = typer.Typer(help="Private fine-tuning.", no_args_is_help=True)
@@ -36,35 +37,24 @@ app = typer.Typer(help="Private fine-tuning.", no_args_is_help=True)
 def dpsgd(
     data: str = typer.Argument(..., help="A .txt/.jsonl/.csv file, or wikitext2[:split]."),
     out: Path = typer.Option(..., "--out", help="Where to write the adapter and privacy.json."),
-    epsilon: float | None = typer.Option(3.0, help="Target ε (σ is calibrated to meet it)."),
-    noise_multiplier: float | None = typer.Option(None, help="Fixed σ instead of a target ε."),
-    delta: float | None = typer.Option(None, help="δ (default 1/n^1.1, n privacy units)."),
-    max_grad_norm: float = typer.Option(1.0, help="Per-example clipping norm."),
-    batch_size: int = typer.Option(64, help="Expected logical (Poisson) batch size."),
-    physical_batch_size: int = typer.Option(8, help="Examples per forward pass (memory)."),
-    epochs: int = typer.Option(1, help="Epochs."),
-    learning_rate: float = typer.Option(4e-4, "--lr", help="AdamW learning rate."),
-    block_size: int = typer.Option(128, help="Tokens per example (longer are cut)."),
-    accountant: str = typer.Option("rdp", help="rdp or prv."),
-    user_sampling: str = typer.Option(
-        "joint",
-        help="With user ids: 'joint' (a user's records joined, clipped jointly) or "
-        "'one-per-user' (one random record of each sampled user per step).",
-    ),
-    max_blocks_per_user: int | None = typer.Option(
-        None, help="joint: train on at most this many blocks of each user (default: all)."
-    ),
-    user_reduction: str = typer.Option(
-        "mean",
-        help="joint: a user's gradient is the mean or the sum of their blocks' gradients "
-        "(clipped as one either way; the sensitivity is the same).",
-    ),
+    epsilon: float | None = option(DpSgdConfig, "target_epsilon"),
+    noise_multiplier: float | None = option(DpSgdConfig, "noise_multiplier"),
+    delta: float | None = option(DpSgdConfig, "delta"),
+    max_grad_norm: float = option(DpSgdConfig, "max_grad_norm"),
+    batch_size: int = option(DpSgdConfig, "batch_size"),
+    physical_batch_size: int = option(DpSgdConfig, "physical_batch_size"),
+    epochs: int = option(DpSgdConfig, "epochs"),
+    learning_rate: float = option(DpSgdConfig, "learning_rate", "--lr"),
+    rank: int = option(DpSgdConfig, "rank"),
+    block_size: int = option(DpSgdConfig, "block_size"),
+    accountant: str = option(DpSgdConfig, "accountant"),
+    user_sampling: str = option(DpSgdConfig, "user_sampling"),
+    max_blocks_per_user: int | None = option(DpSgdConfig, "max_blocks_per_user"),
+    user_reduction: str = option(DpSgdConfig, "user_reduction"),
     text_column: str = TEXT_COLUMN_OPTION,
     user_column: str = USER_COLUMN_OPTION,
     no_header: bool = NO_HEADER_OPTION,
-    grad_sample_mode: str = typer.Option(
-        "hooks", help="Per-sample gradients: 'hooks' or Opacus's 'ghost' clipping."
-    ),
+    grad_sample_mode: str = option(DpSgdConfig, "grad_sample_mode"),
     model: str = typer.Option(DEFAULT_MODEL, help="Public model."),
     limit: int | None = typer.Option(None, help="Use only the first LIMIT privacy units."),
     seed: int | None = SEED_OPTION,
@@ -93,6 +83,7 @@ def dpsgd(
         physical_batch_size=physical_batch_size,
         epochs=epochs,
         learning_rate=learning_rate,
+        rank=rank,
         block_size=block_size,
         accountant=accountant,
         seed=seed,
@@ -139,12 +130,8 @@ def _open_ledger(
 def jft(
     data: str = typer.Argument(..., help="A .txt/.jsonl/.csv file, or wikitext2[:split]."),
     out: Path = typer.Option(..., "--out", help="Where to write the final (phase-2) adapter."),
-    detector: str = typer.Option(
-        "low-entity",
-        help="Secret detector: regex, low-entity, high-entity, low-contextual, "
-        "high-contextual, presidio, or a union such as regex+low-entity.",
-    ),
-    phase1: str = typer.Option("direct", help=f"Phase-1 mode: {', '.join(PHASE1_MODES)}."),
+    detector: str = option(JftConfig, "detector"),
+    phase1: str = option(JftConfig, "phase1"),
     screened: Path | None = typer.Option(
         None, help="screened mode: the sanitised file (<mask> marks what was removed)."
     ),
@@ -153,19 +140,22 @@ def jft(
         help='light-noise mode: annotated sample, JSON lines {"text", "sensitive": [[s, e]]} '
         'or {"text", "secrets": [...]}.',
     ),
-    epsilon: float = typer.Option(3.0, help="Target ε of phase 2 (DP-SGD on the original data)."),
-    phase1_epsilon: float = typer.Option(
-        3.0, help="light noise: target ε for missed secrets, at rate q·m̃_hi."
+    epsilon: float = option(
+        DpSgdConfig, "target_epsilon", help="Target ε of phase 2 (DP-SGD on the original data)."
     ),
-    delta: float | None = typer.Option(None, help="δ (default 1/n^1.1, n privacy units)."),
-    phase1_epochs: int = typer.Option(1, help="Phase-1 epochs."),
-    phase1_lr: float = typer.Option(2e-4, help="Phase-1 learning rate."),
-    epochs: int = typer.Option(1, help="Phase-2 epochs."),
-    learning_rate: float = typer.Option(4e-4, "--lr", help="Phase-2 AdamW learning rate."),
-    batch_size: int = typer.Option(64, help="Expected logical (Poisson) batch size."),
-    physical_batch_size: int = typer.Option(8, help="Examples per forward pass (memory)."),
-    max_grad_norm: float = typer.Option(1.0, help="Per-example clipping norm."),
-    block_size: int = typer.Option(128, help="Tokens per example (longer are cut)."),
+    phase1_epsilon: float = option(JftConfig, "phase1_epsilon"),
+    delta: float | None = option(DpSgdConfig, "delta"),
+    phase1_epochs: int = option(JftConfig, "phase1_epochs"),
+    phase1_lr: float = option(JftConfig, "phase1_learning_rate", "--phase1-lr"),
+    epochs: int = option(DpSgdConfig, "epochs", help="Phase-2 epochs."),
+    learning_rate: float = option(
+        DpSgdConfig, "learning_rate", "--lr", help="Phase-2 AdamW learning rate."
+    ),
+    batch_size: int = option(DpSgdConfig, "batch_size"),
+    physical_batch_size: int = option(DpSgdConfig, "physical_batch_size"),
+    max_grad_norm: float = option(DpSgdConfig, "max_grad_norm"),
+    rank: int = option(DpSgdConfig, "rank"),
+    block_size: int = option(DpSgdConfig, "block_size"),
     miss: list[str] = typer.Option(
         [], "--miss", help="Audits only: a string the detector is made to miss (repeatable)."
     ),
@@ -200,6 +190,7 @@ def jft(
             physical_batch_size=physical_batch_size,
             epochs=epochs,
             learning_rate=learning_rate,
+            rank=rank,
             block_size=block_size,
             seed=seed,
             device=device,
@@ -207,11 +198,12 @@ def jft(
             gradient_checkpointing=gradient_checkpointing,
         )
 
-    p1_dp = dp(phase1_epsilon)
-    p1_dp.epochs, p1_dp.learning_rate = phase1_epochs, phase1_lr
     cfg = JftConfig(
         detector=detector,
         phase1=phase1,
+        phase1_epochs=phase1_epochs,
+        phase1_learning_rate=phase1_lr,
+        phase1_epsilon=phase1_epsilon,
         screened_file=screened,
         annotated_file=annotated,
         deliberately_missed=list(miss),
@@ -219,6 +211,7 @@ def jft(
             epochs=phase1_epochs,
             learning_rate=phase1_lr,
             pack=False,
+            rank=rank,
             block_size=block_size,
             batch_size=physical_batch_size,
             seed=0 if seed is None else seed,  # phase 1's shuffle: no noise, no guarantee
@@ -226,7 +219,6 @@ def jft(
             dtype=dtype,
             gradient_checkpointing=gradient_checkpointing,
         ),
-        phase1_dpsgd=p1_dp,
         phase2=dp(epsilon),
     )
     n = len(examples_per_unit(ds)[0])

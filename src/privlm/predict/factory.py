@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from privlm.accounting import Budget, PrivacyLedger
+from privlm.config import settings_of
 from privlm.errors import PrivlmError
 from privlm.predict.engine import EnsembleEngine
 from privlm.predict.plain import PlainPredictor
@@ -25,15 +26,28 @@ def submix_config(
     )
 
 
+def mechanism_defaults(
+    method: str, epsilon: float | None, alpha: float | None
+) -> tuple[float, float]:
+    """ε and α where not given: each mechanism's own (PMixED (8 at δ, α = 3); SubMix RDP
+    (2 at α = 2)), from its config class, so the CLI and the service never restate them."""
+    cls: type = SubMixConfig if method == "submix" else PMixEDConfig
+    s = settings_of(cls)
+    return (
+        s["epsilon"].default if epsilon is None else epsilon,
+        s["alpha"].default if alpha is None else alpha,
+    )
+
+
 def build_predictor(
     method: str,
     ensemble: Path,
     loaded: tuple[Any, Any, dict[str, Any]],
     ledger: str | Path,
     name: str,
-    epsilon: float,
+    epsilon: float | None,
     delta: float,
-    alpha: int,
+    alpha: float | None,
     queries: int,
     sample_rate: float,
     beta: float | None,
@@ -42,12 +56,15 @@ def build_predictor(
     """A PMixED or SubMix predictor over an already loaded ensemble (``load_ensemble``),
     its ledger(s) named ``name`` in the database ``ledger`` (a path or a SQLAlchemy URL)."""
     lm, engine, manifest = loaded
+    epsilon, alpha = mechanism_defaults(method, epsilon, alpha)
     if method == "pmixed":
         if manifest["protocol"] != "pmixed":
             raise PrivlmError(
                 f"{ensemble} is a {manifest['protocol']} ensemble; PMixED needs --protocol pmixed"
             )
-        cfg = PMixEDConfig(epsilon, delta, alpha, queries, sample_rate)
+        if alpha != int(alpha):
+            raise PrivlmError(f"PMixED's order α must be an integer, got {alpha:g}")
+        cfg = PMixEDConfig(epsilon, delta, int(alpha), queries, sample_rate)
         led = PrivacyLedger(ledger, name, Budget(epsilon, delta))
         return PMixED(engine, lm.tokenizer, led, cfg, seed)
     if method == "submix":

@@ -20,6 +20,7 @@ from transformers import PreTrainedTokenizerBase
 
 from privlm.accounting import Budget, Charge, PrivacyLedger, RdpCurve
 from privlm.accounting.analysis import pmixed as analysis
+from privlm.config import setting
 from privlm.errors import BudgetExceededError, PrivlmError
 from privlm.predict.engine import CachedDecoder, EnsembleEngine, upcast_log_softmax
 from privlm.predict.pmixed_rule import pmixed_mixture, sample_subset
@@ -38,11 +39,13 @@ def rdp_budget_for(epsilon: float, delta: float, alpha: int) -> float:
 class PMixEDConfig:
     """Privacy hyperparameters; defaults are Table 1 of the PMixED paper."""
 
-    epsilon: float = 8.0
-    delta: float = 1e-5
-    alpha: int = 3
-    queries: int = 1024
-    sample_rate: float = 0.03
+    epsilon: float = setting(8.0, "PMixED: ε_G of all T queries, at δ", gt=0, le=1000)
+    delta: float = setting(1e-5, "δ", gt=0, lt=1)
+    alpha: int = setting(3, "PMixED: Rényi order α (an integer)", ge=2, le=256)
+    queries: int = setting(1024, "T, private queries over the budget's life", ge=1, le=10**7)
+    sample_rate: float = setting(
+        0.03, "PMixED: Poisson sampling rate q of the ensemble", gt=0, le=1
+    )
 
     def __post_init__(self) -> None:
         analysis.check_alpha(self.alpha)

@@ -17,6 +17,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from privlm.accounting import Budget, Charge, PrivacyLedger, RdpCurve, charge_together
+from privlm.config import setting
 from privlm.errors import BudgetExceededError, PrivlmError
 from privlm.predict.engine import CachedDecoder, EnsembleEngine, upcast_log_softmax
 from privlm.predict.protocol import Generation, Scores, StreamingPredictor, Token, TokenStream
@@ -31,10 +32,10 @@ STOP_FLAG = "submix-stop"
 class SubMixConfig:
     """ε: the (α, ε) operational-privacy budget of every part; β: target leakage (Eq. 2)."""
 
-    epsilon: float = 2.0
-    alpha: float = 2.0
-    beta: float = 2.0 / 1024
-    delta: float = 1e-5  # only for reporting conversions
+    epsilon: float = setting(2.0, "SubMix: RDP ε of every part, at order α", gt=0, le=1000)
+    alpha: float = setting(2.0, "SubMix: Rényi order α", gt=1, le=256)
+    beta: float = setting(2.0 / 1024, "SubMix: target leakage β per query (default ε/T)", gt=0)
+    delta: float = setting(1e-5, "δ (only for reporting conversions)", gt=0, lt=1)
 
     def __post_init__(self) -> None:
         if not (self.epsilon > 0 and self.beta > 0 and self.alpha > 1):

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from privlm.accounting import Budget, PrivacyLedger, default_prompt_delta
+from privlm.config import check_settings, setting
 from privlm.data import Record
 from privlm.data.partition import new_partition_key
 from privlm.errors import AccountingError, PrivlmError
@@ -45,15 +46,17 @@ TEACHER_VOTES = ("top1", "labels")
 
 @dataclass
 class PromptPateConfig:
-    teachers: int = 100
-    shots: int = 1
-    threshold: float = 60.0
-    sigma_threshold: float = 30.0
-    sigma: float = 10.0
-    epsilon: float = 8.0  # the ledger's budget: labelling stops before exceeding it
-    delta: float | None = None  # default min(1/N^1.1, 1e-6), N private examples
-    student_candidates: int = 20
-    holdout: int = 100
+    teachers: int = setting(100, "Teachers (one-shot prompts of private examples)", ge=2, le=100000)
+    shots: int = setting(1, "Private examples per teacher", ge=1, le=64)
+    threshold: float = setting(60.0, "Confident-GNMax threshold T", ge=0)
+    sigma_threshold: float = setting(30.0, "σ1 of the threshold check", gt=0)
+    sigma: float = setting(10.0, "σ2 of GNMax", gt=0)
+    epsilon: float = setting(8.0, "Budget ε: labelling stops before exceeding it", gt=0, le=1000)
+    delta: float | None = setting(
+        None, "δ (default min(1/N^1.1, 1e-6), N private examples)", gt=0, lt=1
+    )
+    student_candidates: int = setting(20, "Candidate student prompts", ge=1, le=10000)
+    holdout: int = setting(100, "Labelled public inputs held back to pick the student", ge=0)
     # None: the noisy threshold and votes come from the OS CSPRNG; a seed voids the guarantee
     seed: int | None = None
     # hex key of the keyed-hash teacher assignment (None: fresh); recorded in privacy.json
@@ -62,13 +65,19 @@ class PromptPateConfig:
     # "top1": black-box teachers, a vote is the model's top-1 next token (OTHER never votes);
     # "labels": each teacher votes the argmax of its calibrated label-token probabilities.
     # Either way a teacher casts one vote, so the accounting is the same.
-    teacher_votes: str = "top1"
+    teacher_votes: str = setting(
+        "top1",
+        "top1: black-box teachers vote their top-1 next token; labels: the argmax of the "
+        "calibrated label-token probabilities (one vote per teacher either way)",
+        choices=TEACHER_VOTES,
+    )
 
     def __post_init__(self) -> None:
         if self.teacher_votes not in TEACHER_VOTES:
             raise PrivlmError(
                 f"teacher_votes must be one of {', '.join(TEACHER_VOTES)}, not {self.teacher_votes!r}"
             )
+        check_settings(self)
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ from privlm.accounting import (
     default_prompt_delta,
     dpsgd_epsilon,
 )
+from privlm.config import check_settings, setting
 from privlm.data import Record
 from privlm.errors import PrivlmError
 from privlm.fsutil import write_directory_atomically
@@ -88,15 +89,19 @@ def privacy_units(records: list[Record], unit: str) -> tuple[list[Record], str, 
 
 @dataclass
 class PromptDpSgdConfig:
-    kind: str = "soft-prompt"
-    virtual_tokens: int = 10
-    target_epsilon: float | None = 8.0  # None: non-private (the upper-bound baseline)
-    delta: float | None = None  # default min(1/N^1.1, 1e-6)
-    max_grad_norm: float = 1.0
-    batch_size: int = 32  # expected logical batch (Poisson): q = batch_size / N
-    physical_batch_size: int = 16
-    epochs: int = 2
-    learning_rate: float = 1e-2
+    kind: str = setting("soft-prompt", "The prompt", choices=PROMPT_KINDS)
+    virtual_tokens: int = setting(10, "Soft prompt / prefix length", ge=1, le=1024)
+    target_epsilon: float | None = setting(
+        8.0, "Target ε (None: non-private, the upper-bound baseline)", gt=0, le=1000
+    )
+    delta: float | None = setting(None, "δ (default min(1/N^1.1, 1e-6))", gt=0, lt=1)
+    max_grad_norm: float = setting(1.0, "Per-example clipping norm", gt=0)
+    batch_size: int = setting(
+        32, "Expected logical (Poisson) batch size: q = batch size / N", ge=1, le=65536
+    )
+    physical_batch_size: int = setting(16, "Examples per forward pass (memory)", ge=1, le=4096)
+    epochs: int = setting(2, "Epochs", ge=1, le=1000)
+    learning_rate: float = setting(1e-2, "AdamW learning rate", gt=0, le=10)
     max_length: int = 96
     accountant: str = "rdp"
     seed: int | None = None  # None: fresh OS entropy; a seed voids the guarantee (issue 17)
@@ -105,7 +110,12 @@ class PromptDpSgdConfig:
     # noise stay float32 either way
     device: str = "auto"
     dtype: str = "auto"
-    unit: str = "auto"  # what the guarantee protects: see privacy_units
+    unit: str = setting(
+        "auto",
+        "What the guarantee protects where users have several records: record, user (each "
+        "user's first record), or auto (refuses to guess when users repeat)",
+        choices=UNITS,
+    )
 
     def __post_init__(self) -> None:
         if self.unit not in UNITS:
@@ -114,6 +124,7 @@ class PromptDpSgdConfig:
             raise PrivlmError(f"unknown prompt kind {self.kind!r}; choose from {PROMPT_KINDS}")
         if self.virtual_tokens < 1 or self.batch_size < 1 or self.epochs < 1:
             raise PrivlmError("virtual tokens, batch size and epochs must be at least 1")
+        check_settings(self)
 
 
 @dataclass(frozen=True)

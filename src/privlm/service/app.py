@@ -272,6 +272,7 @@ def create_app(settings: ServiceSettings) -> FastAPI:
 
     @app.post("/v1/deployments", status_code=201)
     def deploy(req: DeploymentParams, s: Db, me: Me) -> dict[str, Any]:
+        req = req.resolved()
         job = own(s, Job, req.job_id, me, "job")
         check_deployable(job, req.mechanism)
         check_config(req)

@@ -20,12 +20,14 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from privlm.accounting import Charge, PrivacyLedger, RdpCurve
+from privlm.config import request_field
 from privlm.errors import BudgetExceededError, PrivlmError
 from privlm.models.pool import ModelPool
 from privlm.predict.engine import EnsembleEngine
-from privlm.predict.factory import build_predictor, submix_config
+from privlm.predict.factory import build_predictor, mechanism_defaults, submix_config
 from privlm.predict.loading import load_ensemble
 from privlm.predict.plain import PlainPredictor
+from privlm.predict.pmixed import PMixEDConfig
 from privlm.predict.protocol import Predictor, Token
 from privlm.service.db import Deployment, Job
 from privlm.service.jobs import guarantee
@@ -45,16 +47,52 @@ LOCK_WAIT_S = 120.0
 
 
 class DeploymentParams(BaseModel):
+    """A deployment's settings; defaults, bounds and help come from PMixEDConfig and
+    SubMixConfig (ε and α: the mechanism's own when not given)."""
+
     model_config = ConfigDict(extra="forbid")
     job_id: str = Field(..., max_length=40)
     mechanism: str = Field("pmixed", pattern="^(pmixed|submix|adapter)$")
-    epsilon: float = Field(8.0, gt=0, le=1000)
-    delta: float = Field(1e-5, gt=0, lt=1)
-    queries: int = Field(256, ge=1, le=10_000_000, description="T, the private token budget")
-    alpha: int = Field(3, ge=2, le=256, description="Rényi order (PMixED)")
-    sample_rate: float = Field(1.0, gt=0, le=1, description="q, ensemble subsampling (PMixED)")
+    epsilon: float | None = Field(
+        None, gt=0, le=1000,
+        description="PMixED: ε_G at δ (default 8); SubMix: RDP ε per part at order α (default 2)",
+    )  # fmt: skip
+    delta: float = request_field(PMixEDConfig, "delta")
+    queries: int = request_field(PMixEDConfig, "queries")
+    alpha: float | None = Field(
+        None, gt=1, le=256, description="Rényi order α (default: PMixED 3, an integer; SubMix 2)"
+    )
+    sample_rate: float = request_field(PMixEDConfig, "sample_rate")
     beta: float | None = Field(None, gt=0, description="SubMix per-query β (default ε/T)")
     fallback: bool = Field(False, description="answer from the public model once spent")
+
+    def resolved(self) -> DeploymentParams:
+        """The same settings with ε and α filled in from the mechanism's defaults."""
+        epsilon, alpha = mechanism_defaults(self.mechanism, self.epsilon, self.alpha)
+        if self.mechanism == "pmixed":
+            if alpha != int(alpha):
+                raise PrivlmError(f"PMixED's order α must be an integer, got {alpha:g}")
+            alpha = int(alpha)
+        return self.model_copy(update={"epsilon": epsilon, "alpha": alpha})
+
+    @property
+    def eps(self) -> float:
+        """ε (after :meth:`resolved`)."""
+        if self.epsilon is None:
+            raise PrivlmError("the deployment's ε is not resolved")
+        return self.epsilon
+
+    @property
+    def rdp_order(self) -> float:
+        """α (after :meth:`resolved`)."""
+        if self.alpha is None:
+            raise PrivlmError("the deployment's α is not resolved")
+        return self.alpha
+
+    @property
+    def order(self) -> int:
+        """α as PMixED takes it (after :meth:`resolved`)."""
+        return int(self.rdp_order)
 
 
 @dataclass
@@ -300,12 +338,10 @@ def deployment_guarantee(row: Deployment, job: Job | None) -> dict[str, Any]:
 
 def check_config(p: DeploymentParams) -> None:
     """Refuse at creation a configuration the mechanism would refuse at the first token."""
-    from privlm.predict.pmixed import PMixEDConfig
-
     if p.mechanism == "pmixed":
-        PMixEDConfig(p.epsilon, p.delta, p.alpha, p.queries, p.sample_rate)
+        PMixEDConfig(p.eps, p.delta, p.order, p.queries, p.sample_rate)
     elif p.mechanism == "submix":
-        submix_config(p.epsilon, p.alpha, p.beta, p.queries, p.delta)
+        submix_config(p.eps, p.rdp_order, p.beta, p.queries, p.delta)
 
 
 def lifetime_cost(p: DeploymentParams, job: Job) -> RdpCurve | None:
@@ -315,14 +351,13 @@ def lifetime_cost(p: DeploymentParams, job: Job) -> RdpCurve | None:
 
     privlm reserves this on the dataset's ledger when the deployment is created (issue 17
     §3), so every deployment of every ensemble counts against the dataset's one budget."""
-    from privlm.predict.pmixed import PMixEDConfig
     from privlm.training.ensemble import load_manifest
 
     if p.mechanism == "pmixed":
-        cfg = PMixEDConfig(p.epsilon, p.delta, p.alpha, p.queries, p.sample_rate)
+        cfg = PMixEDConfig(p.eps, p.delta, p.order, p.queries, p.sample_rate)
         return cfg.lifetime_curve(len(load_manifest(job.output_dir)["partition"]))
     if p.mechanism == "submix":
-        return submix_config(p.epsilon, p.alpha, p.beta, p.queries, p.delta).lifetime_curve()
+        return submix_config(p.eps, p.rdp_order, p.beta, p.queries, p.delta).lifetime_curve()
     return None
 
 
@@ -362,7 +397,7 @@ def create_ledgers(row: Deployment, job: Job, ledger_url: str) -> None:
     if row.mechanism == "pmixed":
         PrivacyLedger(ledger_url, name, Budget(row.budget_epsilon, row.budget_delta))
     elif row.mechanism == "submix":
-        cfg = submix_config(p.epsilon, p.alpha, p.beta, p.queries, p.delta)
+        cfg = submix_config(p.eps, p.rdp_order, p.beta, p.queries, p.delta)
         parts = len(load_manifest(job.output_dir)["partition"]) // 2
         part_ledgers(ledger_url, name, parts, cfg)
 

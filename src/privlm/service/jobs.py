@@ -18,10 +18,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import Engine
 
 from privlm.accounting import Budget, PrivacyLedger
+from privlm.config import request_field
 from privlm.data import Record
 from privlm.errors import DataError, PrivlmError
+from privlm.prompting.pate_pipeline import PromptPateConfig
+from privlm.prompting.prompt_dpsgd import PromptDpSgdConfig
 from privlm.service.datasets import load_records
 from privlm.service.db import Dataset, Job
+from privlm.training.dpsgd import DpSgdConfig
+from privlm.training.ensemble import EnsembleConfig
+from privlm.training.jft import JftConfig
+from privlm.training.lora_finetune import LoraTrainingConfig
 
 if TYPE_CHECKING:
     from privlm.prompting.tasks import Task
@@ -38,29 +45,33 @@ class _Params(BaseModel):
 
 
 class DpSgdParams(_Params):
-    epsilon: float = Field(3.0, gt=0, le=100, description="target ε of the run")
-    epochs: int = Field(1, ge=1, le=100)
-    batch_size: int = Field(32, ge=1, le=4096)
-    physical_batch_size: int = Field(8, ge=1, le=256)
-    learning_rate: float = Field(4e-4, gt=0, le=1)
-    rank: int = Field(4, ge=1, le=64)
-    block_size: int = Field(128, ge=8, le=2048)
-    max_grad_norm: float = Field(1.0, gt=0)
+    """Defaults, bounds and help: :class:`DpSgdConfig` (``epsilon`` is its target ε)."""
+
+    epsilon: float = request_field(DpSgdConfig, "target_epsilon", le=100)
+    epochs: int = request_field(DpSgdConfig, "epochs", le=100)
+    batch_size: int = request_field(DpSgdConfig, "batch_size", le=4096)
+    physical_batch_size: int = request_field(DpSgdConfig, "physical_batch_size", le=256)
+    learning_rate: float = request_field(DpSgdConfig, "learning_rate")
+    rank: int = request_field(DpSgdConfig, "rank", le=64)
+    block_size: int = request_field(DpSgdConfig, "block_size", le=2048)
+    max_grad_norm: float = request_field(DpSgdConfig, "max_grad_norm")
 
 
 class JftParams(DpSgdParams):
-    detector: str = Field("low-entity", max_length=100)
-    phase1_epochs: int = Field(1, ge=1, le=100)
+    detector: str = request_field(JftConfig, "detector", max_length=100)
+    phase1_epochs: int = request_field(JftConfig, "phase1_epochs", le=100)
 
 
 class EnsembleParams(_Params):
-    parts: int = Field(4, ge=2, le=128)
-    protocol: Literal["pmixed", "submix"] = "pmixed"
-    epochs: int = Field(1, ge=1, le=100)
-    learning_rate: float = Field(2e-4, gt=0, le=1)
-    rank: int = Field(4, ge=1, le=64)
-    block_size: int = Field(128, ge=8, le=2048)
-    max_blocks: int | None = Field(None, ge=1)
+    """Defaults, bounds and help: :class:`EnsembleConfig` and :class:`LoraTrainingConfig`."""
+
+    parts: int = request_field(EnsembleConfig, "parts", le=128)
+    protocol: Literal["pmixed", "submix"] = request_field(EnsembleConfig, "protocol")
+    epochs: int = request_field(LoraTrainingConfig, "epochs", le=100)
+    learning_rate: float = request_field(LoraTrainingConfig, "learning_rate")
+    rank: int = request_field(LoraTrainingConfig, "rank", le=64)
+    block_size: int = request_field(LoraTrainingConfig, "block_size", le=2048)
+    max_blocks: int | None = request_field(LoraTrainingConfig, "max_blocks")
 
 
 class TaskParams(_Params):
@@ -73,26 +84,29 @@ class TaskParams(_Params):
 
 
 class PateParams(TaskParams):
+    """Defaults, bounds and help: :class:`PromptPateConfig`."""
+
     public_dataset_id: str = Field(..., max_length=40)
-    teachers: int = Field(100, ge=2, le=10000)
-    threshold: float = Field(60.0, ge=0)
-    sigma_threshold: float = Field(30.0, gt=0)
-    sigma: float = Field(10.0, gt=0)
-    teacher_votes: Literal["top1", "labels"] = "top1"
-    student_candidates: int = Field(20, ge=1, le=1000)
-    holdout: int = Field(100, ge=0)
+    teachers: int = request_field(PromptPateConfig, "teachers", le=10000)
+    threshold: float = request_field(PromptPateConfig, "threshold")
+    sigma_threshold: float = request_field(PromptPateConfig, "sigma_threshold")
+    sigma: float = request_field(PromptPateConfig, "sigma")
+    teacher_votes: Literal["top1", "labels"] = request_field(PromptPateConfig, "teacher_votes")
+    student_candidates: int = request_field(PromptPateConfig, "student_candidates", le=1000)
+    holdout: int = request_field(PromptPateConfig, "holdout")
 
 
 class PromptDpSgdParams(TaskParams):
-    prompt_kind: Literal["soft-prompt", "prefix"] = "soft-prompt"
-    epsilon: float = Field(8.0, gt=0, le=100, description="target ε of the run")
-    epochs: int = Field(2, ge=1, le=100)
-    batch_size: int = Field(32, ge=1, le=4096)
-    learning_rate: float = Field(1e-2, gt=0, le=1)
-    virtual_tokens: int = Field(10, ge=1, le=256)
-    unit: Literal["auto", "record", "user"] = Field(
-        "auto", description="what the guarantee protects where users have several records"
-    )
+    """Defaults, bounds and help: :class:`PromptDpSgdConfig` (``prompt_kind`` is its kind,
+    ``epsilon`` its target ε)."""
+
+    prompt_kind: Literal["soft-prompt", "prefix"] = request_field(PromptDpSgdConfig, "kind")
+    epsilon: float = request_field(PromptDpSgdConfig, "target_epsilon", le=100)
+    epochs: int = request_field(PromptDpSgdConfig, "epochs", le=100)
+    batch_size: int = request_field(PromptDpSgdConfig, "batch_size", le=4096)
+    learning_rate: float = request_field(PromptDpSgdConfig, "learning_rate", le=1)
+    virtual_tokens: int = request_field(PromptDpSgdConfig, "virtual_tokens", le=256)
+    unit: Literal["auto", "record", "user"] = request_field(PromptDpSgdConfig, "unit")
 
 
 PARAMS: dict[str, type[_Params]] = {

@@ -45,6 +45,7 @@ from privlm.accounting import (
     calibrate_noise_multiplier,
     dpsgd_epsilon,
 )
+from privlm.config import check_settings, setting
 from privlm.data import Dataset
 from privlm.detect import Detector
 from privlm.errors import PrivlmError
@@ -88,19 +89,23 @@ USER_SAMPLING = ("joint", "one-per-user")
 class DpSgdConfig:
     """Defaults: Table 2 of PMixED for DP-SGD (lr 4e-4, clip 1.0, rank 4, α 32), scaled."""
 
-    target_epsilon: float | None = 3.0
-    delta: float | None = None  # default 1/n^1.1
-    noise_multiplier: float | None = None  # given instead of a target ε
-    max_grad_norm: float = 1.0
-    batch_size: int = 64  # expected logical batch (Poisson): q = batch_size / n
-    physical_batch_size: int = 8
-    epochs: int = 1
-    learning_rate: float = 4e-4
-    rank: int = 4
-    alpha: float = 32.0
+    target_epsilon: float | None = setting(
+        3.0, "Target ε (σ is calibrated to meet it)", gt=0, le=1000
+    )
+    delta: float | None = setting(None, "δ (default 1/n^1.1, n privacy units)", gt=0, lt=1)
+    noise_multiplier: float | None = setting(None, "Fixed σ instead of a target ε", gt=0)
+    max_grad_norm: float = setting(1.0, "Per-example clipping norm", gt=0)
+    batch_size: int = setting(
+        64, "Expected logical (Poisson) batch size: q = batch size / n", ge=1, le=65536
+    )
+    physical_batch_size: int = setting(8, "Examples per forward pass (memory)", ge=1, le=4096)
+    epochs: int = setting(1, "Epochs", ge=1, le=1000)
+    learning_rate: float = setting(4e-4, "AdamW learning rate", gt=0, le=1)
+    rank: int = setting(4, "LoRA rank r (Table 2)", ge=1, le=1024)
+    alpha: float = setting(32.0, "LoRA α (Table 2)", gt=0)
     targets: list[str] | None = None
-    block_size: int = 128
-    accountant: str = "rdp"
+    block_size: int = setting(128, "Tokens per example (longer are cut)", ge=8, le=32768)
+    accountant: str = setting("rdp", "The accountant", choices=("rdp", "prv"))
     # None (the default): noise, batches and initialisation from fresh OS entropy. A seed makes
     # the run reproducible, and its guarantee void against anyone who knows the seed.
     seed: int | None = None
@@ -110,16 +115,26 @@ class DpSgdConfig:
     # are float32 either way
     device: str = "auto"
     dtype: str = "auto"
-    # "hooks": per-sample gradients materialised; "ghost": Opacus's ghost clipping, which
-    # computes per-sample gradient norms only and clips in a second backward pass
-    grad_sample_mode: str = "hooks"
-    # user-level units: "joint" trains on each user's records joined (clipped jointly);
-    # "one-per-user" trains, at each step, on one random record of each sampled user
-    user_sampling: str = "joint"
-    # "joint" only: at most this many blocks of each user (None: all of a user's tokens)
-    max_blocks_per_user: int | None = None
-    # "joint" only: a user's gradient is the mean, or the sum, of their blocks' gradients
-    user_reduction: str = "mean"
+    grad_sample_mode: str = setting(
+        "hooks",
+        "Per-sample gradients: hooks (materialised) or ghost (Opacus's ghost clipping: "
+        "per-sample norms only, clipped in a second backward pass; less memory)",
+        choices=GRAD_SAMPLE_MODES,
+    )
+    user_sampling: str = setting(
+        "joint",
+        "User-level data: joint (each user's records joined, clipped jointly) or one-per-user "
+        "(one random record of each sampled user per step)",
+        choices=USER_SAMPLING,
+    )
+    max_blocks_per_user: int | None = setting(
+        None, "joint only: at most this many blocks of each user (default: all)", ge=1
+    )
+    user_reduction: str = setting(
+        "mean",
+        "joint only: a user's gradient is the mean, or the sum, of their blocks' gradients",
+        choices=USER_REDUCTIONS,
+    )
     # recompute each layer's activations in the backward pass (reentrant checkpointing, the
     # form Opacus's per-sample gradients stay exact under): less memory, more compute
     gradient_checkpointing: bool = False
@@ -143,6 +158,7 @@ class DpSgdConfig:
             raise PrivlmError(
                 f"unknown grad_sample_mode {self.grad_sample_mode!r}; choose from {GRAD_SAMPLE_MODES}"
             )
+        check_settings(self)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from privlm.accounting import Charge, DpSgdPlan, PrivacyLedger, dpsgd_epsilon
+from privlm.config import check_settings, setting
 from privlm.data import Dataset, load_file
 from privlm.detect import (
     AllowingDetector,
@@ -56,18 +57,47 @@ PHASE1_MODES = ("direct", "screened", "light-noise")
 
 @dataclass
 class JftConfig:
-    detector: str = "low-entity"
-    phase1: str = "direct"
+    """Just Fine-tune Twice's settings. Phase 1 is built from ``phase1_epochs`` and
+    ``phase1_learning_rate`` (and ``phase1_epsilon`` in light-noise mode) unless
+    ``phase1_training``/``phase1_dpsgd`` are given whole; phase 2 is a DP-SGD config."""
+
+    detector: str = setting(
+        "low-entity",
+        "Secret detector: regex, low-entity, high-entity, low-contextual, high-contextual, "
+        "presidio, or a union such as regex+low-entity",
+    )
+    phase1: str = setting("direct", "Phase-1 mode", choices=PHASE1_MODES)
+    phase1_epochs: int = setting(1, "Phase-1 epochs (the redacted fine-tune)", ge=1, le=1000)
+    phase1_learning_rate: float = setting(2e-4, "Phase-1 learning rate", gt=0, le=1)
+    phase1_epsilon: float = setting(
+        3.0, "light noise: target ε for missed secrets, at rate q·m̃_hi", gt=0, le=1000
+    )
     screened_file: Path | None = None  # screened mode: the sanitised file
     annotated_file: Path | None = None  # light noise: the annotated sample
     miss_rate_groups: int = 10
     # strings the detector is made to miss, to audit a missed secret (§6.4)
     deliberately_missed: list[str] = field(default_factory=list)
-    phase1_training: LoraTrainingConfig = field(
-        default_factory=lambda: LoraTrainingConfig(epochs=1, pack=False, block_size=128)
-    )
-    phase1_dpsgd: DpSgdConfig = field(default_factory=lambda: DpSgdConfig(target_epsilon=3.0))
-    phase2: DpSgdConfig = field(default_factory=lambda: DpSgdConfig(target_epsilon=3.0))
+    phase1_training: LoraTrainingConfig | None = None
+    phase1_dpsgd: DpSgdConfig | None = None
+    phase2: DpSgdConfig = field(default_factory=DpSgdConfig)
+
+    def phase1_lora(self) -> LoraTrainingConfig:
+        """Phase 1's (non-private) fine-tune on the redacted data."""
+        if self.phase1_training is not None:
+            return self.phase1_training
+        return LoraTrainingConfig(
+            epochs=self.phase1_epochs, learning_rate=self.phase1_learning_rate, pack=False,
+            block_size=self.phase2.block_size,
+        )  # fmt: skip
+
+    def phase1_dp(self) -> DpSgdConfig:
+        """Light-noise phase 1: DP-SGD at ``phase1_epsilon`` (for the missed secrets)."""
+        if self.phase1_dpsgd is not None:
+            return self.phase1_dpsgd
+        return replace(
+            self.phase2, target_epsilon=self.phase1_epsilon, noise_multiplier=None,
+            epochs=self.phase1_epochs, learning_rate=self.phase1_learning_rate,
+        )  # fmt: skip
 
     def __post_init__(self) -> None:
         if self.phase1 not in PHASE1_MODES:
@@ -79,6 +109,7 @@ class JftConfig:
                 "the light-noise mode needs an annotated sample to estimate the detector's "
                 "miss rate (--annotated FILE)"
             )
+        check_settings(self)
 
 
 @dataclass(frozen=True)
@@ -165,10 +196,10 @@ def train_jft(
                 "noise has nothing to calibrate against; use --phase1 direct, or annotate a "
                 "larger sample"
             )
-        p1cfg = replace(cfg.phase1_dpsgd, delta=delta)
+        p1cfg = replace(cfg.phase1_dp(), delta=delta)
         q1, steps1, _, sigma1 = plan(n, p1cfg, rate_factor=miss.high)
         eps_lo, eps_hi = light_noise_epsilons(
-            sigma1, q1, steps1, delta, miss, cfg.phase1_dpsgd.accountant
+            sigma1, q1, steps1, delta, miss, cfg.phase1_dp().accountant
         )
         phase1.update(
             miss_rate=miss.to_dict(),
@@ -186,7 +217,7 @@ def train_jft(
         spans = det.detect(texts)
         phase1["redacted_token_fraction"] = _fraction(model_name, texts, spans)
         phase1["training"] = finetune_lora(
-            model_name, texts, cfg.phase1_training, p1_dir, "jft phase 1", progress, redact=spans
+            model_name, texts, cfg.phase1_lora(), p1_dir, "jft phase 1", progress, redact=spans
         )
     elif cfg.phase1 == "screened":
         assert cfg.screened_file is not None
@@ -194,7 +225,7 @@ def train_jft(
         spans = [spans_of_literal_masks(t) for t in screened]
         phase1["screened_records"] = len(screened)
         phase1["training"] = finetune_lora(
-            model_name, screened, cfg.phase1_training, p1_dir, "jft phase 1", progress, redact=spans
+            model_name, screened, cfg.phase1_lora(), p1_dir, "jft phase 1", progress, redact=spans
         )
     else:
         assert miss is not None
@@ -202,7 +233,7 @@ def train_jft(
             model_name,
             dataset,
             p1_dir,
-            replace(cfg.phase1_dpsgd, delta=delta),
+            replace(cfg.phase1_dp(), delta=delta),
             progress,
             ledger,
             detector=det,

@@ -17,6 +17,7 @@ import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import PreTrainedTokenizerBase, get_linear_schedule_with_warmup
 
+from privlm.config import check_settings, setting
 from privlm.detect import Span
 from privlm.errors import PrivlmError
 from privlm.fsutil import write_directory_atomically
@@ -37,15 +38,15 @@ from privlm.training.redaction import (
 
 @dataclass
 class LoraTrainingConfig:
-    rank: int = 4
-    alpha: float = 32.0
+    rank: int = setting(4, "LoRA rank r (Table 2)", ge=1, le=1024)
+    alpha: float = setting(32.0, "LoRA α (Table 2)", gt=0)
     targets: list[str] | None = None  # None: discovered from the model
-    epochs: int = 3
-    learning_rate: float = 2e-4
+    epochs: int = setting(3, "Epochs per adapter", ge=1, le=1000)
+    learning_rate: float = setting(2e-4, "AdamW learning rate (Table 2)", gt=0, le=1)
     weight_decay: float = 0.01
-    block_size: int = 256
-    batch_size: int = 8
-    max_blocks: int | None = None  # cap per adapter, for quick runs
+    block_size: int = setting(256, "Tokens per training block", ge=8, le=32768)
+    batch_size: int = setting(8, "Blocks per step", ge=1, le=4096)
+    max_blocks: int | None = setting(None, "Cap on blocks per adapter (quick runs)", ge=1)
     pack: bool = True  # False: every record is its own sequence (padded), not packed in blocks
     seed: int = 0
     # the base model's placement (privlm.models.placement); LoRA weights stay float32
@@ -60,6 +61,7 @@ class LoraTrainingConfig:
             raise PrivlmError("rank, epochs and batch size must be ≥ 1, block size ≥ 2")
         if not (self.learning_rate > 0):
             raise PrivlmError("the learning rate must be positive")
+        check_settings(self)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
