@@ -31,6 +31,13 @@ from privlm.predict.protocol import Predictor
 eval_app = typer.Typer(help="Evaluate private prediction.", no_args_is_help=True)
 
 
+# ε and α default to the mechanism's own (its config class), so they are None here
+EPSILON_OPTION = typer.Option(
+    None, help="PMixED: ε_G at δ (default 8); SubMix: RDP ε per part at order α (default 2)."
+)
+ALPHA_OPTION = typer.Option(None, help="Rényi order α (default: PMixED 3, an integer; SubMix 2).")
+
+
 @user_errors
 def generate(
     ensemble: Path = typer.Argument(..., help="A directory made by `privlm ensemble train`."),
@@ -38,14 +45,9 @@ def generate(
     method: str = typer.Option("pmixed", help="pmixed or submix."),
     ledger: Path = typer.Option(Path("privlm-ledger.db"), help="The budget ledger (SQLite)."),
     name: str = typer.Option("default", help="Ledger (deployment) name."),
-    epsilon: float | None = typer.Option(
-        None,
-        help="PMixED: ε_G at δ (default 8); SubMix: RDP ε per part at order α (default 2).",
-    ),
+    epsilon: float | None = EPSILON_OPTION,
     delta: float = option(PMixEDConfig, "delta"),
-    alpha: float | None = typer.Option(
-        None, help="Rényi order α (default: PMixED 3, an integer; SubMix 2)."
-    ),
+    alpha: float | None = ALPHA_OPTION,
     queries: int = option(PMixEDConfig, "queries"),
     sample_rate: float = option(PMixEDConfig, "sample_rate"),
     beta: float | None = typer.Option(None, help="SubMix: target leakage β (default ε/T)."),
@@ -128,14 +130,9 @@ def eval_ppl(
     ),
     block_size: int = typer.Option(128, help="Tokens per block."),
     runs: int = typer.Option(1, help="Average over runs (private methods are random)."),
-    epsilon: float | None = typer.Option(
-        None,
-        help="PMixED: ε_G at δ (default 8); SubMix: RDP ε per part at order α (default 2).",
-    ),
+    epsilon: float | None = EPSILON_OPTION,
     delta: float = option(PMixEDConfig, "delta"),
-    alpha: float | None = typer.Option(
-        None, help="Rényi order α (default: PMixED 3, an integer; SubMix 2)."
-    ),
+    alpha: float | None = ALPHA_OPTION,
     sample_rate: float = option(PMixEDConfig, "sample_rate"),
     beta: float | None = typer.Option(None, help="SubMix β (default ε/T)."),
     adapter: int = typer.Option(0, help="finetuned: which adapter of the ensemble."),
