@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "privlm"
-BASE = {"errors", "settings", "fsutil", "progress", "randomness", "extras", "lazy"}
+BASE = {"errors", "settings", "fsutil", "progress", "randomness", "extras", "lazy", "config"}
 ALLOWED = {
     "errors": set(),
     "settings": {"errors"},
@@ -17,6 +17,7 @@ ALLOWED = {
     "randomness": set(),
     "extras": {"errors"},
     "lazy": set(),
+    "config": {"errors"},
     "perturb": BASE | {"perturb"},
     "accounting": {"errors", "extras", "accounting"},
     "data": BASE | {"data"},

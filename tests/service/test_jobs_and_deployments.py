@@ -221,7 +221,7 @@ def test_submix_deployment_charges_its_part_ledgers(service):
     )  # fmt: skip
     run_queue(service)
     assert job(service, "acme", j["id"])["status"] == "succeeded"
-    r = deploy(service, "acme", j["id"], mechanism="submix", epsilon=2, queries=4)
+    r = deploy(service, "acme", j["id"], mechanism="submix", epsilon=2, alpha=3, queries=4)
     assert r.status_code == 201, r.text
     dep = r.json()["id"]
     total_private = 0
