@@ -30,13 +30,17 @@ def mechanism_defaults(
     method: str, epsilon: float | None, alpha: float | None
 ) -> tuple[float, float]:
     """ε and α where not given: each mechanism's own (PMixED (8 at δ, α = 3); SubMix RDP
-    (2 at α = 2)), from its config class, so the CLI and the service never restate them."""
+    (2 at α = 2)), from its config class, so the CLI and the service never restate them.
+    PMixED's α is returned as an int (its analysis takes integer orders)."""
     cls: type = SubMixConfig if method == "submix" else PMixEDConfig
     s = settings_of(cls)
-    return (
-        s["epsilon"].default if epsilon is None else epsilon,
-        s["alpha"].default if alpha is None else alpha,
-    )
+    eps = s["epsilon"].default if epsilon is None else epsilon
+    order = s["alpha"].default if alpha is None else alpha
+    if method == "pmixed":
+        if order != int(order):
+            raise PrivlmError(f"PMixED's order α must be an integer, got {order:g}")
+        order = int(order)
+    return eps, order
 
 
 def build_predictor(
@@ -62,8 +66,6 @@ def build_predictor(
             raise PrivlmError(
                 f"{ensemble} is a {manifest['protocol']} ensemble; PMixED needs --protocol pmixed"
             )
-        if alpha != int(alpha):
-            raise PrivlmError(f"PMixED's order α must be an integer, got {alpha:g}")
         cfg = PMixEDConfig(epsilon, delta, int(alpha), queries, sample_rate)
         led = PrivacyLedger(ledger, name, Budget(epsilon, delta))
         return PMixED(engine, lm.tokenizer, led, cfg, seed)

@@ -17,7 +17,7 @@ import torch
 
 from privlm.errors import PrivlmError
 from privlm.predict.engine import CachedDecoder, EnsembleEngine
-from privlm.predict.protocol import Scores, StreamingPredictor, Token, TokenStream
+from privlm.predict.protocol import Scores, StreamingPredictor, Token
 from privlm.predict.sampling import sample
 from privlm.randomness import PrivacyRandomness, as_randomness
 
@@ -64,11 +64,6 @@ class PlainPredictor(StreamingPredictor):
     def _average(self, log_probs: torch.Tensor) -> torch.Tensor:
         """The mixture of the rows' next-token distributions, in log space."""
         return torch.logsumexp(log_probs.double(), dim=0) - math.log(len(self.rows))
-
-    def stream(self, prompt_ids: list[int], max_new_tokens: int) -> TokenStream:
-        if max_new_tokens < 1:
-            raise PrivlmError("max_new_tokens must be at least 1")
-        return TokenStream(self._tokens(prompt_ids, max_new_tokens))
 
     def _tokens(self, ids: list[int], max_new_tokens: int) -> Generator[Token, None, str | None]:
         decoder = CachedDecoder(self.engine, ids, self.rows, max_new_tokens)

@@ -24,7 +24,7 @@ from privlm.config import setting
 from privlm.errors import BudgetExceededError, PrivlmError
 from privlm.predict.engine import CachedDecoder, EnsembleEngine, upcast_log_softmax
 from privlm.predict.pmixed_rule import pmixed_mixture, sample_subset
-from privlm.predict.protocol import Generation, Scores, StreamingPredictor, Token, TokenStream
+from privlm.predict.protocol import Generation, Scores, StreamingPredictor, Token
 from privlm.predict.sampling import sample
 from privlm.randomness import PrivacyRandomness, as_randomness
 
@@ -153,21 +153,18 @@ class PMixED(StreamingPredictor):
             "little after it.",
         }  # fmt: skip
 
-    def stream(self, prompt_ids: list[int], max_new_tokens: int) -> TokenStream:
-        """Up to ``max_new_tokens`` private tokens after ``prompt_ids``, each charged (one
-        query) before it is released. Refused at once when no query is left.
+    def check_can_start(self) -> None:
+        """Refuse a stream at once when no query is left."""
+        if self.queries_left() < 1:
+            self._charge_one()  # raises with the reason
+
+    def _tokens(self, ids: list[int], max_new_tokens: int) -> Generator[Token, None, str | None]:
+        """Private tokens, each charged (one query) before it is released.
 
         The Poisson subsets of every step are drawn up front: they are data-independent
         randomness, so this changes nothing in the output distribution, but adapters that no
         step samples are never evaluated, and each row leaves the KV cache after its last use.
         """
-        if max_new_tokens < 1:
-            raise PrivlmError("max_new_tokens must be at least 1")
-        if self.queries_left() < 1:
-            self._charge_one()  # raises with the reason
-        return TokenStream(self._tokens(prompt_ids, max_new_tokens))
-
-    def _tokens(self, ids: list[int], max_new_tokens: int) -> Generator[Token, None, str | None]:
         n, q = self.engine.n_adapters, self.config.sample_rate
         subsets = [sample_subset(self.rng, n, q).tolist() for _ in range(max_new_tokens)]
         last_use = {a: t for t, s in enumerate(subsets) for a in s}

@@ -91,6 +91,8 @@ class Predictor(Protocol):
     tokenizer: Any
     rng: PrivacyRandomness  # the sampling noise: the OS CSPRNG unless a seed was given
 
+    def prompt_ids(self, prompt: str) -> list[int]: ...
+
     def stream(self, prompt_ids: list[int], max_new_tokens: int) -> TokenStream: ...
 
     def generate(self, prompt: str, max_new_tokens: int = 32, **sampling: Any) -> Generation: ...
@@ -103,12 +105,24 @@ class Predictor(Protocol):
 
 
 class StreamingPredictor:
-    """``generate`` for predictors that implement ``stream``: the same tokens, collected."""
+    """``stream`` and ``generate`` for predictors that implement ``_tokens`` (a generator of
+    released tokens that returns why it stopped early, or None)."""
 
     mechanism: str
     tokenizer: Any
 
     def stream(self, prompt_ids: list[int], max_new_tokens: int) -> TokenStream:
+        """Up to ``max_new_tokens`` tokens after ``prompt_ids``, computed as they are asked
+        for; :meth:`check_can_start` refuses at once what could release nothing."""
+        if max_new_tokens < 1:
+            raise PrivlmError("max_new_tokens must be at least 1")
+        self.check_can_start()
+        return TokenStream(self._tokens(prompt_ids, max_new_tokens))
+
+    def check_can_start(self) -> None:
+        """Raise (with the reason) when a stream could release nothing; by default never."""
+
+    def _tokens(self, ids: list[int], max_new_tokens: int) -> Generator[Token, None, str | None]:
         raise NotImplementedError
 
     def prompt_ids(self, prompt: str) -> list[int]:
@@ -120,8 +134,6 @@ class StreamingPredictor:
         """Sample up to ``max_new_tokens`` tokens after ``prompt`` (ancestral sampling only:
         any other decoding option is refused with the reason)."""
         check_ancestral(sampling)
-        if max_new_tokens < 1:
-            raise PrivlmError("max_new_tokens must be at least 1")
         tokens = self.stream(self.prompt_ids(prompt), max_new_tokens)
         released = list(tokens)
         return self.generation(released, tokens.stopped)

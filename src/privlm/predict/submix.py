@@ -20,7 +20,7 @@ from privlm.accounting import Budget, Charge, PrivacyLedger, RdpCurve, charge_to
 from privlm.config import setting
 from privlm.errors import BudgetExceededError, PrivlmError
 from privlm.predict.engine import CachedDecoder, EnsembleEngine, upcast_log_softmax
-from privlm.predict.protocol import Generation, Scores, StreamingPredictor, Token, TokenStream
+from privlm.predict.protocol import Generation, Scores, StreamingPredictor, Token
 from privlm.predict.sampling import sample
 from privlm.predict.submix_rule import submix_step
 from privlm.randomness import PrivacyRandomness, as_randomness
@@ -168,14 +168,9 @@ class SubMix(StreamingPredictor):
             out[t] = lp[0, token_ids[t + 1]].double()
         return Scores(out, private)
 
-    def stream(self, prompt_ids: list[int], max_new_tokens: int) -> TokenStream:
-        """Up to ``max_new_tokens`` tokens after ``prompt_ids``: private ones (every part
-        charged first) until STOP, then the public model's (``Token.private`` False)."""
-        if max_new_tokens < 1:
-            raise PrivlmError("max_new_tokens must be at least 1")
-        return TokenStream(self._tokens(prompt_ids, max_new_tokens))
-
     def _tokens(self, ids: list[int], max_new_tokens: int) -> Generator[Token, None, str | None]:
+        """Private tokens (every part charged first) until STOP, then the public model's
+        (``Token.private`` False)."""
         decoder = CachedDecoder(
             self.engine, ids, [-1, *range(self.engine.n_adapters)], max_new_tokens
         )

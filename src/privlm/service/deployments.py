@@ -69,10 +69,6 @@ class DeploymentParams(BaseModel):
     def resolved(self) -> DeploymentParams:
         """The same settings with ε and α filled in from the mechanism's defaults."""
         epsilon, alpha = mechanism_defaults(self.mechanism, self.epsilon, self.alpha)
-        if self.mechanism == "pmixed":
-            if alpha != int(alpha):
-                raise PrivlmError(f"PMixED's order α must be an integer, got {alpha:g}")
-            alpha = int(alpha)
         return self.model_copy(update={"epsilon": epsilon, "alpha": alpha})
 
     @property
@@ -93,20 +89,6 @@ class DeploymentParams(BaseModel):
     def order(self) -> int:
         """α as PMixED takes it (after :meth:`resolved`)."""
         return int(self.rdp_order)
-
-
-@dataclass
-class Completion:
-    """A finished completion: its text, token counts, why it ended, and what was private."""
-
-    text: str
-    tokens: int
-    prompt_tokens: int
-    finish_reason: str
-    private_tokens: int
-    public_tokens: int
-    fallback: bool
-    note: str | None = None
 
 
 class Release:
@@ -139,20 +121,6 @@ class Release:
     def close(self) -> None:
         """Stop: nothing more is generated or charged; the lock is released."""
         self._pieces.close()
-
-    @property
-    def text(self) -> str:
-        return self._text
-
-    def completion(self) -> Completion:
-        """The whole completion (iterates to the end first)."""
-        for _ in self:
-            pass
-        private = sum(t.private for t in self.tokens)
-        return Completion(
-            self._text, len(self.tokens), self.prompt_tokens, self.finish_reason, private,
-            len(self.tokens) - private, self.fallback, self.note,
-        )  # fmt: skip
 
     def _piece(self, token: Token) -> str:
         """The text ``token`` adds, held back while it ends in an incomplete character."""
@@ -236,13 +204,13 @@ class LoadedDeployment:
     one interface), the public model for a fallback, and the lock that serialises it."""
 
     row: Deployment
-    tokenizer: Any
     predictor: Predictor
     public: Predictor
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def exhausted(self) -> bool:
-        return self.predictor.exhausted()
+    @property
+    def tokenizer(self) -> Any:
+        return self.predictor.tokenizer
 
     def budget(self) -> dict[str, Any]:
         out = {"deployment": self.row.id, **self.predictor.budget()}
@@ -265,18 +233,11 @@ class LoadedDeployment:
             f"{b['budget']['delta']:g}"
         )
 
-    def prompt_ids(self, prompt: str) -> list[int]:
-        ids: list[int] = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        return ids or [self.tokenizer.eos_token_id]
-
     def release(self, prompt: str | list[int], max_tokens: int) -> Release:
         """A completion of ``prompt`` (text, or token ids from a chat template), released
         token by token as it is iterated."""
-        ids = self.prompt_ids(prompt) if isinstance(prompt, str) else prompt
+        ids = self.predictor.prompt_ids(prompt) if isinstance(prompt, str) else prompt
         return Release(self, ids, max_tokens)
-
-    def complete(self, prompt: str, max_tokens: int) -> Completion:
-        return self.release(prompt, max_tokens).completion()
 
 
 class DeploymentRuntime:
@@ -318,7 +279,7 @@ def load_deployment(
         facts = {k: statement.get(k) for k in keys if k in statement}
         predictor = PlainPredictor(engine, lm.tokenizer, [0], "adapter", facts)
     public = PlainPredictor(engine, lm.tokenizer, [-1], "public")
-    return LoadedDeployment(row, lm.tokenizer, predictor, public)
+    return LoadedDeployment(row, predictor, public)
 
 
 def deployment_guarantee(row: Deployment, job: Job | None) -> dict[str, Any]:
