@@ -185,6 +185,7 @@ def train_jft(
     q2, steps2, delta, sigma2 = plan(n, cfg.phase2)
     phase1: dict[str, Any] = {"mode": cfg.phase1, "adapter": str(p1_dir)}
     miss: MissRateInterval | None = None
+    p1_dp = replace(cfg.phase1_dp(), delta=delta)  # light noise: phase 1's DP-SGD
     if cfg.phase1 == "light-noise":
         assert cfg.annotated_file is not None
         miss = miss_rate_interval(
@@ -196,11 +197,8 @@ def train_jft(
                 "noise has nothing to calibrate against; use --phase1 direct, or annotate a "
                 "larger sample"
             )
-        p1cfg = replace(cfg.phase1_dp(), delta=delta)
-        q1, steps1, _, sigma1 = plan(n, p1cfg, rate_factor=miss.high)
-        eps_lo, eps_hi = light_noise_epsilons(
-            sigma1, q1, steps1, delta, miss, cfg.phase1_dp().accountant
-        )
+        q1, steps1, _, sigma1 = plan(n, p1_dp, rate_factor=miss.high)
+        eps_lo, eps_hi = light_noise_epsilons(sigma1, q1, steps1, delta, miss, p1_dp.accountant)
         phase1.update(
             miss_rate=miss.to_dict(),
             noise_multiplier=sigma1,
@@ -233,7 +231,7 @@ def train_jft(
             model_name,
             dataset,
             p1_dir,
-            replace(cfg.phase1_dp(), delta=delta),
+            p1_dp,
             progress,
             ledger,
             detector=det,
