@@ -32,3 +32,15 @@ def test_importing_the_training_and_prompting_packages_loads_no_torch():
     code = "import sys, privlm.training, privlm.prompting; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_every_entry_point_takes_a_name_or_a_loaded_model():
+    import typing
+
+    from privlm import prompting, training
+    from privlm.models import ModelSource
+
+    for fn in (training.train_dpsgd, training.train_jft, training.train_ensemble,
+               prompting.train_prompt_dpsgd, prompting.run_prompt_pate):  # fmt: skip
+        first = next(iter(typing.get_type_hints(fn).values()))
+        assert first == ModelSource, fn.__name__

@@ -121,12 +121,11 @@ def test_too_few_labels_is_a_clear_error(tmp_path):
 
     from privlm.errors import PrivlmError
 
-    lm = load_public_model("tiny")
     cfg = PromptPateConfig(teachers=5, threshold=1000, sigma_threshold=1, sigma=1, epsilon=50)
     led = pate_ledger(tmp_path / "l.db", "pate", cfg, 10)
     with pytest.raises(PrivlmError, match="were labelled"):
         run_prompt_pate(
-            lm,
+            "tiny",  # a name works as well as a loaded model (issue 13 §1)
             get_task("sst2"),
             recs("s", 10),
             recs("p", 4),

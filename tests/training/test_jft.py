@@ -91,6 +91,8 @@ def test_direct_mode_is_sdp_at_phase_twos_epsilon(tmp_path):
     saved = json.loads((tmp_path / "m" / "sdp.json").read_text())
     assert saved["epsilon"] == st.epsilon and "SDP" in saved["guarantee"]
     assert (tmp_path / "m-phase1" / "adapter_config.json").is_file()
+    card = (tmp_path / "m-phase1" / "README.md").read_text()  # issue 13 §3: phase 1's card
+    assert "**Guarantee:** none" in card and "policy 'regex'" in card and "Do not" in card
     assert json.loads((tmp_path / "m" / "privacy.json").read_text())["init_adapter"] == str(
         tmp_path / "m-phase1"
     )

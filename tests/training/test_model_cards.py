@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+import pytest
 import torch
 from peft import PeftModel
 
@@ -12,6 +14,14 @@ from privlm.data import Dataset, Record
 from privlm.models import load_public_model
 from privlm.models.loading import base_model_id
 from privlm.predict.loading import load_ensemble
+from privlm.prompting.prompt_dpsgd import (
+    PromptDpSgdConfig,
+    class_logits,
+    encode_examples,
+    train_prompt_dpsgd,
+)
+from privlm.prompting.serving import prompt_adapter_accuracy
+from privlm.prompting.tasks import get_task, label_token_ids
 from privlm.training.dpsgd import DpSgdConfig, train_dpsgd
 from privlm.training.ensemble import train_ensemble
 from privlm.training.lora_finetune import LoraTrainingConfig
@@ -60,3 +70,30 @@ def test_ensemble_members_load_in_plain_peft_with_privlms_logits(tmp_path):
         torch.testing.assert_close(ours.float(), expected, atol=1e-4, rtol=1e-4)
         public, _ = engine.logits(ids, torch.tensor([-1]))
         assert not torch.allclose(public.float(), expected, atol=1e-4)  # the adapter matters
+
+
+@pytest.mark.parametrize("kind", ["soft-prompt", "prefix"])
+def test_prompt_adapters_state_their_guarantee_and_load_in_plain_peft(tmp_path, kind):
+    task = get_task("sst2")
+    recs = [Record(f"film {i}", f"r{i}", "positive" if i % 2 else "negative") for i in range(20)]
+    cfg = PromptDpSgdConfig(kind=kind, virtual_tokens=3, target_epsilon=8.0, batch_size=10,
+                            epochs=1, learning_rate=0.5)  # fmt: skip
+    st = train_prompt_dpsgd("tiny", task, recs, tmp_path / "p", cfg, progress=False)
+    card = (tmp_path / "p" / "README.md").read_text()
+    for needed in (f"({st.epsilon:.4g}, ", "-DP per user", "Base model:** tiny",
+                   "Data size:** 20 units", "does not cover"):  # fmt: skip
+        assert needed in card, needed
+    config = json.loads((tmp_path / "p" / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == "tiny"
+    lm = load_public_model("tiny")
+    test = recs[:8]
+    ids, mask, last, _ = encode_examples(lm, task, test, 64)
+    label_ids = label_token_ids(task, lm.tokenizer)
+    plain = PeftModel.from_pretrained(load_public_model("tiny").model, tmp_path / "p").eval()
+    with torch.no_grad():
+        scores = class_logits(plain, ids, mask, last, label_ids)
+        base = class_logits(lm.model, ids, mask, last, label_ids)
+    assert not torch.allclose(scores, base, atol=1e-4)  # the prompt matters
+    truth = np.array([task.class_of(r) for r in test])
+    plain_accuracy = float(np.mean(scores.argmax(-1).numpy() == truth))
+    assert prompt_adapter_accuracy("tiny", tmp_path / "p", task, test) == plain_accuracy

@@ -1,6 +1,14 @@
 """Public models: SmolLM2-135M from its GGUF package, any HF model, and ``tiny`` for tests."""
 
-from privlm.models.loading import LoadedModel, load_public_model, load_tokenizer, prepare_model
+from privlm.models.loading import (
+    LoadedModel,
+    ModelSource,
+    load_public_model,
+    load_tokenizer,
+    prepare_model,
+    reference_of,
+    working_copy,
+)
 from privlm.models.perplexity import PerplexityResult, perplexity
 from privlm.models.registry import DEFAULT_MODEL, KNOWN_MODELS, ModelSpec
 from privlm.models.tiny import build_tiny_model
@@ -9,6 +17,7 @@ __all__ = [
     "DEFAULT_MODEL",
     "KNOWN_MODELS",
     "LoadedModel",
+    "ModelSource",
     "ModelSpec",
     "PerplexityResult",
     "build_tiny_model",
@@ -16,4 +25,6 @@ __all__ = [
     "load_tokenizer",
     "perplexity",
     "prepare_model",
+    "reference_of",
+    "working_copy",
 ]

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -39,10 +40,23 @@ class LoadedModel:
     tokenizer: PreTrainedTokenizerBase
     name: str
     source: str
+    loaded_as: str = ""
+    """What :func:`load_public_model` was given (a short name, a hub id, or a directory's
+    absolute path): what a job records so that the model can be loaded again."""
 
     @property
     def placement(self) -> Placement:
         return model_placement(self.model)
+
+    @property
+    def reference(self) -> str:
+        """The name a job records for this model (in privacy.json and a manifest): what it was
+        loaded as, else the model's own ``name_or_path``, else its name."""
+        return self.loaded_as or str(getattr(self.model, "name_or_path", "") or self.name)
+
+
+ModelSource = str | LoadedModel
+"""What a training job accepts: a name (short name, hub id or directory) or a loaded model."""
 
 
 def _load_kwargs(place: Placement) -> dict[str, object]:
@@ -145,7 +159,43 @@ def load_public_model(
     origin = base_model_id(name_or_path)
     loaded.model.config._name_or_path = origin
     loaded.model.name_or_path = origin  # what PEFT records (get_peft_model reads it)
+    loaded.loaded_as = reference_of(name_or_path)
     return loaded
+
+
+def reference_of(source: ModelSource) -> str:
+    """The name a job records for a model so that it can be loaded again: a short name or hub
+    id as given, a directory by its absolute path, a loaded model by its ``reference``."""
+    if isinstance(source, LoadedModel):
+        return source.reference
+    path = Path(source).expanduser()
+    return str(path.resolve()) if source not in KNOWN_MODELS and path.exists() else source
+
+
+def working_copy(source: ModelSource, device: DeviceSpec, dtype: DtypeSpec) -> LoadedModel:
+    """A model a training job may change, placed as the job's config says: loaded from a
+    name, or a copy of a loaded model. PEFT wraps its model in place (it inserts the LoRA
+    layers and freezes the base weights), so a caller's loaded model is copied, never
+    changed; the copy costs the model's memory once more for the duration of the job.
+
+    >>> lm = load_public_model("tiny", device="cpu")
+    >>> copy_ = working_copy(lm, "cpu", "float32")
+    >>> copy_.model is lm.model, copy_.reference
+    (False, 'tiny')
+    """
+    if isinstance(source, str):
+        return load_public_model(source, device, dtype)
+    if not isinstance(source, LoadedModel):
+        raise TypeError(
+            f"expected a model name or a LoadedModel, got {type(source).__name__}: load one "
+            "with privlm.models.load_public_model, or wrap a transformers model and its "
+            "tokenizer as LoadedModel(model, tokenizer, name, source)"
+        )
+    place = resolve_placement(device, dtype)
+    _check_model_fits(source.model.config, place, f"{source.reference} (a working copy)")
+    model: Any = copy.deepcopy(source.model)
+    model = model.to(device=place.device, dtype=place.dtype).eval()
+    return replace(source, model=model, loaded_as=source.reference)
 
 
 def base_model_id(name_or_path: str) -> str:

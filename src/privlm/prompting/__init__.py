@@ -1,10 +1,10 @@
 """Private prompt learning (Duan et al., Flocks of Stochastic Parrots): prompted
 classification with a causal LM, PromptDPSGD (soft prompt and prefix) and PromptPATE. The
-functions the CLI calls:
+functions the CLI calls; ``model`` is a name or a :class:`~privlm.models.LoadedModel`:
 
 - ``load_task_file(path)`` / ``get_task(name)``, and ``task_data(task, TaskFiles(...), ...)``
 - ``train_prompt_dpsgd(model, task, records, out_dir, PromptDpSgdConfig(...), ledger=...)``
-- ``run_prompt_pate(lm, task, private, public, out_dir, ledger, PromptPateConfig(...))``
+- ``run_prompt_pate(model, task, private, public, out_dir, ledger, PromptPateConfig(...))``
 """
 
 from privlm.lazy import lazy_exports

@@ -19,7 +19,7 @@ from privlm.data import Record
 from privlm.data.partition import new_partition_key
 from privlm.errors import AccountingError, PrivlmError
 from privlm.fsutil import write_directory_atomically
-from privlm.models import LoadedModel
+from privlm.models import LoadedModel, ModelSource, load_public_model
 from privlm.prompting.pate import (
     Teacher,
     blackbox_accuracy,
@@ -166,7 +166,7 @@ def teacher_answer_matrix(
 
 
 def run_prompt_pate(
-    lm: LoadedModel,
+    model: ModelSource,
     task: Task,
     private: list[Record],
     public: list[Record],
@@ -177,8 +177,10 @@ def run_prompt_pate(
 ) -> PromptPateResult:
     """Label ``public`` privately with teachers built from ``private``, charging ``ledger``
     (whose budget stops the labelling); select the student. ``pate_ledger`` makes a ledger
-    with the config's budget."""
+    with the config's budget. ``model`` is a name (loaded with the default placement) or a
+    loaded model, which is only read (teachers and student are prompts, not weights)."""
     cfg = cfg or PromptPateConfig()
+    lm = model if isinstance(model, LoadedModel) else load_public_model(model)
     t0 = time.perf_counter()
     if not public:
         raise PrivlmError("PromptPATE needs public (unlabelled) inputs to label")
@@ -253,7 +255,7 @@ def run_prompt_pate(
             "threshold": cfg.threshold,
             "sigma_threshold": cfg.sigma_threshold,
             "sigma": cfg.sigma,
-            "model": lm.name,
+            "model": lm.reference,
             "units": len({r.unit for r in private}),
             "unit_kind": "record" if all(r.unit.startswith("record-") for r in private) else "user",
             **lm.placement.describe(),

@@ -48,7 +48,7 @@ from privlm.config import check_settings, setting
 from privlm.data import Record
 from privlm.errors import PrivlmError
 from privlm.fsutil import write_directory_atomically
-from privlm.models import LoadedModel, load_public_model
+from privlm.models import LoadedModel, ModelSource, reference_of, working_copy
 from privlm.progress import LossMeter, progress_bar
 from privlm.prompting.tasks import Task, label_token_ids
 from privlm.randomness import PrivacyRandomness
@@ -252,7 +252,7 @@ def class_logits(
 
 
 def train_prompt_dpsgd(
-    model_name: str,
+    model: ModelSource,
     task: Task,
     records: list[Record],
     out_dir: str | Path,
@@ -260,7 +260,8 @@ def train_prompt_dpsgd(
     ledger: PrivacyLedger | None = None,
     progress: bool = True,
 ) -> PromptPrivacyStatement:
-    """Train a soft prompt or prefix with DP-SGD (or without, if ``target_epsilon`` is None)."""
+    """Train a soft prompt or prefix of ``model`` (a name, or a loaded model, which is copied
+    and left unchanged) with DP-SGD (or without, if ``target_epsilon`` is None)."""
     cfg = cfg or PromptDpSgdConfig()
     records, unit, left_out = privacy_units(records, cfg.unit)
     n = len(records)
@@ -283,12 +284,13 @@ def train_prompt_dpsgd(
         )
         if ledger is not None:
             ledger.require_fits(charge, "this PromptDPSGD run")
-    lm = load_public_model(model_name, device=cfg.device, dtype=cfg.dtype)
+    reference = reference_of(model)
+    lm = working_copy(model, cfg.device, cfg.dtype)  # PEFT freezes its model's weights
     place = lm.placement
     label_ids = label_token_ids(task, lm.tokenizer)
     rng = PrivacyRandomness(cfg.seed)
-    model = prompt_model(lm, cfg.kind, cfg.virtual_tokens, rng.integer())
-    trainable = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+    prompted = prompt_model(lm, cfg.kind, cfg.virtual_tokens, rng.integer())
+    trainable = [(name, p) for name, p in prompted.named_parameters() if p.requires_grad]
     ids, mask, last, classes = encode_examples(lm, task, records, cfg.max_length)
     loader = DataLoader(  # Opacus draws its Poisson batches with the loader's generator
         TensorDataset(ids, mask, last, classes),
@@ -297,7 +299,7 @@ def train_prompt_dpsgd(
         generator=rng.torch_generator(),
     )
     optimizer = torch.optim.AdamW([p for _, p in trainable], lr=cfg.learning_rate, weight_decay=0.0)
-    run_model = training_module(model, cfg.kind)
+    run_model = training_module(prompted, cfg.kind)
     if private:
         engine = PrivacyEngine(accountant="rdp")
         run_model, optimizer, loader = engine.make_private(
@@ -350,13 +352,13 @@ def train_prompt_dpsgd(
         **statement.to_dict(),
         "max_grad_norm": cfg.max_grad_norm,
         "task": task.name,
-        "model": model_name,
+        "model": reference,
         "training": asdict(cfg),
         "seconds": time.perf_counter() - t0,
     }
 
     def write(d: Path) -> None:
-        model.save_pretrained(str(d))
+        prompted.save_pretrained(str(d))
         (d / "privacy.json").write_text(json.dumps(privacy, indent=2))
         (d / "README.md").write_text(model_card(privacy))  # after PEFT's own card
 

@@ -1,5 +1,6 @@
 """Private fine-tuning: DP-SGD on LoRA adapters (record- and user-level), Just Fine-tune
-Twice, and the LoRA ensembles of PMixED and SubMix. The functions the CLI calls:
+Twice, and the LoRA ensembles of PMixED and SubMix. The functions the CLI calls; ``model``
+is a name or a :class:`~privlm.models.LoadedModel` (trained on a copy, left unchanged):
 
 - ``train_dpsgd(model, dataset, out_dir, DpSgdConfig(...), ledger=...)``
 - ``train_jft(model, dataset, out_dir, JftConfig(...), ledger=...)``

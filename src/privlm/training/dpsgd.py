@@ -50,6 +50,7 @@ from privlm.data import Dataset
 from privlm.detect import Detector
 from privlm.errors import PrivlmError
 from privlm.fsutil import write_directory_atomically
+from privlm.models import ModelSource, reference_of
 from privlm.models.placement import resolve_placement
 from privlm.progress import LossMeter, progress_bar
 from privlm.randomness import PrivacyRandomness
@@ -387,7 +388,7 @@ def _train_examples(
 
 
 def train_dpsgd(
-    model_name: str,
+    model: ModelSource,
     dataset: Dataset,
     out_dir: str | Path,
     cfg: DpSgdConfig | None = None,
@@ -400,13 +401,15 @@ def train_dpsgd(
     charge_name: str = "dpsgd",
     extra: dict[str, Any] | None = None,
 ) -> PrivacyStatement:
-    """Fine-tune a LoRA adapter with DP-SGD; charge ``ledger`` (if given), then save the
-    adapter and its privacy statement.
+    """Fine-tune a LoRA adapter of ``model`` (a name, or a loaded model, which is copied and
+    left unchanged) with DP-SGD; charge ``ledger`` (if given), then save the adapter and its
+    privacy statement.
 
     JFT uses the keywords: ``init_adapter`` continues from a saved adapter (phase 2 from
     phase 1); ``detector`` redacts every example first (A.2 masks); ``rate_factor`` accounts
     at q·m̃ (light noise). ``extra`` is merged into privacy.json."""
     cfg = cfg or DpSgdConfig()
+    reference = reference_of(model)
     groups = records_per_unit(dataset)
     unit = dataset.unit_kind
     one_per_user = unit != "record" and cfg.user_sampling == "one-per-user"
@@ -423,7 +426,7 @@ def train_dpsgd(
             "sample_rate": q,
             "accounted_sample_rate": q_acc,
             "steps": steps,
-            "model": model_name,
+            "model": reference,
         },
     )
     if ledger is not None:
@@ -432,8 +435,8 @@ def train_dpsgd(
     wanted = resolve_placement(cfg.device, cfg.dtype)
     device = rank_device(wanted.device)  # under torchrun on GPUs: this rank's own GPU
     rank, world = init_distributed(device)  # NCCL on GPUs, gloo on CPUs
-    lm, model, _ = lora_model(
-        model_name, cfg.rank, cfg.alpha, cfg.targets, rng.integer(), init_adapter=init_adapter,
+    lm, adapted, _ = lora_model(
+        model, cfg.rank, cfg.alpha, cfg.targets, rng.integer(), init_adapter=init_adapter,
         device=device, dtype=wanted.dtype,
     )  # fmt: skip
     place = lm.placement
@@ -444,8 +447,8 @@ def train_dpsgd(
             "clipping: it runs in hooks mode (--grad-sample-mode hooks), in one process"
         )
     if cfg.gradient_checkpointing:
-        enable_gradient_checkpointing(model, distributed=world > 1)
-    errors = ModuleValidator.validate(model, strict=False)
+        enable_gradient_checkpointing(adapted, distributed=world > 1)
+    errors = ModuleValidator.validate(adapted, strict=False)
     if errors:
         raise PrivlmError(f"layers DP-SGD cannot train here: {[str(e) for e in errors][:5]}")
     counts = unit_token_counts(lm.tokenizer, groups)
@@ -459,7 +462,7 @@ def train_dpsgd(
         redacted_token_fraction(lm.tokenizer, texts, spans) if spans is not None else None
     )
     mask_vector = mask_embedding(lm.model, lm.tokenizer)
-    trainable = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+    trainable = [(name, p) for name, p in adapted.named_parameters() if p.requires_grad]
     t0 = time.perf_counter()
     if joint:
         blocks = user_blocks(
@@ -467,7 +470,7 @@ def train_dpsgd(
             _split_by_group(spans, groups) if spans is not None else None,
         )  # fmt: skip
         train_users_jointly(
-            model, blocks, sigma=sigma, max_grad_norm=cfg.max_grad_norm, sample_rate=q,
+            adapted, blocks, sigma=sigma, max_grad_norm=cfg.max_grad_norm, sample_rate=q,
             steps=steps, physical_batch_size=cfg.physical_batch_size,
             learning_rate=cfg.learning_rate, reduction=cfg.user_reduction,
             sampling=rng.torch_generator(),
@@ -487,7 +490,7 @@ def train_dpsgd(
             else TensorDataset(ids, labels, masked)
         )
         _train_examples(
-            model, examples, cfg, sigma, q, steps, (rank, world), rng, place.device,
+            adapted, examples, cfg, sigma, q, steps, (rank, world), rng, place.device,
             mask_vector, progress,
         )  # fmt: skip
     if not replicas_agree([p for _, p in trainable]):
@@ -515,7 +518,7 @@ def train_dpsgd(
     privacy = {
         **statement.to_dict(),
         "training": asdict(cfg),
-        "model": model_name,
+        "model": reference,
         "init_adapter": str(init_adapter) if init_adapter is not None else None,
         "detector": detector.name if detector is not None else None,
         "redacted_token_fraction": redacted_fraction,
@@ -525,7 +528,7 @@ def train_dpsgd(
     }
 
     def write(d: Path) -> None:
-        model.save_pretrained(str(d))
+        adapted.save_pretrained(str(d))
         (d / "privacy.json").write_text(json.dumps(privacy, indent=2))
         (d / "README.md").write_text(model_card(privacy))  # after PEFT's own card
 

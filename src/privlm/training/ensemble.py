@@ -29,6 +29,7 @@ from privlm.config import check_settings, setting
 from privlm.data import Dataset
 from privlm.data.partition import derive_key, new_partition_key, partition_by_unit
 from privlm.errors import PrivlmError
+from privlm.models import ModelSource, reference_of
 from privlm.progress import progress_bar
 from privlm.training.lora_finetune import LoraTrainingConfig, finetune_lora, save_untrained_adapter
 from privlm.training.model_card import ensemble_card
@@ -102,7 +103,7 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 
 
 def train_ensemble(
-    model_name: str,
+    model: ModelSource,
     dataset: Dataset,
     n_parts: int,
     out_dir: str | Path,
@@ -112,10 +113,17 @@ def train_ensemble(
     ray_address: str | None = None,
     partition_key: str | None = None,
 ) -> dict[str, Any]:
-    """Train (or resume) an ensemble; returns the manifest. With ``ray_address``, one Ray
-    task per adapter ('local' starts a Ray instance in this process). ``partition_key``
+    """Train (or resume) an ensemble of adapters of ``model`` (a name, or a loaded model, which
+    each adapter's training copies and leaves unchanged); returns the manifest. With
+    ``ray_address``, one Ray task per adapter ('local' starts a Ray instance in this
+    process), which loads the model itself, so it needs a name. ``partition_key``
     (hex) fixes the partition; by default a fresh random key is drawn and recorded."""
     cfg = config or LoraTrainingConfig()
+    if ray_address is not None and not isinstance(model, str):
+        raise PrivlmError(
+            "Ray workers load the model themselves: pass its name or directory "
+            f"({reference_of(model)!r}) rather than a loaded model"
+        )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     manifest_path = out / MANIFEST
@@ -123,7 +131,7 @@ def train_ensemble(
     planned = plan_parts(dataset, n_parts, protocol, key)
     identity = {
         "format": FORMAT,
-        "model": model_name,
+        "model": reference_of(model),
         "protocol": protocol,
         "n_parts": n_parts,
         "seed": cfg.seed,
@@ -172,18 +180,18 @@ def train_ensemble(
         bar.update(1)
 
     for name in [n for n, d in todo if not d.records]:
-        record(name, save_untrained_adapter(model_name, cfg, out / name))
+        record(name, save_untrained_adapter(model, cfg, out / name))
     todo = [(n, d) for n, d in todo if d.records]
     if ray_address is not None and todo:
         from privlm.training.distributed import train_on_ray
 
         jobs = [(name, data.texts(), out / name) for name, data in todo]
-        for name, stats in train_on_ray(ray_address, model_name, jobs, cfg):
+        for name, stats in train_on_ray(ray_address, reference_of(model), jobs, cfg):
             record(name, {**stats, "ray": True})
     else:
         for name, data in todo:
             stats = finetune_lora(
-                model_name, data.texts(), cfg, out / name, desc=name, progress=progress
+                model, data.texts(), cfg, out / name, desc=name, progress=progress
             )
             record(name, stats)
     bar.close()

@@ -42,6 +42,7 @@ from privlm.detect import (
     miss_rate_interval,
 )
 from privlm.errors import PrivlmError
+from privlm.models import LoadedModel, ModelSource, reference_of
 from privlm.training.dpsgd import (
     DpSgdConfig,
     PrivacyStatement,
@@ -50,6 +51,7 @@ from privlm.training.dpsgd import (
     train_dpsgd,
 )
 from privlm.training.lora_finetune import LoraTrainingConfig, finetune_lora
+from privlm.training.model_card import jft_phase1_card
 from privlm.training.redaction import redacted_token_fraction, spans_of_literal_masks
 
 PHASE1_MODES = ("direct", "screened", "light-noise")
@@ -160,7 +162,7 @@ def _detector(cfg: JftConfig, detector: Detector | None) -> Detector:
 
 
 def train_jft(
-    model_name: str,
+    model: ModelSource,
     dataset: Dataset,
     out_dir: str | Path,
     cfg: JftConfig | None = None,
@@ -170,7 +172,8 @@ def train_jft(
     detector: Detector | None = None,
     progress: bool = True,
 ) -> SdpStatement:
-    """Run both phases; the phase-2 adapter in ``out_dir`` is the release, with
+    """Run both phases on ``model`` (a name, or a loaded model, which each phase copies and
+    leaves unchanged); the phase-2 adapter in ``out_dir`` is the release, with
     ``privacy.json`` (phase 2's DP statement) and ``sdp.json`` (this function's result).
 
     With a ledger, what the run will charge (phase 2, and for light noise the phase-1
@@ -213,9 +216,9 @@ def train_jft(
     # phase 1
     if cfg.phase1 == "direct":
         spans = det.detect(texts)
-        phase1["redacted_token_fraction"] = _fraction(model_name, texts, spans)
+        phase1["redacted_token_fraction"] = _fraction(model, texts, spans)
         phase1["training"] = finetune_lora(
-            model_name, texts, cfg.phase1_lora(), p1_dir, "jft phase 1", progress, redact=spans
+            model, texts, cfg.phase1_lora(), p1_dir, "jft phase 1", progress, redact=spans
         )
     elif cfg.phase1 == "screened":
         assert cfg.screened_file is not None
@@ -223,12 +226,12 @@ def train_jft(
         spans = [spans_of_literal_masks(t) for t in screened]
         phase1["screened_records"] = len(screened)
         phase1["training"] = finetune_lora(
-            model_name, screened, cfg.phase1_lora(), p1_dir, "jft phase 1", progress, redact=spans
+            model, screened, cfg.phase1_lora(), p1_dir, "jft phase 1", progress, redact=spans
         )
     else:
         assert miss is not None
         st1 = train_dpsgd(
-            model_name,
+            model,
             dataset,
             p1_dir,
             p1_dp,
@@ -243,13 +246,16 @@ def train_jft(
         phase1["redacted_token_fraction"] = json.loads((p1_dir / "privacy.json").read_text())[
             "redacted_token_fraction"
         ]
+    if cfg.phase1 != "light-noise":
+        policy = "manual screening" if cfg.phase1 == "screened" else det.name
+        (p1_dir / "README.md").write_text(jft_phase1_card(reference_of(model), policy, n))
     # phase 2: its privacy.json states the model's guarantee, SDP, never plain DP
     dp_eps = None
     if miss is not None:
         s1, q1, n1 = phase1["noise_multiplier"], phase1["sample_rate"], phase1["steps"]
         dp_eps = composed_epsilon([(s1, q1, n1), (sigma2, q2, steps2)], delta)
     st2 = train_dpsgd(
-        model_name,
+        model,
         dataset,
         out,
         replace(cfg.phase2, delta=delta),
@@ -292,10 +298,11 @@ def sdp_release_label(cfg: JftConfig, det: Detector, dp_epsilon: float | None) -
     }
 
 
-def _fraction(model_name: str, texts: list[str], spans: list[Any]) -> float:
+def _fraction(model: ModelSource, texts: list[str], spans: list[Any]) -> float:
     from privlm.models import load_tokenizer
 
-    return redacted_token_fraction(load_tokenizer(model_name), texts, spans)
+    tokenizer = model.tokenizer if isinstance(model, LoadedModel) else load_tokenizer(model)
+    return redacted_token_fraction(tokenizer, texts, spans)
 
 
 def _check_fits(

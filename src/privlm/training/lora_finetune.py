@@ -21,7 +21,7 @@ from privlm.config import check_settings, setting
 from privlm.detect import Span
 from privlm.errors import PrivlmError
 from privlm.fsutil import write_directory_atomically
-from privlm.models import LoadedModel, load_public_model
+from privlm.models import LoadedModel, ModelSource, working_copy
 from privlm.models.placement import DeviceSpec, DtypeSpec
 from privlm.progress import progress_bar
 from privlm.training.checkpointing import enable_gradient_checkpointing
@@ -96,7 +96,7 @@ def record_sequences(
 
 
 def lora_model(
-    model_name: str,
+    source: ModelSource,
     rank: int,
     alpha: float,
     targets: list[str] | None,
@@ -105,10 +105,11 @@ def lora_model(
     device: DeviceSpec = "cpu",
     dtype: DtypeSpec = "float32",
 ) -> tuple[LoadedModel, PeftModel, list[str]]:
-    """The public model wrapped with a fresh LoRA adapter (seeded initialisation) on the given
-    targets, or on every projection discovered in the decoder blocks. With ``init_adapter``,
-    training continues from that saved adapter instead (JFT's phase 2 starts from phase 1)."""
-    lm = load_public_model(model_name, device, dtype)  # LoRA weights stay float32 (PEFT)
+    """The public model (``source``: a name, or a loaded model, which is copied) wrapped with a
+    fresh LoRA adapter (seeded initialisation) on the given targets, or on every projection
+    discovered in the decoder blocks. With ``init_adapter``, training continues from that
+    saved adapter instead (JFT's phase 2 starts from phase 1)."""
+    lm = working_copy(source, device, dtype)  # LoRA weights stay float32 (PEFT)
     if init_adapter is not None:
         path = Path(init_adapter)
         if not (path / "adapter_config.json").is_file():
@@ -132,12 +133,12 @@ def lora_model(
 
 
 def save_untrained_adapter(
-    model_name: str, config: LoraTrainingConfig, out_dir: Path
+    source: ModelSource, config: LoraTrainingConfig, out_dir: Path
 ) -> dict[str, Any]:
     """The adapter of an empty part: LoRA's B starts at zero, so it equals the public model."""
     t0 = time.perf_counter()
     _, model, targets = lora_model(
-        model_name, config.rank, config.alpha, config.targets, config.seed,
+        source, config.rank, config.alpha, config.targets, config.seed,
         device=config.device, dtype=config.dtype,
     )  # fmt: skip
     write_directory_atomically(out_dir, lambda d: model.save_pretrained(str(d)))
@@ -176,7 +177,7 @@ def training_token_usage(
 
 
 def finetune_lora(
-    model_name: str,
+    source: ModelSource,
     texts: list[str],
     config: LoraTrainingConfig,
     out_dir: Path,
@@ -190,7 +191,7 @@ def finetune_lora(
     the loss and its normalisation (JFT A.2, ``privlm.training.redaction``)."""
     t0 = time.perf_counter()
     lm, model, targets = lora_model(
-        model_name, config.rank, config.alpha, config.targets, config.seed,
+        source, config.rank, config.alpha, config.targets, config.seed,
         device=config.device, dtype=config.dtype,
     )  # fmt: skip
     device = lm.placement.device

@@ -125,3 +125,24 @@ def ensemble_card(manifest: Mapping[str, Any], member: str | None = None) -> str
         "- tokens generated without a deployment's ledger.",
         "",
     ])  # fmt: skip
+
+
+def jft_phase1_card(model: str, policy: str, units: int) -> str:
+    """The card of a JFT phase-1 adapter trained without noise (direct or screened mode): no
+    guarantee at all, since what the policy missed was learnt in the clear (JFT §3); only the
+    phase-2 adapter is released (issue 13 §3: every artefact says what it is)."""
+    return "\n".join([
+        *front_matter(model, "peft", "privlm, not-private"),
+        "# privlm: phase 1 of Just Fine-tune Twice",
+        "",
+        "**Guarantee:** none. This adapter was fine-tuned without noise on data redacted by "
+        f"the policy '{policy}': whatever the policy missed is in it unprotected. Do not "
+        "release it; the release is the phase-2 adapter trained from it with DP-SGD.",
+        "",
+        "- **Mechanism:** LoRA fine-tuning on redacted data (each flagged span one masked "
+        "slot, left out of the loss)",
+        "- **Accountant:** none",
+        f"- **Data size:** {units} units",
+        f"- **Base model:** {base_model_id(model) if model else ''}",
+        "",
+    ])  # fmt: skip
