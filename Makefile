@@ -93,7 +93,7 @@ bench-exposure: setup
 	$(PY) bench/bench_exposure.py
 
 bench-detectors: setup
-	$(PY) bench/bench_detectors.py --split testb
+	$(PY) bench/bench_detectors.py --n 2000 --split testb
 
 bench-jft: setup
 	$(PY) bench/bench_jft.py --records 400 --eval-blocks 8

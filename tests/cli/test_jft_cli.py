@@ -72,5 +72,43 @@ def test_detect_miss_rate(tmp_path):
 def test_detect_eval_on_conll():
     res = run("detect", "eval", "--detector", "low-entity", "--limit", "30", "--json")
     assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    (r,) = out["results"]
+    assert out["texts"] == 30 and out["input"] == "CoNLL-2003 testb"
+    assert 0.4 < r["overlap_recall"] <= 1 and set(r["recall_by_type"]) <= {
+        "PER",
+        "LOC",
+        "ORG",
+        "MISC",
+    }
+
+
+def test_detect_redact_show_labels_each_caught_span(tmp_path):
+    res = run("detect", "redact", notes(tmp_path), "--limit", "1", "--show")
+    assert res.exit_code == 0, res.output
+    assert "[Alice Jones|" in res.output and "[AB1000|" in res.output
+    js = run("detect", "redact", notes(tmp_path), "--limit", "1", "--json")
+    spans = json.loads(js.stdout)["records"][0]["spans"]
+    assert {"start", "end", "label", "text"} <= set(spans[0])
+    assert json.loads(js.stdout)["detector"] == "pii"  # the default
+
+
+def test_detect_corpus_eval_and_miss_rate_on_the_pii_corpus(tmp_path):
+    path = tmp_path / "pii.jsonl"
+    res = run("detect", "corpus", path, "--n", "60", "--seed", "2")
+    assert res.exit_code == 0, res.output
+    assert len(path.read_text().splitlines()) == 60
+    res = run("detect", "eval", "--data", path, "--detector", "pii-patterns", "--json")
+    assert res.exit_code == 0, res.output
     (r,) = json.loads(res.stdout)["results"]
-    assert r["sentences"] == 30 and 0.4 < r["token_recall"] <= 1
+    assert r["texts"] == 60 and "STREET_ADDRESS" in r["recall_by_type"]
+    table = run("detect", "eval", "--data", path, "--detector", "pii-patterns")
+    assert "full-span recall" in table.output and "over-redaction" in table.output
+    res = run("detect", "miss-rate", path, "--detector", "regex")
+    assert res.exit_code == 0, res.output
+    assert "per sensitive token" in res.output and "per token (JFT's m)" in res.output
+
+
+def test_detect_eval_refuses_an_unknown_corpus():
+    res = run("detect", "eval", "--corpus", "nope")
+    assert res.exit_code != 0 and "unknown corpus" in res.output

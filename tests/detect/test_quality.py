@@ -77,6 +77,7 @@ def test_miss_rate_interval_is_scipys_t_interval():
     caught = {f"s{i}" for i in range(0, 20, 3)}
     iv = miss_rate_interval(WordDetector(caught), sample, groups=5, seed=1)
     assert iv.tokens == 80 and iv.sensitive_tokens == 20 and iv.missed_tokens == 13
+    assert iv.sensitive_miss_rate == pytest.approx(13 / 20)  # per sensitive token
     mean = sum(iv.per_group) / 5
     lo, hi = stats.t.interval(0.95, 4, loc=mean, scale=stats.sem(iv.per_group))
     assert iv.mean == pytest.approx(mean)
@@ -96,14 +97,15 @@ def test_annotated_file_by_offsets_or_secrets(tmp_path):
         + json.dumps({"text": "Ann and Ann", "secrets": ["Ann"]}) + "\n"
     )  # fmt: skip
     a, b = load_annotated(p)
-    assert a.sensitive == (Span(9, 12, "GOLD"),)
+    assert a.sensitive == (Span(9, 12, "SENSITIVE"),)
     assert [(s.start, s.end) for s in b.sensitive] == [(0, 3), (8, 11)]
 
 
 @pytest.mark.parametrize(
     ("line", "problem"),
     [
-        ('{"text": "abc", "sensitive": [[2, 9]]}', "bad sensitive span"),
+        ('{"text": "abc", "sensitive": [[2, 9]]}', "bad span"),
+        ('{"text": "abc", "spans": [{"start": 1, "end": 0, "type": "X"}]}', "bad span"),
         ('{"text": "abc", "secrets": ["zz"]}', "does not occur"),
         ('{"txt": "abc"}', '"text"'),
         ("not json", "not JSON"),

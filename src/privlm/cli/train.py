@@ -131,14 +131,17 @@ def jft(
     data: str = typer.Argument(..., help="A .txt/.jsonl/.csv file, or wikitext2[:split]."),
     out: Path = typer.Option(..., "--out", help="Where to write the final (phase-2) adapter."),
     detector: str = option(JftConfig, "detector"),
+    patterns: Path | None = typer.Option(
+        None, help="Rules file (YAML/JSON): your own regexes, deny- and allow-lists."
+    ),
     phase1: str = option(JftConfig, "phase1"),
     screened: Path | None = typer.Option(
         None, help="screened mode: the sanitised file (<mask> marks what was removed)."
     ),
     annotated: Path | None = typer.Option(
         None,
-        help='light-noise mode: annotated sample, JSON lines {"text", "sensitive": [[s, e]]} '
-        'or {"text", "secrets": [...]}.',
+        help='light-noise mode: annotated sample (as privlm detect eval), JSON lines {"text", '
+        '"spans": [{"start", "end", "type"}]} or {"text", "secrets": [...]}.',
     ),
     epsilon: float = option(
         DpSgdConfig, "target_epsilon", help="Target ε of phase 2 (DP-SGD on the original data)."
@@ -206,6 +209,7 @@ def jft(
         phase1_epsilon=phase1_epsilon,
         screened_file=screened,
         annotated_file=annotated,
+        patterns_file=patterns,
         deliberately_missed=list(miss),
         phase1_training=LoraTrainingConfig(
             epochs=phase1_epochs,

@@ -8,39 +8,44 @@ then calibrated at sampling rate q·m̃_hi, and ε is reported at both ends.
 Tokens here are words and punctuation marks (``\\w+|[^\\w\\s]``), so the estimate does not
 depend on a model's tokenizer.
 
-Annotated files are JSON lines: ``{"text": ..., "sensitive": [[start, end], ...]}`` with
-character offsets, or ``{"text": ..., "secrets": ["substring", ...]}``.
+Annotated files are read by :mod:`privlm.detect.annotated` (typed spans, untyped
+``sensitive`` spans, or ``secrets``).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
-from privlm.data.corpora import NerSentence
+from privlm.detect.annotated import AnnotatedText, annotated_from_conll, load_annotated
 from privlm.detect.base import Detector, Span
-from privlm.detect.conll_eval import sentence_text
-from privlm.errors import DataError, PrivlmError
+from privlm.errors import PrivlmError
+
+__all__ = [
+    "AnnotatedText",
+    "MissRateInterval",
+    "annotated_from_conll",
+    "count_missed",
+    "load_annotated",
+    "miss_rate_interval",
+]
 
 WORD = re.compile(r"\w+|[^\w\s]")
 
 
 @dataclass(frozen=True)
-class AnnotatedText:
-    """A text with its true sensitive spans."""
-
-    text: str
-    sensitive: tuple[Span, ...]
-
-
-@dataclass(frozen=True)
 class MissRateInterval:
+    """Two rates (issue 14 §2). ``mean``/``low``/``high`` are per token, JFT's m = missed
+    sensitive tokens / all tokens: the chance that a sampled token is a secret the detector
+    let through, the subsampling ratio of JFT §3.1's amplification argument, so it is what
+    light noise is calibrated at (q·m̃_hi). ``sensitive_miss_rate`` = missed / sensitive
+    tokens (1 − token recall) says how good the detector is, independent of how much of the
+    text is sensitive; it is reported beside the other, never used for accounting."""
+
     mean: float
     low: float  # m̃_lo, clamped at 0
     high: float  # m̃_hi: light noise is calibrated here
@@ -50,55 +55,10 @@ class MissRateInterval:
     missed_tokens: int
     tokens: int
     confidence: float = 0.95
+    sensitive_miss_rate: float = float("nan")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def load_annotated(path: str | Path) -> list[AnnotatedText]:
-    """Read an annotated sample (format in the module docstring); errors name file:line."""
-    p = Path(path)
-    if not p.is_file():
-        raise DataError(p, "no such annotated file")
-    out: list[AnnotatedText] = []
-    for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataError(p, f"not JSON: {e.msg}", i) from e
-        text = row.get("text") if isinstance(row, dict) else None
-        if not isinstance(text, str):
-            raise DataError(p, 'each line needs a "text" string', i)
-        spans: list[Span] = []
-        for s in row.get("sensitive", []):
-            if not (isinstance(s, list) and len(s) == 2 and 0 <= s[0] < s[1] <= len(text)):
-                raise DataError(
-                    p, f"bad sensitive span {s!r}: need [start, end] inside the text", i
-                )
-            spans.append(Span(int(s[0]), int(s[1]), "GOLD"))
-        for secret in row.get("secrets", []):
-            j = text.find(secret) if isinstance(secret, str) and secret else -1
-            if j < 0:
-                raise DataError(p, f"secret {secret!r} does not occur in the text", i)
-            while j >= 0:
-                spans.append(Span(j, j + len(secret), "GOLD"))
-                j = text.find(secret, j + 1)
-        out.append(AnnotatedText(text, tuple(sorted(spans))))
-    if not out:
-        raise DataError(p, "the annotated file has no records")
-    return out
-
-
-def annotated_from_conll(sentences: Sequence[NerSentence]) -> list[AnnotatedText]:
-    """CoNLL-2003 sentences with their entity tokens as the sensitive spans."""
-    out = []
-    for s in sentences:
-        text, offsets = sentence_text(s.tokens)
-        spans = tuple(Span(b, e, t) for (b, e), t in zip(offsets, s.tags, strict=True) if t != "O")
-        out.append(AnnotatedText(text, spans))
-    return out
 
 
 def _overlaps(b: int, e: int, spans: Sequence[Span]) -> bool:
@@ -159,4 +119,5 @@ def miss_rate_interval(
         missed_tokens=sum(c[2] for c in counts),
         tokens=sum(c[0] for c in counts),
         confidence=confidence,
+        sensitive_miss_rate=sum(c[2] for c in counts) / max(1, sum(c[1] for c in counts)),
     )

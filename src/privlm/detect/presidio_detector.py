@@ -1,7 +1,10 @@
 """Microsoft Presidio as a secret detector (optional; JFT §4 allows any detector).
 
 Presidio's analyzer runs on the same spaCy pipeline as the other detectors, so no model is
-downloaded. Needs ``pip install presidio-analyzer``.
+downloaded, with all its predefined recognisers: credit cards (Luhn), IBAN (mod 97), US SSN,
+IP, URL, e-mail, phone numbers (``phonenumbers``), dates, and spaCy's names and places. Its
+e-mail recogniser checks domains with ``tldextract``, which is pinned to its bundled suffix
+list here: a detector must not reach the network while it reads private text.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ def _analyzer(pipeline: str) -> Any:
     from privlm.extras import require
 
     require("detect", "the presidio detector")
+    _offline_tldextract()
     from presidio_analyzer import AnalyzerEngine
     from presidio_analyzer.nlp_engine import NlpEngineProvider
 
@@ -29,6 +33,14 @@ def _analyzer(pipeline: str) -> Any:
         }
     )
     return AnalyzerEngine(nlp_engine=provider.create_engine(), supported_languages=["en"])
+
+
+def _offline_tldextract() -> None:
+    """Make tldextract use its bundled public-suffix snapshot, never a download."""
+    import tldextract
+    import tldextract.tldextract as module
+
+    module.TLD_EXTRACTOR = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
 
 
 class PresidioDetector:

@@ -1,19 +1,38 @@
-"""Detectors by name: ``regex``, the four spaCy levels, ``presidio``; ``a+b`` is a union."""
+"""Detectors by name: ``regex``, the four spaCy levels, ``presidio``, ``pii-patterns``
+(privlm's recognisers) and ``pii`` (regex + pii-patterns + presidio, for recall: JFT's
+default); ``a+b`` is a union."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from privlm.detect.base import Detector, UnionDetector
+from privlm.detect.pii_patterns import PiiPatternDetector
 from privlm.detect.presidio_detector import PresidioDetector
 from privlm.detect.regex_detector import RegexDetector
+from privlm.detect.rules import RulesDetector, load_rules
 from privlm.detect.spacy_detector import DEFAULT_PIPELINE, SPACY_LEVELS, SpacyDetector
 from privlm.errors import PrivlmError
 
-DETECTOR_NAMES = ("regex", *SPACY_LEVELS, "presidio")
+DETECTOR_NAMES = ("pii", "regex", *SPACY_LEVELS, "presidio", "pii-patterns")
+DEFAULT_DETECTOR = "pii"
+COMPOSITES = {"pii": "regex+pii-patterns+presidio"}
 
 
-def make_detector(spec: str, pipeline: str = DEFAULT_PIPELINE) -> Detector:
-    """``"low-entity"``, ``"regex+high-contextual"``, …"""
-    parts = [p.strip() for p in spec.split("+") if p.strip()]
+def make_detector(
+    spec: str, pipeline: str = DEFAULT_PIPELINE, patterns: str | Path | None = None
+) -> Detector:
+    """``"pii"``, ``"low-entity"``, ``"regex+high-contextual"``, …; with ``patterns``, a
+    rules file (:mod:`privlm.detect.rules`) adds the user's own patterns and allow-list."""
+    detector = _from_spec(spec, pipeline)
+    if patterns is None:
+        return detector
+    return RulesDetector(detector, load_rules(patterns), Path(patterns).name)
+
+
+def _from_spec(spec: str, pipeline: str) -> Detector:
+    parts = [q for p in spec.split("+") for q in COMPOSITES.get(p.strip(), p.strip()).split("+")]
+    parts = [p for p in parts if p]
     if not parts:
         raise PrivlmError(f"empty detector spec; choose from {list(DETECTOR_NAMES)}")
     built: list[Detector] = []
@@ -24,6 +43,12 @@ def make_detector(spec: str, pipeline: str = DEFAULT_PIPELINE) -> Detector:
             built.append(SpacyDetector(p, pipeline))
         elif p == "presidio":
             built.append(PresidioDetector(pipeline=pipeline))
+        elif p == "pii-patterns":
+            built.append(PiiPatternDetector())
         else:
             raise PrivlmError(f"unknown detector {p!r}; choose from {list(DETECTOR_NAMES)}")
-    return built[0] if len(built) == 1 else UnionDetector(built)
+    if len(built) == 1:
+        return built[0]
+    union = UnionDetector(built)
+    union.name = spec.strip()  # "pii", not its parts
+    return union

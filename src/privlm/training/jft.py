@@ -64,9 +64,10 @@ class JftConfig:
     ``phase1_training``/``phase1_dpsgd`` are given whole; phase 2 is a DP-SGD config."""
 
     detector: str = setting(
-        "low-entity",
-        "Secret detector: regex, low-entity, high-entity, low-contextual, high-contextual, "
-        "presidio, or a union such as regex+low-entity",
+        "pii",
+        "Secret detector: pii (regex + privlm's recognisers + Presidio, for recall), regex, "
+        "low-entity, high-entity, low-contextual, high-contextual, presidio, pii-patterns, or "
+        "a union such as regex+low-entity",
     )
     phase1: str = setting("direct", "Phase-1 mode", choices=PHASE1_MODES)
     phase1_epochs: int = setting(1, "Phase-1 epochs (the redacted fine-tune)", ge=1, le=1000)
@@ -74,6 +75,7 @@ class JftConfig:
     phase1_epsilon: float = setting(
         3.0, "light noise: target ε for missed secrets, at rate q·m̃_hi", gt=0, le=1000
     )
+    patterns_file: Path | None = None  # the user's rules (privlm.detect.rules)
     screened_file: Path | None = None  # screened mode: the sanitised file
     annotated_file: Path | None = None  # light noise: the annotated sample
     miss_rate_groups: int = 10
@@ -157,7 +159,7 @@ def composed_epsilon(parts: list[tuple[float, float, int]], delta: float) -> flo
 
 
 def _detector(cfg: JftConfig, detector: Detector | None) -> Detector:
-    d = detector or make_detector(cfg.detector)
+    d = detector or make_detector(cfg.detector, patterns=cfg.patterns_file)
     return AllowingDetector(d, cfg.deliberately_missed) if cfg.deliberately_missed else d
 
 
