@@ -158,7 +158,11 @@ def test_rules_file_errors_say_what_is_wrong(tmp_path, content, problem):
         make_detector("regex", patterns=path)
 
 
-def test_jft_defaults_to_the_pii_detector():
+def test_jft_defaults_to_the_pii_detector_in_the_library_cli_and_service():
     from privlm.training.jft import JftConfig
 
     assert JftConfig().detector == "pii"
+    pytest.importorskip("fastapi")
+    from privlm.service.jobs import JftParams
+
+    assert JftParams.model_fields["detector"].default == "pii"
