@@ -108,7 +108,8 @@ def test_annotated_file_by_offsets_or_secrets(tmp_path):
         ('{"text": "abc", "spans": [{"start": 1, "end": 0, "type": "X"}]}', "bad span"),
         ('{"text": "abc", "secrets": ["zz"]}', "does not occur"),
         ('{"txt": "abc"}', '"text"'),
-        ("not json", "not JSON"),
+        ("not json", "invalid JSON"),
+        ("[1, 2]", "JSON object"),
     ],
 )
 def test_annotated_file_errors_name_the_line(tmp_path, line, problem):

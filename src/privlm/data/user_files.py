@@ -93,7 +93,8 @@ def _txt(path: Path, content: str, records: str, limit: int) -> Dataset:
     return Dataset(out, str(path), "record", skipped)
 
 
-def _rows_jsonl(path: Path, content: str) -> list[tuple[int, dict[str, Any]]]:
+def jsonl_rows(path: Path, content: str) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, object) of each non-blank JSON line; errors name the file and line."""
     rows = []
     for i, line in enumerate(content.splitlines(), start=1):
         if not line.strip():
@@ -215,7 +216,7 @@ def load_file(
     if suffix == ".txt":
         ds = _txt(p, content, records, max_record_chars)
     elif suffix == ".jsonl":
-        rows = _rows_jsonl(p, content)
+        rows = jsonl_rows(p, content)
         ds = _tabular(p, rows, text_column, unit_column, label_column, max_record_chars)
     else:
         rows = _rows_csv(p, content, no_header)

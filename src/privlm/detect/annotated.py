@@ -13,13 +13,13 @@ CoNLL-2003 converts to it (``annotated_from_conll``): each entity one span of it
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from privlm.data.corpora import NerSentence
+from privlm.data.user_files import jsonl_rows
 from privlm.detect.base import Span
 from privlm.detect.conll_eval import gold_entities, sentence_text
 from privlm.errors import DataError
@@ -68,15 +68,8 @@ def load_annotated(path: str | Path) -> list[AnnotatedText]:
     p = Path(path)
     if not p.is_file():
         raise DataError(p, "no such annotated file")
-    out: list[AnnotatedText] = []
-    for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataError(p, f"not JSON: {e.msg}", i) from e
-        out.append(_row(row, p, i))
+    rows = jsonl_rows(p, p.read_text(encoding="utf-8"))
+    out = [_row(row, p, i) for i, row in rows]
     if not out:
         raise DataError(p, "the annotated file has no records")
     return out
