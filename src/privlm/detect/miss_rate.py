@@ -55,10 +55,13 @@ class MissRateInterval:
     missed_tokens: int
     tokens: int
     confidence: float = 0.95
-    sensitive_miss_rate: float = float("nan")
+
+    @property
+    def sensitive_miss_rate(self) -> float:
+        return self.missed_tokens / max(1, self.sensitive_tokens)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "sensitive_miss_rate": self.sensitive_miss_rate}
 
 
 def _overlaps(b: int, e: int, spans: Sequence[Span]) -> bool:
@@ -119,5 +122,4 @@ def miss_rate_interval(
         missed_tokens=sum(c[2] for c in counts),
         tokens=sum(c[0] for c in counts),
         confidence=confidence,
-        sensitive_miss_rate=sum(c[2] for c in counts) / max(1, sum(c[1] for c in counts)),
     )

@@ -8,6 +8,7 @@ UK names, addresses, postcodes and phone numbers) that no recogniser was develop
 
 from __future__ import annotations
 
+import json
 import random
 import re
 from collections.abc import Callable
@@ -133,8 +134,6 @@ def pii_corpus(n: int = 2000, seed: int = 0, held_out: bool = False) -> list[Ann
 
 def write_corpus(path: str | Path, texts: list[AnnotatedText]) -> Path:
     """Write the corpus in the annotated JSONL format :func:`load_annotated` reads."""
-    import json
-
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w", encoding="utf-8") as f:

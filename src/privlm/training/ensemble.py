@@ -119,10 +119,11 @@ def train_ensemble(
     process), which loads the model itself, so it needs a name. ``partition_key``
     (hex) fixes the partition; by default a fresh random key is drawn and recorded."""
     cfg = config or LoraTrainingConfig()
+    reference = reference_of(model)
     if ray_address is not None and not isinstance(model, str):
         raise PrivlmError(
             "Ray workers load the model themselves: pass its name or directory "
-            f"({reference_of(model)!r}) rather than a loaded model"
+            f"({reference!r}) rather than a loaded model"
         )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -131,7 +132,7 @@ def train_ensemble(
     planned = plan_parts(dataset, n_parts, protocol, key)
     identity = {
         "format": FORMAT,
-        "model": reference_of(model),
+        "model": reference,
         "protocol": protocol,
         "n_parts": n_parts,
         "seed": cfg.seed,
@@ -186,7 +187,7 @@ def train_ensemble(
         from privlm.training.distributed import train_on_ray
 
         jobs = [(name, data.texts(), out / name) for name, data in todo]
-        for name, stats in train_on_ray(ray_address, reference_of(model), jobs, cfg):
+        for name, stats in train_on_ray(ray_address, reference, jobs, cfg):
             record(name, {**stats, "ray": True})
     else:
         for name, data in todo:

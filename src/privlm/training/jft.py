@@ -249,8 +249,8 @@ def train_jft(
             "redacted_token_fraction"
         ]
     if cfg.phase1 != "light-noise":
-        policy = "manual screening" if cfg.phase1 == "screened" else det.name
-        (p1_dir / "README.md").write_text(jft_phase1_card(reference_of(model), policy, n))
+        card = jft_phase1_card(reference_of(model), policy_name(cfg, det), n)
+        (p1_dir / "README.md").write_text(card)
     # phase 2: its privacy.json states the model's guarantee, SDP, never plain DP
     dp_eps = None
     if miss is not None:
@@ -272,12 +272,17 @@ def train_jft(
     return statement
 
 
+def policy_name(cfg: JftConfig, det: Detector) -> str:
+    """The policy function F of the SDP statement: the detector's name, or manual screening."""
+    return "manual screening" if cfg.phase1 == "screened" else det.name
+
+
 def sdp_release_label(cfg: JftConfig, det: Detector, dp_epsilon: float | None) -> dict[str, Any]:
     """What a JFT model's privacy.json, model card and service say it is (issue 18 §2):
     (ε, δ)-SDP under the named policy, with its honest DP figure: none for the direct and
     screened modes (phase 1 saw everything the policy let through, with no noise), the
     composed light-noise bound otherwise. The ε in the statement is phase 2's."""
-    policy = "manual screening" if cfg.phase1 == "screened" else det.name
+    policy = policy_name(cfg, det)
     dp = dp_epsilon if dp_epsilon is not None and math.isfinite(dp_epsilon) else None
     return {
         "guarantee_kind": "SDP",
@@ -332,7 +337,7 @@ def _statement(
     st2: PrivacyStatement,
     miss: MissRateInterval | None,
 ) -> SdpStatement:
-    policy = "manual screening" if cfg.phase1 == "screened" else det.name
+    policy = policy_name(cfg, det)
     p2 = (st2.noise_multiplier, st2.sample_rate, st2.steps)
     if miss is None:
         eps = st2.epsilon
