@@ -56,8 +56,16 @@ def test_eval_ppl_scores_the_public_model_and_one_adapter_on_a_users_file(tmp_pa
     held_out.write_text("\n".join(json.dumps({"note": n}) for n in NOTES))
     train = tmp_path / "train.txt"
     train.write_text("\n".join(NOTES))
-    invoke("train", "dpsgd", train, "--model", "tiny", "--epochs", 1, "--block-size", 16,
-           "--ledger", tmp_path / "l.db", "--out", tmp_path / "lora")  # fmt: skip
+    res = CliRunner().invoke(app, [*map(str, [
+        "train", "dpsgd", train, "--model", "tiny", "--epochs", 1, "--block-size", 16,
+        "--ledger", tmp_path / "l.db", "--out", tmp_path / "lora", "--json"])])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    # issue 15 §6: the default δ = 1/24^1.1 is weak for 24 records, said before training
+    stated = json.loads(res.stdout)
+    assert stated["delta"] == pytest.approx(24**-1.1)
+    assert "warning: δ = 0.0303 is weak for 24 records" in res.stderr
+    assert "--delta 1e-06" in stated["delta_warning"]
+    assert "Weak δ" in (tmp_path / "lora" / "README.md").read_text()
     common = ["--data", held_out, "--text-column", "note", "--block-size", 16]
     public = invoke("eval", "ppl", *common, "--model", "tiny")
     tuned = invoke("eval", "ppl", *common, "--adapter-dir", tmp_path / "lora")

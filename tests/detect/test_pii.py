@@ -19,7 +19,7 @@ from privlm.detect import (
 from privlm.detect.pii_corpus import SLOT_TYPES, STRUCTURED
 from privlm.detect.pii_patterns import PiiPatternDetector
 from privlm.detect.pii_quality import score_texts
-from privlm.errors import DataError
+from privlm.errors import DataError, PrivlmError
 
 
 def test_the_corpus_is_seeded_typed_and_round_trips(tmp_path):
@@ -166,3 +166,28 @@ def test_jft_defaults_to_the_pii_detector_in_the_library_cli_and_service():
     from privlm.service.jobs import JftParams
 
     assert JftParams.model_fields["detector"].default == "pii"
+
+
+def test_support_dialogues_keep_one_persona_per_customer():
+    from privlm.detect.pii_corpus import join_turns, support_dialogues
+    from privlm.detect.pii_templates import AGENT_TURNS
+
+    a = support_dialogues(20, seed=5, turns=(3, 4))
+    assert a == support_dialogues(20, seed=5, turns=(3, 4)) != support_dialogues(20, seed=6)
+    for dialogue in a:
+        customer = [t for t in dialogue if t.text not in AGENT_TURNS]
+        assert 3 <= len(customer) <= 4
+        values: dict[str, set[str]] = {}
+        for t in dialogue:
+            for s in t.sensitive:
+                values.setdefault(s.label, set()).add(t.text[s.start : s.end].lower())
+        for kind in ("EMAIL", "PHONE", "STREET_ADDRESS", "USERNAME", "CREDIT_CARD"):
+            assert len(values.get(kind, ())) <= 1, (kind, values[kind])
+        # one first name and one surname, in whatever combination the turns use
+        assert len({w for n in values.get("PERSON", ()) for w in n.split()}) <= 2
+        joined = join_turns(dialogue)
+        assert joined.text == "\n".join(t.text for t in dialogue)
+        moved = [joined.text[s.start : s.end] for s in joined.sensitive]
+        assert moved == [t.text[s.start : s.end] for t in dialogue for s in t.sensitive]
+    with pytest.raises(PrivlmError, match="turns"):
+        support_dialogues(3, turns=(4, 2))

@@ -88,6 +88,7 @@ def test_direct_mode_is_sdp_at_phase_twos_epsilon(tmp_path):
     )
     assert st.dp_epsilon is None and st.epsilon_range is None
     assert 0 < st.phase1["redacted_token_fraction"] < 0.5
+    assert "assumes a perfect detector without measuring it" in st.assumption  # issue 15 §6
     saved = json.loads((tmp_path / "m" / "sdp.json").read_text())
     assert saved["epsilon"] == st.epsilon and "SDP" in saved["guarantee"]
     assert (tmp_path / "m-phase1" / "adapter_config.json").is_file()
@@ -145,6 +146,20 @@ def test_light_noise_accounts_at_q_times_the_miss_rate(tmp_path):
     assert st.dp_epsilon == pytest.approx(opacus_epsilon([(s1, q1, n1), run2], st.delta), rel=1e-6)
     assert p1["statement"]["accounted_sample_rate"] == pytest.approx(q1 * miss["high"])
     assert "estimate" in st.assumption
+
+
+def test_direct_mode_states_the_miss_rate_an_annotated_sample_measures(tmp_path):
+    """Issue 15 §6: the regex detector misses the names; the statement says how many, counted
+    here independently, and that the SDP assumption does not hold."""
+    path = annotated(tmp_path / "a.jsonl")
+    st = train_jft("tiny", dataset(), tmp_path / "m", cfg(annotated_file=path), progress=False)
+    measured = st.phase1["measured_miss_rate"]
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    names = sum(1 for r in rows for s in r["secrets"] if s in NAMES)
+    assert (measured["missed_tokens"], measured["sensitive_tokens"]) == (names, len(rows) + names)
+    assert f"missed {names} of {len(rows) + names} sensitive tokens" in st.assumption
+    assert "does not hold" in st.assumption and "light-noise" in st.assumption
+    assert st.epsilon == st.phase2["epsilon"]  # measured, stated, not used in the accounting
 
 
 def test_light_noise_needs_a_detector_that_misses_something(tmp_path):

@@ -17,6 +17,7 @@ from privlm.training.redaction import (
     redacted_blocks,
     redacted_sequences,
     redacted_token_fraction,
+    sensitive_tokens_seen,
     spans_of_literal_masks,
 )
 
@@ -122,3 +123,17 @@ def test_redacted_token_fraction_counts_model_tokens(tiny):
     k = len(tok(" Alice", add_special_tokens=False)["input_ids"])
     frac = redacted_token_fraction(tok, [TEXT], [spans_for(TEXT, "Alice")])
     assert frac == pytest.approx(k / n)
+
+
+def test_sensitive_tokens_seen_counts_the_secret_tokens_no_redaction_covers(tiny):
+    tok = tiny.tokenizer
+    gold = [spans_for(TEXT, "Alice", "555-1234")]
+    n_alice = len(tok(" Alice", add_special_tokens=False)["input_ids"])
+    n_gold = round(redacted_token_fraction(tok, [TEXT], gold) * len(tok(TEXT)["input_ids"]))
+    assert sensitive_tokens_seen(tok, [TEXT], gold, [[]]) == (n_gold, n_gold)
+    assert sensitive_tokens_seen(tok, [TEXT], gold, gold) == (n_gold, 0)
+    caught_phone = [spans_for(TEXT, "555-1234")]
+    assert sensitive_tokens_seen(tok, [TEXT], gold, caught_phone) == (n_gold, n_alice)
+    # a span that overlaps part of a token covers that token (it is masked whole)
+    part = [[Span(TEXT.index("Alice") + 2, TEXT.index("Alice") + 3, "X")]]
+    assert sensitive_tokens_seen(tok, [TEXT], [spans_for(TEXT, "Alice")], part)[1] == 0

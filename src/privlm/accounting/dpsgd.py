@@ -5,8 +5,11 @@ sample rate q and noise multiplier σ (Abadi et al. 2016). Two accountants:
 
 - ``rdp``: the RDP curve at :data:`DEFAULT_ORDERS` (Opacus's analysis) converted by
   Theorem C.3 of the PMixED paper at the best order;
-- ``prv``: the privacy-random-variable accountant of Gopi et al. 2021 (Opacus), reporting
-  its upper bound. Tighter than RDP; tests compare it with dp-accounting's PLD accountant.
+- ``prv``: privacy-loss-distribution accounting (the PRV/PLD family: Koskela et al. 2020,
+  Gopi et al. 2021), computed by dp-accounting's PLD accountant with pessimistic
+  discretisation (:func:`privlm.accounting.events.pld_epsilon`), an upper bound. Tighter
+  than RDP. The ledger composes a ``prv`` run with the same function, so its ε equals the
+  run's ``privacy.json`` (issue 15 §2); tests compare it with Opacus's PRV accountant.
 
 Calibration returns a σ whose ε is at most the target: never overshooting ε.
 """
@@ -20,12 +23,12 @@ from typing import Any, Literal
 from privlm.accounting.analysis.conversion import check_delta
 from privlm.accounting.analysis.gaussian import subsampled_gaussian_rdp
 from privlm.accounting.curves import RdpCurve
+from privlm.accounting.events import MechanismEvent, pld_epsilon
 from privlm.accounting.orders import DEFAULT_ORDERS
 from privlm.errors import AccountingError
 
 AccountantName = Literal["rdp", "prv"]
 ACCOUNTANTS: tuple[str, ...] = ("rdp", "prv")
-PRV_EPS_ERROR = 0.01
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,10 @@ class DpSgdPlan:
         )
         return RdpCurve.from_arrays(DEFAULT_ORDERS, values)
 
+    def event(self) -> MechanismEvent:
+        """The same plan as a mechanism event, for PLD composition."""
+        return MechanismEvent.poisson_gaussian(self.noise_multiplier, self.sample_rate, self.steps)
+
 
 @dataclass(frozen=True)
 class EpsilonReport:
@@ -74,18 +81,6 @@ def _check_accountant(accountant: str) -> None:
         raise AccountingError(f"unknown accountant {accountant!r}; choose one of {ACCOUNTANTS}")
 
 
-def _prv_epsilon(plan: DpSgdPlan, delta: float) -> float:
-    from opacus.accountants import PRVAccountant  # Opacus (and torch) only when asked for
-
-    acc = PRVAccountant()
-    acc.history = [(plan.noise_multiplier, plan.sample_rate, int(plan.steps))]
-    try:
-        return float(acc.get_epsilon(delta=delta, eps_error=PRV_EPS_ERROR))
-    except (ValueError, RuntimeError, OverflowError, FloatingPointError):
-        # The PRV domain cannot represent this (very weak) mechanism: no finite bound.
-        return math.inf
-
-
 def dpsgd_epsilon(
     noise_multiplier: float,
     sample_rate: float,
@@ -101,7 +96,7 @@ def dpsgd_epsilon(
         conv = plan.rdp_curve().to_dp(d)
         eps, order = conv.epsilon, conv.order
     else:
-        eps, order = _prv_epsilon(plan, d), None
+        eps, order = pld_epsilon((plan.event(),), d), None
     return EpsilonReport(
         eps, d, accountant, order, plan.noise_multiplier, plan.sample_rate, int(plan.steps)
     )

@@ -1,11 +1,29 @@
 """The durable privacy ledger: an append-only record of charges against a budget.
 
 Each charge names its mechanism, parameters, privacy unit and cost: an RDP curve, an
-(ε, δ) pair, or both. The spent budget composes every charge: RDP curves add order by order
-(Theorem C.2 of the PMixED paper) and are converted at the best order (Theorem C.3), with
-the (ε, δ) parts added on top by basic composition. ``charge`` is fail-closed: a charge that
-would take the spent ε above the budget raises :class:`BudgetExceededError` and records
-nothing. A charge that is recorded is committed before ``charge`` returns.
+(ε, δ) pair, or both, and, for a data-independent mechanism (DP-SGD's subsampled Gaussian, a
+Gaussian, a Laplace), its :class:`~privlm.accounting.events.MechanismEvent`. ``charge`` is
+fail-closed: a charge that would take the spent ε above the budget raises
+:class:`BudgetExceededError` and records nothing. A charge that is recorded is committed
+before ``charge`` returns.
+
+How the spent ε is composed (issue 15 §2). Two sound statements are computed and the
+smaller is reported (the composition satisfies both, so it satisfies the tighter):
+
+1. **RDP for everything:** every charge's RDP curve (an event's own curve included) adds
+   order by order (Theorem C.2 of the PMixED paper) and is converted at the best order
+   (Theorem C.3); the (ε, δ) parts are added on top by basic composition.
+2. **PLD where it applies:** the charges made with ``compose="pld"`` (a run stated with the
+   ``prv`` accountant) are composed by their privacy-loss distributions
+   (:func:`~privlm.accounting.events.pld_epsilon`) to (ε₁, δ₁); every other RDP curve by
+   RDP to (ε₂, δ₂); the (ε, δ) parts to (ε₃, δ₃). The total is (ε₁+ε₂+ε₃, δ₁+δ₂+δ₃) by
+   basic composition, minimised over the split δ₁ + δ₂ = δ − δ₃ on a fixed grid. The groups
+   interleave adaptively, which basic composition allows for interactive mechanisms too
+   (Vadhan & Zhang 2023, *Concurrent composition theorems for DP*; Lyu 2022).
+
+A charge made with the ``rdp`` accountant is composed by RDP only, so a ledger holding one
+DP-SGD run reports exactly the ε of that run's ``privacy.json``, for either accountant. A
+ledger written before events existed holds no PLD charge and reports what it always did.
 
 Storage is SQLite by default (any SQLAlchemy URL works). Every charge is one transaction
 that first takes the write lock (``BEGIN IMMEDIATE`` on SQLite, ``SELECT ... FOR UPDATE``
@@ -48,6 +66,7 @@ from sqlalchemy.engine import Connection
 
 from privlm.accounting.analysis.conversion import balle_epsilon, check_delta
 from privlm.accounting.curves import NEIGHBOURING_RELATION, RdpCurve
+from privlm.accounting.events import MechanismEvent, pld_epsilon
 from privlm.accounting.orders import DEFAULT_ORDERS, as_orders
 from privlm.errors import AccountingError, BudgetExceededError
 
@@ -130,10 +149,19 @@ class Charge:
     delta: float = 0.0
     unit: str = "record"
     params: Mapping[str, Any] = field(default_factory=dict)
+    event: MechanismEvent | None = None  # the mechanism, where it is data-independent
+    compose: str = "rdp"  # "pld": compose ``event`` by its PLD (the prv accountant)
 
     def __post_init__(self) -> None:
         if not self.mechanism:
             raise AccountingError("a charge must name its mechanism")
+        if self.compose not in COMPOSITIONS:
+            raise AccountingError(f"compose must be one of {COMPOSITIONS}, got {self.compose!r}")
+        if self.compose == "pld" and (self.event is None or self.rdp is None):
+            raise AccountingError(
+                "a charge composed by PLD needs its mechanism event and its RDP curve (the "
+                "ledger keeps both statements and reports the tighter)"
+            )
         if not (self.epsilon >= 0 and math.isfinite(self.epsilon)):
             raise AccountingError(f"a charge's ε must be finite and ≥ 0, got {self.epsilon!r}")
         if not (0.0 <= self.delta < 1.0):
@@ -144,11 +172,22 @@ class Charge:
 
 @dataclass(frozen=True)
 class Spent:
-    """The ε spent at δ, and the Rényi order of the conversion (None if no RDP charge)."""
+    """The ε spent at δ, the Rényi order of the conversion (None if no RDP conversion gave
+    it), and which composition gave it: "rdp", or "pld" (with the RDP rest, if any)."""
 
     epsilon: float
     delta: float
     order: float | None
+    method: str = "rdp"
+
+
+@dataclass(frozen=True)
+class PldPart:
+    """The charges composed by PLD, and the RDP sum of every other charge (stored as two
+    ledger flags; absent from ledgers that never held a PLD charge)."""
+
+    events: tuple[MechanismEvent, ...]
+    rdp_rest: NDArray[np.float64]
 
 
 @dataclass(frozen=True)
@@ -168,6 +207,11 @@ class ChargeRecord:
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
 
+
+COMPOSITIONS = ("rdp", "pld")
+PLD_EVENTS_FLAG, RDP_REST_FLAG = "pld-events", "rdp-without-pld"
+# δ₁/(δ − δ₃) tried for the PLD group when RDP charges share the ledger (a fixed grid)
+DELTA_SPLITS = (0.001, 0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 0.999)
 
 _schema_ready: weakref.WeakSet[Engine] = weakref.WeakSet()
 
@@ -293,7 +337,35 @@ class PrivacyLedger:
         rdp = np.asarray(json.loads(row.rdp_total), dtype=np.float64)
         return rdp, float(row.approx_epsilon), float(row.approx_delta), int(row.n_charges)
 
+    def _pld_part(self, conn: Connection) -> PldPart | None:
+        rows = dict(
+            conn.execute(
+                select(flags_table.c.key, flags_table.c.value).where(
+                    (flags_table.c.ledger == self.name)
+                    & flags_table.c.key.in_((PLD_EVENTS_FLAG, RDP_REST_FLAG))
+                )
+            ).all()
+        )
+        if PLD_EVENTS_FLAG not in rows:
+            return None
+        events = tuple(MechanismEvent.from_dict(e) for e in json.loads(rows[PLD_EVENTS_FLAG]))
+        return PldPart(events, np.asarray(json.loads(rows[RDP_REST_FLAG]), dtype=np.float64))
+
     def _epsilon(
+        self,
+        rdp: NDArray[np.float64],
+        approx_eps: float,
+        approx_delta: float,
+        delta: float,
+        pld: PldPart | None = None,
+    ) -> Spent:
+        by_rdp = self._rdp_epsilon(rdp, approx_eps, approx_delta, delta)
+        if pld is None or not pld.events or self.budget.order is not None:
+            return by_rdp
+        by_pld = self._pld_epsilon(pld, approx_eps, approx_delta, delta)
+        return by_pld if by_pld.epsilon < by_rdp.epsilon else by_rdp
+
+    def _rdp_epsilon(
         self, rdp: NDArray[np.float64], approx_eps: float, approx_delta: float, delta: float
     ) -> Spent:
         if self.budget.order is not None:
@@ -311,13 +383,31 @@ class PrivacyLedger:
         conv = balle_epsilon(self.orders, rdp, delta - approx_delta)
         return Spent(approx_eps + conv.epsilon, delta, conv.order)
 
+    def _pld_epsilon(
+        self, pld: PldPart, approx_eps: float, approx_delta: float, delta: float
+    ) -> Spent:
+        """Statement 2 of the module docstring: PLD group + RDP rest + (ε, δ) parts."""
+        avail = delta - approx_delta
+        if avail <= 0:
+            return Spent(math.inf, delta, None, "pld")
+        if not np.any(pld.rdp_rest > 0):
+            return Spent(approx_eps + pld_epsilon(pld.events, avail), delta, None, "pld")
+        best = Spent(math.inf, delta, None, "pld+rdp")
+        for f in DELTA_SPLITS:
+            conv = balle_epsilon(self.orders, pld.rdp_rest, (1.0 - f) * avail)
+            eps = approx_eps + pld_epsilon(pld.events, f * avail) + conv.epsilon
+            if eps < best.epsilon:
+                best = Spent(eps, delta, conv.order, "pld+rdp")
+        return best
+
     def spent(self, delta: float | None = None) -> Spent:
         """ε spent so far at δ (default: the budget's δ); for an RDP budget, the RDP at its
         order."""
         d = self.budget.delta if delta is None else check_delta(delta)
         with self._engine.connect() as conn:
             rdp, ae, ad, _ = self._totals(conn)
-        return self._epsilon(rdp, ae, ad, d)
+            pld = self._pld_part(conn)
+        return self._epsilon(rdp, ae, ad, d, pld)
 
     def remaining(self, delta: float | None = None) -> float:
         """ε left before the budget is reached, at δ (default: the budget's δ)."""
@@ -327,7 +417,8 @@ class PrivacyLedger:
         """The spent ε at the budget's δ that recording ``charge`` would lead to."""
         with self._engine.connect() as conn:
             rdp, ae, ad, _ = self._totals(conn)
-        return self._after(rdp, ae, ad, charge)
+            pld = self._pld_part(conn)
+        return self._after(rdp, ae, ad, charge, pld)[0]
 
     def fits(self, charge: Charge) -> bool:
         """Whether ``charge`` would be accepted now (the test ``charge`` itself applies)."""
@@ -344,9 +435,21 @@ class PrivacyLedger:
                 f"{self.budget.describe()}"
             )
 
-    def _after(self, rdp: NDArray[np.float64], ae: float, ad: float, charge: Charge) -> Spent:
+    def _after(
+        self, rdp: NDArray[np.float64], ae: float, ad: float, charge: Charge, pld: PldPart | None
+    ) -> tuple[Spent, PldPart | None]:
+        """The spent ε once ``charge`` is added, and the PLD part it leaves."""
         extra = np.zeros_like(rdp) if charge.rdp is None else charge.rdp.at(self.orders)
-        return self._epsilon(rdp + extra, ae + charge.epsilon, ad + charge.delta, self.budget.delta)
+        if charge.compose == "pld":
+            assert charge.event is not None
+            before = pld or PldPart((), rdp)  # the first PLD charge: all earlier RDP is rest
+            pld = PldPart((*before.events, charge.event), before.rdp_rest)
+        elif pld is not None:
+            pld = PldPart(pld.events, pld.rdp_rest + extra)
+        after = self._epsilon(
+            rdp + extra, ae + charge.epsilon, ad + charge.delta, self.budget.delta, pld
+        )
+        return after, pld
 
     def charges(self) -> list[ChargeRecord]:
         """Every recorded charge, in order."""
@@ -390,9 +493,10 @@ class PrivacyLedger:
         """Check and record ``charge`` inside the caller's (locked) transaction."""
         extra = None if charge.rdp is None else charge.rdp.at(self.orders)
         rdp, ae, ad, n = self._totals(conn, lock=True)
-        after = self._after(rdp, ae, ad, charge)
+        pld_before = self._pld_part(conn)
+        after, pld = self._after(rdp, ae, ad, charge, pld_before)
         if not after.epsilon <= self.budget.epsilon:
-            before = self._epsilon(rdp, ae, ad, self.budget.delta)
+            before = self._epsilon(rdp, ae, ad, self.budget.delta, pld_before)
             why = (
                 " (its RDP curve is infinite at every order of this ledger)"
                 if extra is not None and not np.any(np.isfinite(extra))
@@ -404,12 +508,15 @@ class PrivacyLedger:
                 f"over its budget of {self.budget.describe()}; nothing was recorded"
             )
         new_rdp = rdp if extra is None else rdp + extra
+        params = dict(charge.params)
+        if charge.event is not None:
+            params.update(dp_event=charge.event.to_dict(), composed_by=charge.compose)
         conn.execute(
             insert(charges_table).values(
                 ledger=self.name,
                 seq=n + 1,
                 mechanism=charge.mechanism,
-                params=json.dumps(dict(charge.params), sort_keys=True, default=str),
+                params=json.dumps(params, sort_keys=True, default=str),
                 rdp=None if extra is None else json.dumps(extra.tolist()),
                 epsilon=charge.epsilon,
                 delta=charge.delta,
@@ -427,30 +534,31 @@ class PrivacyLedger:
                 n_charges=n + 1,
             )
         )
+        if pld is not None:
+            events = json.dumps([e.to_dict() for e in pld.events])
+            self._write_flag(conn, PLD_EVENTS_FLAG, events)
+            self._write_flag(conn, RDP_REST_FLAG, json.dumps(pld.rdp_rest.tolist()))
         return after
 
     # -- flags --------------------------------------------------------------------------------
 
     def set_flag(self, key: str, value: str) -> None:
         """Durably record a fact about this ledger's mechanism (e.g. SubMix's STOP)."""
+        if key in (PLD_EVENTS_FLAG, RDP_REST_FLAG):
+            raise AccountingError(f"the flag {key!r} is the ledger's own; charges write it")
         with self._engine.begin() as conn:
-            exists = conn.execute(
-                select(flags_table.c.key).where(
-                    (flags_table.c.ledger == self.name) & (flags_table.c.key == key)
+            self._write_flag(conn, key, value)
+
+    def _write_flag(self, conn: Connection, key: str, value: str) -> None:
+        where = (flags_table.c.ledger == self.name) & (flags_table.c.key == key)
+        if conn.execute(select(flags_table.c.key).where(where)).first() is None:
+            conn.execute(
+                insert(flags_table).values(
+                    ledger=self.name, key=key, value=value, created_at=_now()
                 )
-            ).first()
-            if exists is None:
-                conn.execute(
-                    insert(flags_table).values(
-                        ledger=self.name, key=key, value=value, created_at=_now()
-                    )
-                )
-            else:
-                conn.execute(
-                    update(flags_table)
-                    .where((flags_table.c.ledger == self.name) & (flags_table.c.key == key))
-                    .values(value=value)
-                )
+            )
+        else:
+            conn.execute(update(flags_table).where(where).values(value=value))
 
     def flag(self, key: str) -> str | None:
         with self._engine.connect() as conn:
@@ -472,12 +580,27 @@ class PrivacyLedger:
                 rdp = rdp + np.asarray(r.rdp, dtype=np.float64)
         with self._engine.connect() as conn:
             t_rdp, ae, ad, n = self._totals(conn)
+            pld = self._pld_part(conn)
         return (
-            n == len(records)
+            self._pld_part_matches(records, pld)
+            and n == len(records)
             and bool(np.allclose(rdp, t_rdp, rtol=1e-12, atol=0.0))
             and math.isclose(ae, sum(r.epsilon for r in records), rel_tol=1e-12, abs_tol=1e-15)
             and math.isclose(ad, sum(r.delta for r in records), rel_tol=1e-12, abs_tol=1e-18)
         )
+
+    def _pld_part_matches(self, records: list[ChargeRecord], pld: PldPart | None) -> bool:
+        """The PLD flags hold the events of the PLD charges in order, and the RDP rest the
+        sum of every other charge's curve."""
+        composed = [r for r in records if r.params.get("composed_by") == "pld"]
+        if pld is None:
+            return not composed
+        events = tuple(MechanismEvent.from_dict(r.params["dp_event"]) for r in composed)
+        rest = np.zeros(len(self.orders))
+        for r in records:
+            if r.rdp is not None and r.params.get("composed_by") != "pld":
+                rest = rest + np.asarray(r.rdp, dtype=np.float64)
+        return events == pld.events and bool(np.allclose(rest, pld.rdp_rest, rtol=1e-12, atol=0))
 
     def to_json(self) -> dict[str, Any]:
         """The ledger as a JSON-serialisable dict: budget, spent, and every charge."""

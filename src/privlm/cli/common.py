@@ -49,6 +49,15 @@ def warn_if_seeded(seed: int | None) -> None:
         typer.echo(f"warning: {SEEDED_WARNING}", err=True)
 
 
+def warn_if_weak_delta(delta: float, units: int, unit: str = "record") -> None:
+    """Print, on stderr, when δ is weak for the number of privacy units (issue 15 §6)."""
+    from privlm.accounting.advice import weak_delta_warning
+
+    message = weak_delta_warning(delta, units, unit)
+    if message is not None:
+        typer.echo(f"warning: {message}", err=True)
+
+
 def _clean(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return "inf" if value > 0 else ("-inf" if value < 0 else "nan")

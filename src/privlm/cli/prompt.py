@@ -221,6 +221,7 @@ def pate(
         sigma=sigma, epsilon=epsilon, delta=delta, student_candidates=candidates,
         holdout=holdout, seed=seed, teacher_votes=teacher_votes,
     )  # fmt: skip
+    warn_if_weak_threshold(cfg, len(t.labels))
     led = pate_ledger(ledger, ledger_name, cfg, len({r.unit for r in splits.private}))
     lm = load_public_model(model, device=device, dtype=dtype)
     res = run_prompt_pate(lm, t, splits.private, splits.public, out, led, cfg, progress=not as_json)
@@ -237,6 +238,15 @@ def pate(
     )
     if splits.test:
         typer.echo(f"student test accuracy: {result['student_test_accuracy']:.3f}")
+
+
+def warn_if_weak_threshold(cfg: PromptPateConfig, classes: int) -> None:
+    """Before any query: print, on stderr, when noise alone will pass queries (issue 15 §6)."""
+    from privlm.accounting.advice import threshold_warning
+
+    message = threshold_warning(cfg.threshold, cfg.sigma_threshold, cfg.teachers, classes)
+    if message is not None:
+        typer.echo(f"warning: {message}", err=True)
 
 
 @app.command("eval")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from privlm.accounting import Budget, DpSgdPlan, PrivacyLedger
+from privlm.accounting import Budget, DpSgdPlan, PrivacyLedger, dpsgd_epsilon
 from privlm.cli.common import (
     CHECKPOINTING_OPTION,
     DEVICE_OPTION,
@@ -20,6 +20,7 @@ from privlm.cli.common import (
     emit_json,
     user_errors,
     warn_if_seeded,
+    warn_if_weak_delta,
 )
 from privlm.cli.ensemble import load_training_data
 from privlm.config import option
@@ -95,11 +96,14 @@ def dpsgd(
         dtype=dtype,
         gradient_checkpointing=gradient_checkpointing,
     )
-    q, steps, run_delta, sigma = plan(len(examples_per_unit(ds)[0]), cfg)
-    # a new ledger's default budget is what this run costs, as the ledger composes it (RDP)
-    run_cost = DpSgdPlan(sigma, q, steps).rdp_curve().to_dp(run_delta).epsilon
+    n_units = len(examples_per_unit(ds)[0])
+    q, steps, run_delta, sigma = plan(n_units, cfg)
+    # a new ledger's default budget is what this run costs, as the ledger composes it (by
+    # the run's accountant: RDP, or PLD for prv), so the run fits exactly once
+    run_cost = dpsgd_epsilon(sigma, q, steps, run_delta, accountant).epsilon
     led = _open_ledger(ledger, ledger_name, budget_epsilon, run_cost, run_delta)
     warn_if_seeded(seed)
+    warn_if_weak_delta(run_delta, n_units, ds.unit_kind)
     st = train_dpsgd(model, ds, out, cfg, progress=not as_json, ledger=led)
     if int(os.environ.get("RANK", "0")) != 0:  # under torchrun, rank 0 reports
         return
@@ -140,7 +144,9 @@ def jft(
     ),
     annotated: Path | None = typer.Option(
         None,
-        help='light-noise mode: annotated sample (as privlm detect eval), JSON lines {"text", '
+        help="Annotated sample: light-noise mode calibrates on the detector's miss rate on it; "
+        "direct and screened modes measure and state that rate. Format as privlm detect eval: "
+        'JSON lines {"text", '
         '"spans": [{"start", "end", "type"}]} or {"text", "secrets": [...]}.',
     ),
     epsilon: float = option(
@@ -227,6 +233,7 @@ def jft(
     )
     n = len(examples_per_unit(ds)[0])
     q, steps, run_delta, sigma = plan(n, cfg.phase2)
+    warn_if_weak_delta(run_delta, n, ds.unit_kind)
     run_cost = DpSgdPlan(sigma, q, steps).rdp_curve().to_dp(run_delta).epsilon
     if phase1 == "light-noise":
         run_cost += phase1_epsilon  # a new ledger's default: room for both charges

@@ -4,10 +4,13 @@ Faker generates from a seed, each value's character span recorded with its type.
 The corpus is built on demand (``privlm detect corpus``, ``bench/bench_detectors.py``) and
 never committed. ``held_out=True`` uses the other template set and a mix of locales (US and
 UK names, addresses, postcodes and phone numbers) that no recogniser was developed against.
+:func:`support_dialogues` builds multi-turn support chats, one persona per customer, for JFT
+on dialogue data (issue 14 §3).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import re
@@ -17,7 +20,7 @@ from typing import Any
 
 from privlm.detect.annotated import AnnotatedText
 from privlm.detect.base import Span
-from privlm.detect.pii_templates import DEV, HELDOUT
+from privlm.detect.pii_templates import AGENT_TURNS, DEV, HELDOUT
 from privlm.errors import PrivlmError
 
 SLOT = re.compile(r"\{(\w+)(?::(lower))?\}")
@@ -130,6 +133,53 @@ def pii_corpus(n: int = 2000, seed: int = 0, held_out: bool = False) -> list[Ann
     templates = HELDOUT if held_out else DEV
     styles = sorted(templates)
     return [fill(rng.choice(templates[rng.choice(styles)]), values) for _ in range(n)]
+
+
+def _persona(values: dict[str, Callable[[], str]]) -> dict[str, Callable[[], str]]:
+    """One customer: every slot drawn once, so the same name, e-mail, IDs and address recur
+    in each of their turns (as they do in real support dialogues)."""
+    drawn = {slot: draw() for slot, draw in values.items()}
+    drawn["person"] = f"{drawn['first']} {drawn['last']}"
+    return {slot: functools.partial(str, v) for slot, v in drawn.items()}
+
+
+def support_dialogues(
+    customers: int, seed: int = 0, turns: tuple[int, int] = (3, 5), held_out: bool = False
+) -> list[list[AnnotatedText]]:
+    """``customers`` support dialogues (issue 14 §3), each a list of turns: the customer's
+    chat turns (the ``chat`` templates of both template sets, filled from one persona per
+    customer), between ``turns[0]`` and ``turns[1]`` of them, each followed at random by an
+    agent turn without personal data. Seeded like :func:`pii_corpus`."""
+    lo, hi = turns
+    if customers < 1 or not 1 <= lo <= hi:
+        raise PrivlmError(
+            "support dialogues need customers ≥ 1 and 1 ≤ turns[0] ≤ turns[1], "
+            f"got {customers} and {turns}"
+        )
+    rng = random.Random(seed)
+    locales = ("en_US", "en_GB") if held_out else ("en_US",)
+    values = _values([_faker(loc, seed + i) for i, loc in enumerate(locales)], rng)
+    chat = DEV["chat"] + HELDOUT["chat"]
+    dialogues = []
+    for _ in range(customers):
+        persona = _persona(values)
+        dialogue = []
+        for template in rng.sample(chat, rng.randint(lo, hi)):
+            dialogue.append(fill(template, persona))
+            if rng.random() < 0.5:
+                dialogue.append(AnnotatedText(rng.choice(AGENT_TURNS), ()))
+        dialogues.append(dialogue)
+    return dialogues
+
+
+def join_turns(turns: list[AnnotatedText], sep: str = "\n") -> AnnotatedText:
+    """A dialogue's turns as one text, each turn's spans moved to their place in it."""
+    text, spans = "", []
+    for turn in turns:
+        text += sep if text else ""
+        spans += [Span(s.start + len(text), s.end + len(text), s.label) for s in turn.sensitive]
+        text += turn.text
+    return AnnotatedText(text, tuple(spans))
 
 
 def write_corpus(path: str | Path, texts: list[AnnotatedText]) -> Path:

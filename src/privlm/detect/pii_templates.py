@@ -101,3 +101,15 @@ HELDOUT: dict[str, tuple[str, ...]] = {
         "USR: the email should be {email} not the old one",
     ),
 }
+
+# Support-dialogue agent turns without personal data (issue 14 §3): a dialogue interleaves
+# them with the customer's chat turns so that its text reads as a conversation. Written for
+# the benchmark, never tuned against a detector.
+AGENT_TURNS: tuple[str, ...] = (
+    "SYS: Thanks for reaching out, let me look into that.",
+    "SYS: I have updated the record. Is there anything else?",
+    "SYS: Sorry for the trouble! I have escalated this to our team.",
+    "SYS: Could you confirm a few details for me?",
+    "SYS: Your request is complete and you will get a confirmation shortly.",
+    "SYS: I can see the issue now. It should be fixed within 24 hours.",
+)

@@ -9,6 +9,7 @@ list here: a detector must not reach the network while it reads private text.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
@@ -23,6 +24,9 @@ def _analyzer(pipeline: str) -> Any:
 
     require("detect", "the presidio detector")
     _offline_tldextract()
+    # Presidio warns once per text for each spaCy label it keeps unmapped (CARDINAL, …) and
+    # once per recogniser of another language: hundreds of lines that say nothing wrong.
+    logging.getLogger("presidio-analyzer").setLevel(logging.ERROR)
     from presidio_analyzer import AnalyzerEngine
     from presidio_analyzer.nlp_engine import NlpEngineProvider
 

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from privlm.accounting import Budget, PrivacyLedger, default_prompt_delta
+from privlm.accounting.advice import threshold_warning
 from privlm.config import check_settings, setting
 from privlm.data import Record
 from privlm.data.partition import new_partition_key
@@ -94,6 +95,8 @@ class PromptPateResult:
     stopped_by_budget: bool
     seconds: float
     config: dict[str, Any]
+    # the threshold check against the teacher count (issue 15 §6); None when it is sound
+    threshold_warning: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -234,6 +237,9 @@ def run_prompt_pate(
         stopped_by_budget=labelling.stopped_by_budget,
         seconds=time.perf_counter() - t0,
         config={**asdict(cfg), "partition_key": key, **rng.statement()},
+        threshold_warning=threshold_warning(
+            cfg.threshold, cfg.sigma_threshold, cfg.teachers, len(task.labels)
+        ),
     )
 
     def write(d: Path) -> None:
@@ -255,6 +261,7 @@ def run_prompt_pate(
             "threshold": cfg.threshold,
             "sigma_threshold": cfg.sigma_threshold,
             "sigma": cfg.sigma,
+            "threshold_warning": result.threshold_warning,
             "model": lm.reference,
             "units": len({r.unit for r in private}),
             "unit_kind": "record" if all(r.unit.startswith("record-") for r in private) else "user",

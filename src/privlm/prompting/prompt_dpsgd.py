@@ -44,6 +44,7 @@ from privlm.accounting import (
     default_prompt_delta,
     dpsgd_epsilon,
 )
+from privlm.accounting.advice import weak_delta_warning
 from privlm.config import check_settings, setting
 from privlm.data import Record
 from privlm.errors import PrivlmError
@@ -144,6 +145,7 @@ class PromptPrivacyStatement:
     randomness: str = "fresh OS entropy (CSPRNG); no seed"
     seed: int | None = None
     warning: str | None = None
+    delta_warning: str | None = None  # δ weak for the number of units (issue 15 §6)
     records_left_out: int = 0  # --unit user: the records after each user's first
 
     def to_dict(self) -> dict[str, Any]:
@@ -277,9 +279,12 @@ def train_prompt_dpsgd(
         sigma = calibrate_noise_multiplier(
             cfg.target_epsilon, delta, q, steps, cfg.accountant
         ).noise_multiplier
+        accounted = DpSgdPlan(sigma, q, steps)
         charge = Charge(
             "prompt-dpsgd",
-            rdp=DpSgdPlan(sigma, q, steps).rdp_curve(),
+            rdp=accounted.rdp_curve(),
+            event=accounted.event(),
+            compose="pld" if cfg.accountant == "prv" else "rdp",
             params={"noise_multiplier": sigma, "sample_rate": q, "steps": steps, "kind": cfg.kind},
         )
         if ledger is not None:
@@ -346,6 +351,7 @@ def train_prompt_dpsgd(
         epsilon, delta if private else None, sigma, q, steps, cfg.accountant, n, cfg.kind,
         unit=unit, device=str(place.device), dtype=place.describe()["dtype"],
         records_left_out=left_out, **rng.statement(),
+        delta_warning=weak_delta_warning(delta, n, unit) if private else None,
     )  # fmt: skip
 
     privacy = {

@@ -45,6 +45,7 @@ from privlm.accounting import (
     calibrate_noise_multiplier,
     dpsgd_epsilon,
 )
+from privlm.accounting.advice import weak_delta_warning
 from privlm.config import check_settings, setting
 from privlm.data import Dataset
 from privlm.detect import Detector
@@ -186,6 +187,7 @@ class PrivacyStatement:
     randomness: str = "fresh OS entropy (CSPRNG); no seed"
     seed: int | None = None
     warning: str | None = None
+    delta_warning: str | None = None  # δ weak for the number of units (issue 15 §6)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -417,9 +419,12 @@ def train_dpsgd(
     n = len(groups)
     q, steps, delta, sigma = plan(n, cfg, rate_factor)
     q_acc = q * rate_factor
+    accounted = DpSgdPlan(sigma, q_acc, steps)
     charge = Charge(
         charge_name,
-        rdp=DpSgdPlan(sigma, q_acc, steps).rdp_curve(),
+        rdp=accounted.rdp_curve(),
+        event=accounted.event(),
+        compose="pld" if cfg.accountant == "prv" else "rdp",
         unit=unit,
         params={
             "noise_multiplier": sigma,
@@ -512,6 +517,7 @@ def train_dpsgd(
         device=str(place.device),
         dtype=place.describe()["dtype"],
         **rng.statement(),
+        delta_warning=weak_delta_warning(delta, n, unit),
     )
     out = Path(out_dir)
 

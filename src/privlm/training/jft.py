@@ -213,6 +213,11 @@ def train_jft(
             epsilon_high=eps_hi,
             estimate=True,
         )
+    elif cfg.annotated_file is not None:  # direct or screened: measured, stated, not used
+        measured = miss_rate_interval(
+            det, load_annotated(cfg.annotated_file), groups=cfg.miss_rate_groups
+        )
+        phase1["measured_miss_rate"] = measured.to_dict()
     if ledger is not None:
         _check_fits(ledger, cfg, phase1, (sigma2, q2, steps2), miss)
     # phase 1
@@ -330,6 +335,35 @@ def _check_fits(
     ledger.require_fits(Charge("jft", rdp=curve), "this JFT run")
 
 
+def _perfect_detector_assumption(phase1: dict[str, Any]) -> str:
+    """What the SDP statement of direct and screened mode assumes, with the detector's miss
+    rate when an annotated sample measured it (issue 15 §6)."""
+    base = (
+        "the phase-1 data contain no sensitive token under the policy (a detector with 100% "
+        "recall on this data, or a complete manual screening); phase 1 is then (0, 0)-SDP but "
+        "not DP"
+    )
+    measured = phase1.get("measured_miss_rate")
+    if measured is None:
+        return (
+            f"{base}. No annotated sample was given, so this assumes a perfect detector without "
+            "measuring it (--annotated FILE measures its miss rate on your kind of text)"
+        )
+    missed, sensitive = measured["missed_tokens"], measured["sensitive_tokens"]
+    return (
+        f"{base}. Measured on the annotated sample, the detector missed {missed} of "
+        f"{sensitive} sensitive tokens ({measured['sensitive_miss_rate']:.1%}; m = "
+        f"{measured['mean']:.3g} per token, 95% interval [{measured['low']:.3g}, "
+        f"{measured['high']:.3g}]): "
+        + (
+            "the assumption held on that sample"
+            if missed == 0
+            else "the assumption does not hold, and phase 1 trains on missed secrets without "
+            "noise; use --phase1 light-noise to account for them"
+        )
+    )
+
+
 def _statement(
     cfg: JftConfig,
     det: Detector,
@@ -347,11 +381,7 @@ def _statement(
             delta=st2.delta,
             policy=policy,
             phase1_mode=cfg.phase1,
-            assumption=(
-                "the phase-1 data contain no sensitive token under the policy (a detector "
-                "with 100% recall on this data, or a complete manual screening); phase 1 is "
-                "then (0, 0)-SDP but not DP"
-            ),
+            assumption=_perfect_detector_assumption(phase1),
             epsilon_range=None,
             dp_epsilon=None,
             phase1=phase1,

@@ -74,6 +74,8 @@ def model_card(
     ]
     if privacy.get("warning"):
         lines.append(f"- **Warning:** {privacy['warning']}")
+    if privacy.get("delta_warning"):
+        lines.append(f"- **Weak δ:** {privacy['delta_warning']}")
     if privacy.get("not_dp"):
         lines.append(f"- **Selective DP:** {privacy['not_dp']}")
     lines += [

@@ -190,3 +190,22 @@ def redacted_token_fraction(
             total += 1
             hit += any(s.start < e and b < s.end for s in ss)
     return hit / total if total else 0.0
+
+
+def sensitive_tokens_seen(
+    tokenizer: PreTrainedTokenizerBase,
+    texts: Sequence[str],
+    gold: Sequence[Sequence[Span]],
+    redacted: Sequence[Sequence[Span]],
+) -> tuple[int, int]:
+    """(sensitive tokens, sensitive tokens left unredacted): how many of the model's tokens
+    overlap a true sensitive span, and how many of those no redacted span covers, i.e. the
+    secrets JFT's phase 1 trains on without noise (its Theorem 1 assumes zero)."""
+    sensitive = seen = 0
+    for t, g, r in zip(texts, gold, redacted, strict=True):
+        enc = tokenizer(t, add_special_tokens=False, return_offsets_mapping=True)
+        for b, e in enc["offset_mapping"]:
+            if any(s.start < e and b < s.end for s in g):
+                sensitive += 1
+                seen += not any(s.start < e and b < s.end for s in r)
+    return sensitive, seen
