@@ -54,7 +54,7 @@ _MT_LEFT_OFFSET = 8
 _MT_STATE_BYTES = 5056
 
 
-def _csprng_uniforms(n: int) -> NDArray[np.float64]:
+def csprng_uniforms(n: int) -> NDArray[np.float64]:
     """``n`` uniforms in (0, 1) from ``os.urandom``: 53 random bits each, centred in their
     cell, so neither 0 nor 1 can occur."""
     words = np.frombuffer(os.urandom(8 * n), dtype=np.uint64) >> np.uint64(11)
@@ -85,7 +85,7 @@ class PrivacyRandomness:
             u = 1.0 - self._rng.random(n)  # (0, 1]
             u = np.where(u >= 1.0, 0.5, u)  # the seeded path never needs exactly 1
         else:
-            u = _csprng_uniforms(n)
+            u = csprng_uniforms(n)
         return u.reshape(shape)
 
     def normal(self, scale: float = 1.0, size: int | tuple[int, ...] = ()) -> NDArray[np.float64]:

@@ -20,7 +20,7 @@ from privlm.accounting.pate import default_prompt_delta
 @pytest.mark.parametrize("n", [1, 20, 1000, 10**6, 10**9])
 def test_the_suggested_delta_is_far_below_one_over_n_and_the_prompt_default(n):
     d = suggested_delta(n)
-    assert d < 1 / n or n == 1 and d == 1e-6
+    assert d < 1 / n or (n == 1 and d == 1e-6)
     assert d == default_prompt_delta(n)
     assert weak_delta_warning(d, n) is None
 

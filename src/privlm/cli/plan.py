@@ -6,6 +6,7 @@ import typer
 
 from privlm.accounting.analysis import pmixed as analysis
 from privlm.cli.common import JSON_OPTION, emit_json, user_errors
+from privlm.config import option
 from privlm.predict.pmixed import PMixEDConfig
 
 app = typer.Typer(help="Plan private-prediction budgets.", no_args_is_help=True)
@@ -21,16 +22,18 @@ def plan_pmixed(
     sample_rate: float = typer.Option(0.03, help="Poisson sampling rate q."),
     ensemble_size: int = typer.Option(80, help="N, the number of models."),
     max_subset: int = typer.Option(10, help="Show subset sizes 1..MAX."),
+    bound: str = option(PMixEDConfig, "bound"),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Per-query RDP budget, the RD-ball radius privlm uses, and per-subset-size figures."""
-    cfg = PMixEDConfig(epsilon, delta, alpha, queries, sample_rate)
+    cfg = PMixEDConfig(epsilon, delta, alpha, queries, sample_rate, bound)
     per_query = cfg.per_query_rdp
-    radius = analysis.solve_radius(per_query, alpha, ensemble_size, sample_rate)
+    radius = analysis.solve_radius(per_query, alpha, ensemble_size, sample_rate, bound=bound)
+    other = "jensen" if bound == "expansion" else "expansion"
     rows = [
         {
             "subset_size": m,
-            "loss_before_amplification": analysis.subset_rdp(radius, alpha, m),
+            "loss_before_amplification": analysis.subset_rdp(radius, alpha, m, bound),
             "paper_beta_at_realised_size": analysis.paper_realised_size_beta(
                 per_query, alpha, m, sample_rate
             ),
@@ -47,8 +50,14 @@ def plan_pmixed(
         "rdp_budget": per_query * queries,
         "per_query_rdp_budget": per_query,
         "ball_order": analysis.ball_order(alpha),
+        "bound": bound,
         "radius": radius,
-        "per_query_rdp_charged": analysis.query_rdp(radius, alpha, ensemble_size, sample_rate),
+        f"radius_with_{other}_bound": analysis.solve_radius(
+            per_query, alpha, ensemble_size, sample_rate, bound=other
+        ),
+        "per_query_rdp_charged": analysis.query_rdp(
+            radius, alpha, ensemble_size, sample_rate, bound
+        ),
         "paper_theorem51_beta_no_subsampling": analysis.paper_theorem51_beta(
             per_query, alpha, ensemble_size
         ),
@@ -64,7 +73,8 @@ def plan_pmixed(
         f"  per-query RDP budget ε_G/T = {per_query:.4g}; charged per query {out['per_query_rdp_charged']:.4g}"
     )
     typer.echo(
-        f"  RD ball at order 2α = {2 * alpha}: radius ρ* = {radius:.4g} (N = {ensemble_size}, q = {sample_rate:g})"
+        f"  RD ball at order 2α = {2 * alpha}: radius ρ* = {radius:.4g} (N = {ensemble_size}, q = {sample_rate:g}, "
+        f"{bound} bound; the {other} bound gives {out[f'radius_with_{other}_bound']:.4g})"
     )
     typer.echo(
         "  subset size | loss before amplification at α | paper's β* at that size (not used)"

@@ -59,6 +59,12 @@ def dpsgd(
     model: str = typer.Option(DEFAULT_MODEL, help="Public model."),
     limit: int | None = typer.Option(None, help="Use only the first LIMIT privacy units."),
     seed: int | None = SEED_OPTION,
+    secure_mode: bool = typer.Option(
+        False,
+        "--secure-mode",
+        help="Draw every noise coordinate and Poisson coin from the OS CSPRNG (os.urandom) "
+        "instead of a CSPRNG-seeded torch generator. Same accounting; cannot be seeded.",
+    ),
     ledger: Path = typer.Option(
         Path("privlm-ledger.db"), help="Budget ledger charged before the adapter is written."
     ),
@@ -88,6 +94,7 @@ def dpsgd(
         block_size=block_size,
         accountant=accountant,
         seed=seed,
+        secure_mode=secure_mode,
         user_sampling=user_sampling,
         max_blocks_per_user=max_blocks_per_user,
         user_reduction=user_reduction,

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from privlm.accounting import Budget, PrivacyLedger
+from privlm.accounting.analysis import pmixed as pmixed_analysis
 from privlm.config import settings_of
 from privlm.errors import PrivlmError
 from privlm.predict.engine import EnsembleEngine
@@ -56,6 +57,7 @@ def build_predictor(
     sample_rate: float,
     beta: float | None,
     seed: int | None,
+    bound: str = pmixed_analysis.DEFAULT_BOUND,
 ) -> Predictor:
     """A PMixED or SubMix predictor over an already loaded ensemble (``load_ensemble``),
     its ledger(s) named ``name`` in the database ``ledger`` (a path or a SQLAlchemy URL)."""
@@ -66,7 +68,7 @@ def build_predictor(
             raise PrivlmError(
                 f"{ensemble} is a {manifest['protocol']} ensemble; PMixED needs --protocol pmixed"
             )
-        cfg = PMixEDConfig(epsilon, delta, int(alpha), queries, sample_rate)
+        cfg = PMixEDConfig(epsilon, delta, int(alpha), queries, sample_rate, bound)
         led = PrivacyLedger(ledger, name, Budget(epsilon, delta))
         return PMixED(engine, lm.tokenizer, led, cfg, seed)
     if method == "submix":

@@ -46,9 +46,16 @@ class PMixEDConfig:
     sample_rate: float = setting(
         0.03, "PMixED: Poisson sampling rate q of the ensemble", gt=0, le=1
     )
+    bound: str = setting(
+        analysis.DEFAULT_BOUND,
+        "PMixED: how a subset's loss is bounded from the ball: expansion (Eq. 12 at rate 1/m, "
+        "tighter) or jensen (Theorem 5.1's Jensen step, for comparison); both sound",
+        choices=analysis.BOUNDS,
+    )
 
     def __post_init__(self) -> None:
         analysis.check_alpha(self.alpha)
+        analysis.check_bound(self.bound)
         if self.queries < 1:
             raise PrivlmError("the query budget T must be at least 1")
         if not (0 < self.sample_rate <= 1):
@@ -65,8 +72,10 @@ class PMixEDConfig:
 
     def query_cost(self, n_models: int) -> tuple[float, RdpCurve]:
         """The radius ρ* for an ensemble of ``n_models``, and one query's RDP curve there."""
-        radius = analysis.solve_radius(self.per_query_rdp, self.alpha, n_models, self.sample_rate)
-        curve = analysis.query_rdp_curve(radius, self.alpha, n_models, self.sample_rate)
+        radius = analysis.solve_radius(
+            self.per_query_rdp, self.alpha, n_models, self.sample_rate, bound=self.bound
+        )
+        curve = analysis.query_rdp_curve(radius, self.alpha, n_models, self.sample_rate, self.bound)
         return radius, RdpCurve.from_mapping(curve)
 
     def lifetime_curve(self, n_models: int) -> RdpCurve:

@@ -46,6 +46,9 @@ class DeploymentBusy(PrivlmError):
 LOCK_WAIT_S = 120.0
 
 
+LEGACY_BOUND = "jensen"  # what deployments stored without a bound were reserved with
+
+
 class DeploymentParams(BaseModel):
     """A deployment's settings; defaults, bounds and help come from PMixEDConfig and
     SubMixConfig (ε and α: the mechanism's own when not given)."""
@@ -63,6 +66,7 @@ class DeploymentParams(BaseModel):
         None, gt=1, le=256, description="Rényi order α (default: PMixED 3, an integer; SubMix 2)"
     )
     sample_rate: float = request_field(PMixEDConfig, "sample_rate")
+    bound: str = request_field(PMixEDConfig, "bound")
     beta: float | None = Field(None, gt=0, description="SubMix per-query β (default ε/T)")
     fallback: bool = Field(False, description="answer from the public model once spent")
 
@@ -270,6 +274,8 @@ def load_deployment(
         predictor = build_predictor(
             row.mechanism, out, loaded, ledger_url, f"deployment-{row.id}", row.budget_epsilon,
             row.budget_delta, p["alpha"], p["queries"], p["sample_rate"], p["beta"], None,
+            # a deployment created before issue 15 reserved its budget with the Jensen bound
+            bound=p.get("bound", LEGACY_BOUND),
         )  # fmt: skip
     else:
         statement = json.loads((out / "privacy.json").read_text())
@@ -300,7 +306,7 @@ def deployment_guarantee(row: Deployment, job: Job | None) -> dict[str, Any]:
 def check_config(p: DeploymentParams) -> None:
     """Refuse at creation a configuration the mechanism would refuse at the first token."""
     if p.mechanism == "pmixed":
-        PMixEDConfig(p.eps, p.delta, p.order, p.queries, p.sample_rate)
+        PMixEDConfig(p.eps, p.delta, p.order, p.queries, p.sample_rate, p.bound)
     elif p.mechanism == "submix":
         submix_config(p.eps, p.rdp_order, p.beta, p.queries, p.delta)
 
@@ -315,7 +321,7 @@ def lifetime_cost(p: DeploymentParams, job: Job) -> RdpCurve | None:
     from privlm.training.ensemble import load_manifest
 
     if p.mechanism == "pmixed":
-        cfg = PMixEDConfig(p.eps, p.delta, p.order, p.queries, p.sample_rate)
+        cfg = PMixEDConfig(p.eps, p.delta, p.order, p.queries, p.sample_rate, p.bound)
         return cfg.lifetime_curve(len(load_manifest(job.output_dir)["partition"]))
     if p.mechanism == "submix":
         return submix_config(p.eps, p.rdp_order, p.beta, p.queries, p.delta).lifetime_curve()

@@ -26,6 +26,7 @@ from torch.utils.data import Sampler
 from torch.utils.data._utils.collate import default_collate
 
 from privlm.errors import PrivlmError
+from privlm.training.secure_noise import csprng_coins
 
 
 def world_size_from_env() -> int:
@@ -71,21 +72,32 @@ class LockstepPoissonSampler(Sampler[list[int]]):
     """Poisson batches of this rank's shard, ``batches`` per epoch, empty ones included."""
 
     def __init__(
-        self, n: int, q: float, batches: int, rank: int, world: int, generator: torch.Generator
+        self,
+        n: int,
+        q: float,
+        batches: int,
+        rank: int,
+        world: int,
+        generator: torch.Generator | None,
     ) -> None:
         if not 0 < q <= 1:
             raise PrivlmError(f"the sampling rate must lie in (0, 1], got {q}")
         self.shard = torch.arange(rank, n, world)
         self.q = q
         self.batches = batches
-        self.generator = generator  # this rank's coins, independent of the other ranks'
+        # this rank's coins, independent of the other ranks'; None: the OS CSPRNG (secure mode)
+        self.generator = generator
 
     def __len__(self) -> int:
         return self.batches
 
     def __iter__(self) -> Iterator[list[int]]:
         for _ in range(self.batches):
-            keep = torch.rand(len(self.shard), generator=self.generator) < self.q
+            keep = (
+                csprng_coins(len(self.shard), self.q)
+                if self.generator is None
+                else torch.rand(len(self.shard), generator=self.generator) < self.q
+            )
             yield self.shard[keep].tolist()
 
 

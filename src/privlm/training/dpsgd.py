@@ -74,6 +74,7 @@ from privlm.training.redaction import (
     redacted_sequences,
     redacted_token_fraction,
 )
+from privlm.training.secure_noise import SECURE_STATEMENT, install_csprng_noise
 from privlm.training.user_level import (
     USER_REDUCTIONS,
     train_users_jointly,
@@ -111,7 +112,9 @@ class DpSgdConfig:
     # None (the default): noise, batches and initialisation from fresh OS entropy. A seed makes
     # the run reproducible, and its guarantee void against anyone who knows the seed.
     seed: int | None = None
-    secure_mode: bool = False  # Opacus's CSPRNG noise; needs the torchcsprng package
+    # every noise coordinate and Poisson coin straight from os.urandom (privlm's secure mode,
+    # no torchcsprng needed; privlm.training.secure_noise); cannot be seeded
+    secure_mode: bool = False
     # where the base model runs (privlm.models.placement): auto is CUDA in bfloat16 when a GPU
     # is there, else the CPU in float32; the LoRA parameters, their gradients and the noise
     # are float32 either way
@@ -144,6 +147,11 @@ class DpSgdConfig:
     def __post_init__(self) -> None:
         if (self.target_epsilon is None) == (self.noise_multiplier is None):
             raise PrivlmError("give exactly one of a target ε or a noise multiplier σ")
+        if self.secure_mode and self.seed is not None:
+            raise PrivlmError(
+                "secure mode draws every noise coordinate and batch from the OS CSPRNG, so it "
+                "cannot be seeded; drop the seed or the secure mode"
+            )
         if self.batch_size < 1 or self.physical_batch_size < 1 or self.epochs < 1:
             raise PrivlmError("batch sizes and epochs must be at least 1")
         if not (self.max_grad_norm > 0):
@@ -301,12 +309,16 @@ def _train_examples(
     rank, world = rank_world
     n = len(examples)  # type: ignore[arg-type]
     module: torch.nn.Module = model
-    if world > 1:  # torchrun: DPDDP, and Poisson batches drawn in lockstep (distributed_dp)
-        sampler = LockstepPoissonSampler(n, q, round(1 / q), rank, world, rng.torch_generator())
+    if world > 1 or cfg.secure_mode:
+        # torchrun: DPDDP, and Poisson batches drawn in lockstep (distributed_dp); secure
+        # mode: the same sampler with CSPRNG coins
+        coins = None if cfg.secure_mode else rng.torch_generator()
+        sampler = LockstepPoissonSampler(n, q, round(1 / q), rank, world, coins)
         loader = DataLoader(
             examples, batch_sampler=sampler, collate_fn=collate_with_empty(examples[0])
         )
-        module = DPDDP(model)
+        if world > 1:
+            module = DPDDP(model)
     else:
         # Opacus draws its Poisson batches with the loader's generator
         loader = DataLoader(examples, batch_size=cfg.batch_size, generator=rng.torch_generator())
@@ -315,7 +327,7 @@ def _train_examples(
         lr=cfg.learning_rate,
         weight_decay=0.0,
     )
-    engine = PrivacyEngine(accountant="rdp", secure_mode=cfg.secure_mode)
+    engine = PrivacyEngine(accountant="rdp")  # secure mode: privlm's CSPRNG noise, below
     ghost = cfg.grad_sample_mode == "ghost"
     private = engine.make_private(
         module=module,
@@ -323,12 +335,14 @@ def _train_examples(
         data_loader=loader,
         noise_multiplier=sigma,
         max_grad_norm=cfg.max_grad_norm,
-        poisson_sampling=world == 1,  # distributed: the lockstep Poisson sampler above
+        poisson_sampling=world == 1 and not cfg.secure_mode,  # else: the sampler above
         grad_sample_mode=cfg.grad_sample_mode,
         noise_generator=None if cfg.secure_mode else rng.torch_generator(device),
     )
     # ghost mode also returns a criterion wrapper; privlm builds the per-example loss itself
     dp_model, dp_opt, dp_loader = private[0], private[1], private[-1]
+    if cfg.secure_mode:
+        install_csprng_noise(dp_opt)
     trainable = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
     before = {name: p.detach().clone() for name, p in trainable}
     checked_grads = checked_moves = False
@@ -478,9 +492,9 @@ def train_dpsgd(
             adapted, blocks, sigma=sigma, max_grad_norm=cfg.max_grad_norm, sample_rate=q,
             steps=steps, physical_batch_size=cfg.physical_batch_size,
             learning_rate=cfg.learning_rate, reduction=cfg.user_reduction,
-            sampling=rng.torch_generator(),
+            sampling=None if cfg.secure_mode else rng.torch_generator(),
             noise=None if cfg.secure_mode else rng.torch_generator(place.device),
-            mask_vector=mask_vector, progress=progress, secure_mode=cfg.secure_mode,
+            mask_vector=mask_vector, progress=progress,
         )  # fmt: skip
     else:
         if spans is not None:
@@ -516,7 +530,7 @@ def train_dpsgd(
         token_usage=usage.to_dict(),
         device=str(place.device),
         dtype=place.describe()["dtype"],
-        **rng.statement(),
+        **(SECURE_STATEMENT if cfg.secure_mode else rng.statement()),
         delta_warning=weak_delta_warning(delta, n, unit),
     )
     out = Path(out_dir)

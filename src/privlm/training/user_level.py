@@ -37,6 +37,7 @@ from privlm.detect import Span
 from privlm.errors import PrivlmError
 from privlm.progress import LossMeter, progress_bar
 from privlm.training.redaction import IGNORE, embed_with_masks, encode_redacted, per_example_losses
+from privlm.training.secure_noise import csprng_coins, install_csprng_noise
 
 USER_REDUCTIONS = ("mean", "sum")
 
@@ -165,13 +166,13 @@ def train_users_jointly(
     physical_batch_size: int,
     learning_rate: float,
     reduction: str,
-    sampling: torch.Generator,
+    sampling: torch.Generator | None,
     noise: torch.Generator | None,
     mask_vector: torch.Tensor,
     progress: bool = True,
-    secure_mode: bool = False,
 ) -> None:
-    """``steps`` DP-SGD steps over users (module docstring); trains ``model`` in place."""
+    """``steps`` DP-SGD steps over users (module docstring); trains ``model`` in place.
+    ``sampling``/``noise`` None: coins and noise from the OS CSPRNG (secure mode)."""
     if reduction not in USER_REDUCTIONS:
         raise PrivlmError(f"user reduction must be one of {USER_REDUCTIONS}, not {reduction!r}")
     device = next(p for p in model.parameters() if p.requires_grad).device
@@ -184,8 +185,9 @@ def train_users_jointly(
         expected_batch_size=max(1, round(sample_rate * blocks.users)),
         loss_reduction="mean",
         generator=noise,
-        secure_mode=secure_mode,
     )
+    if noise is None:
+        install_csprng_noise(optimizer)
     per_user_blocks = torch.bincount(blocks.owner, minlength=blocks.users).clamp_min(1)
     before = [p.detach().clone() for p in trainable]
     gsm.train()
@@ -193,7 +195,12 @@ def train_users_jointly(
     meter = LossMeter()  # the mean loss per block of the step's users
     try:
         for _ in range(steps):
-            users = torch.nonzero(torch.rand(blocks.users, generator=sampling) < sample_rate)
+            coins = (
+                csprng_coins(blocks.users, sample_rate)
+                if sampling is None
+                else torch.rand(blocks.users, generator=sampling) < sample_rate
+            )
+            users = torch.nonzero(coins)
             users = users.flatten()
             acc = _user_gradients(
                 gsm, blocks, users, trainable, physical_batch_size, device, mask_vector, meter
