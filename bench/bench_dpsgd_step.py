@@ -2,8 +2,10 @@
 step at the same batch, in the same run: step time and peak memory (tracemalloc-free: RSS).
 
 Modes: non-private (baseline); Opacus hooks; Opacus functorch; Opacus ghost clipping and
-fast gradient clipping (per-sample norms only, a second backward pass for the clipped sum). Each step = forward, backward,
-(clip + noise), AdamW update, on a batch of B examples of L tokens.
+fast gradient clipping (per-sample norms only, a second backward pass for the clipped sum);
+secure: hooks with privlm's secure mode, every noise coordinate from os.urandom (issue 15 §4;
+also reported against hooks). Each step = forward, backward, (clip + noise), AdamW update, on
+a batch of B examples of L tokens.
 
 Usage: python bench/bench_dpsgd_step.py [--batch 8] [--length 128] [--steps 4]
 Writes bench/results/dpsgd_step.json.
@@ -18,7 +20,7 @@ import sys
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"
-MODES = ("hooks", "functorch", "ghost", "fast")
+MODES = ("hooks", "functorch", "ghost", "fast", "secure")
 
 CHILD = r"""
 import json, sys, time, resource, torch
@@ -43,6 +45,9 @@ if mode in ("ghost", "fast"):
 elif mode != "nonprivate":
     model = GradSampleModule(model, force_functorch=(mode == "functorch"))
     opt = DPOptimizer(opt, noise_multiplier=1.0, max_grad_norm=1.0, expected_batch_size=B)
+    if mode == "secure":
+        from privlm.training.secure_noise import install_csprng_noise
+        install_csprng_noise(opt)
 x = torch.randint(0, 49152, (B, L))
 def step():
     opt.zero_grad(set_to_none=True)
@@ -81,6 +86,7 @@ def main() -> None:
     for m in MODES:
         res[m]["time_ratio"] = res[m]["step_s"] / base["step_s"]
         res[m]["memory_ratio"] = res[m]["peak_rss_mb"] / base["peak_rss_mb"]
+    res["secure"]["time_ratio_vs_hooks"] = res["secure"]["step_s"] / res["hooks"]["step_s"]
     out = {"model": "smollm2-135m", "batch": a.batch, "length": a.length, "modes": res}
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "dpsgd_step.json").write_text(json.dumps(out, indent=2))
@@ -90,6 +96,7 @@ def main() -> None:
         print(
             f"DP-SGD ({m}): {r['step_s']:.2f} s = {r['time_ratio']:.2f}× ; peak RSS {r['peak_rss_mb']:.0f} MB = {r['memory_ratio']:.2f}×"
         )
+    print(f"secure mode against hooks: {res['secure']['time_ratio_vs_hooks']:.3f}×")
     print(f"wrote {RESULTS / 'dpsgd_step.json'}")
 
 

@@ -60,6 +60,7 @@ def test_pmixed_deployment_charges_every_token_then_refuses(service, ensemble_jo
     r = deploy(service, "acme", ensemble_job["id"], mechanism="pmixed", epsilon=8, queries=6)
     assert r.status_code == 201, r.text
     dep = r.json()["id"]
+    assert r.json()["params"]["bound"] == "expansion"  # stored: it runs with what it reserved
     released = 0
     while True:
         r = complete(service, "acme", dep)
@@ -377,3 +378,14 @@ def test_the_service_never_passes_a_seed():
         jobs_api.validate_params("dpsgd", {"seed": 0})
     cfg = jobs_api._dpsgd_config(jobs_api.validate_params("dpsgd", {}), 1e-5)
     assert cfg.seed is None
+
+
+def test_a_deployment_stored_before_bounds_existed_keeps_the_jensen_bound():
+    """Issue 15 §1: its budget was reserved with the Jensen curve, which the expansion's can
+    exceed at orders below α; it must keep running with that curve."""
+    from privlm.service.deployments import DeploymentParams, deployment_bound
+
+    legacy = {"job_id": "j", "mechanism": "pmixed", "epsilon": 8.0, "delta": 1e-5,
+              "queries": 6, "alpha": 3.0, "sample_rate": 0.03, "beta": None, "fallback": False}  # fmt: skip
+    assert deployment_bound(legacy) == "jensen"
+    assert deployment_bound(DeploymentParams(job_id="j").model_dump()) == "expansion"

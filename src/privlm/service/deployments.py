@@ -274,8 +274,7 @@ def load_deployment(
         predictor = build_predictor(
             row.mechanism, out, loaded, ledger_url, f"deployment-{row.id}", row.budget_epsilon,
             row.budget_delta, p["alpha"], p["queries"], p["sample_rate"], p["beta"], None,
-            # a deployment created before issue 15 reserved its budget with the Jensen bound
-            bound=p.get("bound", LEGACY_BOUND),
+            bound=deployment_bound(p),
         )  # fmt: skip
     else:
         statement = json.loads((out / "privacy.json").read_text())
@@ -286,6 +285,13 @@ def load_deployment(
         predictor = PlainPredictor(engine, lm.tokenizer, [0], "adapter", facts)
     public = PlainPredictor(engine, lm.tokenizer, [-1], "public")
     return LoadedDeployment(row, predictor, public)
+
+
+def deployment_bound(params: dict[str, Any]) -> str:
+    """The PMixED bound a deployment runs with: the one its budget was reserved with. A
+    deployment stored before issue 15 has none in its params and was reserved with Jensen's
+    curve, which the expansion's can exceed at orders below α (docs/sharp_edges.md)."""
+    return str(params.get("bound", LEGACY_BOUND))
 
 
 def deployment_guarantee(row: Deployment, job: Job | None) -> dict[str, Any]:
