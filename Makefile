@@ -7,7 +7,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.privlm-installed
 
 # (node, for the JavaScript test vectors, is on the machine)
-.PHONY: lock setup browser postgres demo test test-gpu lint typecheck unit bench bench-gpu bench-accounting bench-prediction bench-utility bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft bench-jft-dialogue bench-prompting bench-service clean
+.PHONY: lock setup browser postgres demo test test-gpu lint typecheck unit bench bench-gpu bench-accounting bench-prediction bench-utility bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft bench-jft-dialogue bench-prompting bench-service bench-randomness clean
 
 setup: $(STAMP)
 
@@ -68,7 +68,7 @@ test: lint typecheck unit
 test-gpu: setup
 	$(VENV)/bin/pytest -q -m gpu tests/gpu
 
-bench: bench-accounting bench-prediction bench-utility bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft bench-jft-dialogue bench-prompting bench-service
+bench: bench-accounting bench-prediction bench-utility bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft bench-jft-dialogue bench-prompting bench-service bench-randomness
 
 bench-accounting: setup
 	$(PY) bench/bench_accounting.py
@@ -97,6 +97,9 @@ bench-detectors: setup
 
 bench-jft: setup
 	$(PY) bench/bench_jft.py --records 400 --eval-blocks 8
+
+bench-randomness: setup
+	$(PY) bench/bench_randomness.py --tokens 2000 --models 80 --sample-rate 0.03
 
 bench-jft-dialogue: setup
 	$(PY) bench/bench_jft.py --corpus dialogue --records 150 --eval-blocks 8
