@@ -534,9 +534,11 @@ class PrivacyLedger:
                 n_charges=n + 1,
             )
         )
-        if pld is not None:
+        if charge.compose == "pld":  # the events change only with a PLD charge
+            assert pld is not None
             events = json.dumps([e.to_dict() for e in pld.events])
             self._write_flag(conn, PLD_EVENTS_FLAG, events)
+        if pld is not None:
             self._write_flag(conn, RDP_REST_FLAG, json.dumps(pld.rdp_rest.tolist()))
         return after
 

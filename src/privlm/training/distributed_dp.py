@@ -26,7 +26,7 @@ from torch.utils.data import Sampler
 from torch.utils.data._utils.collate import default_collate
 
 from privlm.errors import PrivlmError
-from privlm.training.secure_noise import csprng_coins
+from privlm.training.secure_noise import poisson_coins
 
 
 def world_size_from_env() -> int:
@@ -93,11 +93,7 @@ class LockstepPoissonSampler(Sampler[list[int]]):
 
     def __iter__(self) -> Iterator[list[int]]:
         for _ in range(self.batches):
-            keep = (
-                csprng_coins(len(self.shard), self.q)
-                if self.generator is None
-                else torch.rand(len(self.shard), generator=self.generator) < self.q
-            )
+            keep = poisson_coins(len(self.shard), self.q, self.generator)
             yield self.shard[keep].tolist()
 
 

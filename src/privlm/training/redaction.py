@@ -185,11 +185,19 @@ def redacted_token_fraction(
     (JFT Table 2's "Pct")."""
     total = hit = 0
     for t, ss in zip(texts, spans, strict=True):
-        enc = tokenizer(t, add_special_tokens=False, return_offsets_mapping=True)
-        for b, e in enc["offset_mapping"]:
+        for b, e in _token_offsets(tokenizer, t):
             total += 1
-            hit += any(s.start < e and b < s.end for s in ss)
+            hit += _overlaps(b, e, ss)
     return hit / total if total else 0.0
+
+
+def _token_offsets(tokenizer: PreTrainedTokenizerBase, text: str) -> list[tuple[int, int]]:
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    return [(int(b), int(e)) for b, e in enc["offset_mapping"]]
+
+
+def _overlaps(b: int, e: int, spans: Sequence[Span]) -> bool:
+    return any(s.start < e and b < s.end for s in spans)
 
 
 def sensitive_tokens_seen(
@@ -203,9 +211,8 @@ def sensitive_tokens_seen(
     secrets JFT's phase 1 trains on without noise (its Theorem 1 assumes zero)."""
     sensitive = seen = 0
     for t, g, r in zip(texts, gold, redacted, strict=True):
-        enc = tokenizer(t, add_special_tokens=False, return_offsets_mapping=True)
-        for b, e in enc["offset_mapping"]:
-            if any(s.start < e and b < s.end for s in g):
+        for b, e in _token_offsets(tokenizer, t):
+            if _overlaps(b, e, g):
                 sensitive += 1
-                seen += not any(s.start < e and b < s.end for s in r)
+                seen += not _overlaps(b, e, r)
     return sensitive, seen

@@ -14,7 +14,7 @@ torch 2.13. ``DpSgdConfig(secure_mode=True)`` uses this module instead:
 - **Poisson coins:** each example (or user) is kept when a CSPRNG uniform is below q.
 
 The accounting is unchanged: it is the same mechanism with better randomness.
-``bench/bench_secure_noise.py`` measures what it costs per step.
+``bench/bench_dpsgd_step.py`` (mode ``secure``) measures what it costs per step.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 
-from privlm.randomness import csprng_uniforms
+from privlm.randomness import PrivacyRandomness, csprng_uniforms
 
 SECURE_STATEMENT = {
     "randomness": "secure mode: every noise coordinate and Poisson coin from os.urandom",
@@ -55,7 +55,15 @@ def csprng_gaussian(
 
 def csprng_coins(n: int, q: float) -> torch.Tensor:
     """Poisson sampling: which of ``n`` units a step keeps, each with probability q."""
-    return torch.from_numpy(csprng_uniforms(n) < q)
+    return torch.from_numpy(PrivacyRandomness().bernoulli(n, q))
+
+
+def poisson_coins(n: int, q: float, generator: torch.Generator | None) -> torch.Tensor:
+    """A step's Poisson coins: from ``generator``, or from the OS CSPRNG when it is None
+    (secure mode)."""
+    if generator is None:
+        return csprng_coins(n, q)
+    return torch.rand(n, generator=generator) < q
 
 
 def install_csprng_noise(optimizer: Any) -> None:

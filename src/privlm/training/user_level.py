@@ -37,7 +37,7 @@ from privlm.detect import Span
 from privlm.errors import PrivlmError
 from privlm.progress import LossMeter, progress_bar
 from privlm.training.redaction import IGNORE, embed_with_masks, encode_redacted, per_example_losses
-from privlm.training.secure_noise import csprng_coins, install_csprng_noise
+from privlm.training.secure_noise import install_csprng_noise, poisson_coins
 
 USER_REDUCTIONS = ("mean", "sum")
 
@@ -195,12 +195,7 @@ def train_users_jointly(
     meter = LossMeter()  # the mean loss per block of the step's users
     try:
         for _ in range(steps):
-            coins = (
-                csprng_coins(blocks.users, sample_rate)
-                if sampling is None
-                else torch.rand(blocks.users, generator=sampling) < sample_rate
-            )
-            users = torch.nonzero(coins)
+            users = torch.nonzero(poisson_coins(blocks.users, sample_rate, sampling))
             users = users.flatten()
             acc = _user_gradients(
                 gsm, blocks, users, trainable, physical_batch_size, device, mask_vector, meter
