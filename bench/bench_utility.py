@@ -1,56 +1,75 @@
-"""Utility of private prediction on WikiText-2 with SmolLM2-135M (issue 3 §7, scaled).
+"""Utility of private prediction on WikiText-2 with SmolLM2-135M (issue 3 §7, issue 15 §5).
 
-Trains, on the same slice of WikiText-2 train: one fine-tuned adapter on all of it, a PMixED
-ensemble of N adapters, and a SubMix ensemble of k parts × 2 halves; then measures test
-perplexity on the same held-out tokens (every token one query) for: the public model, the
-single fine-tuned model, the plain ensemble average (non-private), PMixED (ε = 8, δ = 1e-5,
-α = 3, T = the tokens scored) and SubMix (ε = 2, α = 2, β = ε/T). Reports the share of the
-public → fine-tuned perplexity gap each method closes, and training times.
+Trains, on the same slice of WikiText-2 train: one fine-tuned adapter on all of it (the
+non-private reference), a PMixED ensemble of N adapters, a SubMix ensemble of k parts × 2
+halves, and one DP-SGD adapter at ε = 8, δ = 1e-5 (the comparison the PMixED paper makes);
+then measures test perplexity on the same held-out tokens (every token one query) for: the
+public model, the fine-tuned model, DP-SGD, the plain ensemble average (non-private), PMixED
+(ε = 8, δ = 1e-5, α = 3, T = the tokens scored) under each of its sound bounds, and SubMix
+(ε = 2, α = 2, β = ε/T). Reports the share of the public → fine-tuned perplexity gap each
+method closes, PMixED's median λ (the weight its mixture gives the fine-tuned models), and
+training times. Trained models are cached under the privlm cache, so a rerun only scores.
 
-Usage: python bench/bench_utility.py [--records 1200] [--n 16] [--k 8] [--blocks 8]
-Writes bench/results/utility.json.
+Usage: python bench/bench_utility.py [--records 2400] [--n 80] [--q 0.03] [--k 8] [--blocks 8]
+Writes bench/results/utility.json (or --out).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
+
+import torch
 
 from privlm.accounting import Budget, PrivacyLedger
+from privlm.accounting.analysis.pmixed import BOUNDS
 from privlm.data import corpora
+from privlm.models import load_public_model
 from privlm.models.perplexity import token_blocks
 from privlm.predict import PMixED, PMixEDConfig, SubMix, SubMixConfig, part_ledgers
+from privlm.predict.engine import EnsembleEngine
 from privlm.predict.evaluate import evaluate
 from privlm.predict.factory import plain_predictor
 from privlm.predict.loading import load_ensemble
+from privlm.predict.pmixed_rule import pmixed_mixture, sample_subset
 from privlm.settings import cache_dir
+from privlm.training.dpsgd import DpSgdConfig, train_dpsgd
 from privlm.training.ensemble import train_ensemble
 from privlm.training.lora_finetune import LoraTrainingConfig
 
 RESULTS = Path(__file__).parent / "results"
 MODEL = "smollm2-135m"
+EPSILON, DELTA = 8.0, 1e-5
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--records", type=int, default=1200)
-    ap.add_argument("--n", type=int, default=16)
-    ap.add_argument("--k", type=int, default=8)
-    ap.add_argument("--blocks", type=int, default=8)
-    ap.add_argument("--block-size", type=int, default=128)
-    args = ap.parse_args()
-    train = corpora.wikitext2("train")
-    train.records = train.records[: args.records]
+class LambdaRecordingPMixED(PMixED):
+    """PMixED that keeps every λ its mixture used (for the median λ; nothing else changes)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lambdas: list[float] = []
+
+    def _mix(self, log_probs_all: torch.Tensor) -> torch.Tensor:
+        subset = sample_subset(self.rng, self.engine.n_adapters, self.config.sample_rate)
+        mix = pmixed_mixture(
+            log_probs_all[1:][subset], log_probs_all[0], self.config.alpha, self.radius
+        )
+        self.lambdas.extend(mix.lambdas.tolist())
+        return mix.log_probs
+
+
+def train_all(args: argparse.Namespace, train: Any, root: Path) -> dict[str, Any]:
     cfg = LoraTrainingConfig(epochs=1, block_size=128, batch_size=4, learning_rate=2e-3)
-    root = cache_dir() / "bench" / f"utility-{args.records}"
-    times = {}
+    times: dict[str, Any] = {}
     for name, parts, protocol in (
         ("finetuned", 1, "pmixed"),
-        ("pmixed", args.n, "pmixed"),
-        ("submix", args.k, "submix"),
+        (f"pmixed-{args.n}", args.n, "pmixed"),
+        (f"submix-{args.k}", args.k, "submix"),
     ):
         t = time.perf_counter()
         m = train_ensemble(MODEL, train, parts, root / name, protocol, cfg)
@@ -59,6 +78,59 @@ def main() -> None:
             "train_seconds": sum(a["seconds"] for a in m["adapters"].values()),
             "this_run_seconds": time.perf_counter() - t,
         }
+    dp_dir = root / f"dpsgd-eps{EPSILON:g}"
+    if not (dp_dir / "privacy.json").is_file():
+        t = time.perf_counter()
+        dp_cfg = DpSgdConfig(
+            target_epsilon=EPSILON, delta=DELTA, epochs=args.dpsgd_epochs, batch_size=64,
+            physical_batch_size=8, block_size=128, learning_rate=2e-3,
+        )  # fmt: skip
+        train_dpsgd(MODEL, train, dp_dir, dp_cfg)
+        (dp_dir / "seconds.json").write_text(json.dumps(time.perf_counter() - t))
+    times["dpsgd"] = {
+        "adapters": 1,
+        "train_seconds": json.loads((dp_dir / "seconds.json").read_text()),
+        "privacy": json.loads((dp_dir / "privacy.json").read_text()),
+    }
+    return times
+
+
+def score_pmixed(
+    engine: EnsembleEngine, tokenizer: Any, blocks: list[list[int]], q: float, bound: str
+) -> dict[str, Any]:
+    queries = sum(len(b) - 1 for b in blocks)
+    with tempfile.TemporaryDirectory() as tmp:
+        led = PrivacyLedger(Path(tmp) / "l.db", "pm", Budget(EPSILON, DELTA))
+        cfg = PMixEDConfig(EPSILON, DELTA, 3, queries, q, bound=bound)
+        pm = LambdaRecordingPMixED(engine, tokenizer, led, cfg)
+        t = time.perf_counter()
+        ppl = evaluate(pm, blocks).perplexity
+        return {
+            "perplexity": ppl,
+            "radius": pm.radius,
+            "median_lambda": statistics.median(pm.lambdas) if pm.lambdas else 0.0,
+            "mean_lambda": statistics.fmean(pm.lambdas) if pm.lambdas else 0.0,
+            "epsilon_spent": led.spent().epsilon,
+            "eval_seconds": time.perf_counter() - t,
+        }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--records", type=int, default=2400)
+    ap.add_argument("--n", type=int, default=80, help="PMixED ensemble size N")
+    ap.add_argument("--q", type=float, default=None, help="PMixED rate (default min(1, 2.4/N))")
+    ap.add_argument("--k", type=int, default=8, help="SubMix parts")
+    ap.add_argument("--blocks", type=int, default=8)
+    ap.add_argument("--block-size", type=int, default=128)
+    ap.add_argument("--dpsgd-epochs", type=int, default=2)
+    ap.add_argument("--out", default="utility.json")
+    args = ap.parse_args()
+    q = args.q if args.q is not None else min(1.0, 2.4 / args.n)
+    train = corpora.wikitext2("train")
+    train.records = train.records[: args.records]
+    root = cache_dir() / "bench" / f"utility-{args.records}"
+    times = train_all(args, train, root)
 
     lm, single, _ = load_ensemble(root / "finetuned")
     blocks = token_blocks(
@@ -66,58 +138,50 @@ def main() -> None:
     ).tolist()
     queries = sum(len(b) - 1 for b in blocks)
     ppl = {
-        "public": evaluate(plain_predictor("public", single, lm.tokenizer), blocks).perplexity,
-        "finetuned": evaluate(
-            plain_predictor("finetuned", single, lm.tokenizer), blocks
-        ).perplexity,
+        method: evaluate(plain_predictor(method, single, lm.tokenizer), blocks).perplexity
+        for method in ("public", "finetuned")
     }
-    _, pm_engine, _ = load_ensemble(root / "pmixed")
+    dp_lm = load_public_model(MODEL)  # fresh: an engine wraps its model's projections
+    dp_engine = EnsembleEngine.from_directories(dp_lm.model, [root / f"dpsgd-eps{EPSILON:g}"])
+    ppl["dpsgd"] = evaluate(
+        plain_predictor("finetuned", dp_engine, lm.tokenizer), blocks
+    ).perplexity
+    _, pm_engine, _ = load_ensemble(root / f"pmixed-{args.n}")
     ppl["ensemble"] = evaluate(
         plain_predictor("ensemble", pm_engine, lm.tokenizer), blocks
     ).perplexity
-    q = min(1.0, 2.4 / args.n)
+    pmixed = {b: score_pmixed(pm_engine, lm.tokenizer, blocks, q, b) for b in BOUNDS}
+    for b, r in pmixed.items():
+        ppl[f"pmixed-{b}"] = r["perplexity"]
+    _, sm_engine, _ = load_ensemble(root / f"submix-{args.k}")
     with tempfile.TemporaryDirectory() as tmp:
-        led = PrivacyLedger(Path(tmp) / "l.db", "pm", Budget(8.0, 1e-5))
-        pm = PMixED(pm_engine, lm.tokenizer, led, PMixEDConfig(8.0, 1e-5, 3, queries, q), seed=0)
-        t = time.perf_counter()
-        ppl["pmixed"] = evaluate(pm, blocks).perplexity
-        pm_eps, pm_secs = led.spent().epsilon, time.perf_counter() - t
-        _, sm_engine, _ = load_ensemble(root / "submix")
         scfg = SubMixConfig(2.0, 2.0, 2.0 / queries)
         ledgers = part_ledgers(Path(tmp) / "l.db", "sm", args.k, scfg)
-        sm = SubMix(sm_engine, lm.tokenizer, ledgers, scfg, seed=0)
-        rep = evaluate(sm, blocks)
+        rep = evaluate(SubMix(sm_engine, lm.tokenizer, ledgers, scfg), blocks)
         ppl["submix"] = rep.perplexity
         sm_eps, sm_private = max(lg.spent().epsilon for lg in ledgers), rep.private_tokens
     gap = ppl["public"] - ppl["finetuned"]
     share = {k: (ppl["public"] - v) / gap if gap else float("nan") for k, v in ppl.items()}
     out = {
-        "model": MODEL,
-        "train_records": args.records,
-        "n": args.n,
-        "k": args.k,
-        "pmixed_q": q,
-        "test_tokens": queries,
-        "perplexity": ppl,
-        "gap_closed": share,
-        "training": times,
-        "pmixed_epsilon_spent": pm_eps,
-        "pmixed_eval_seconds": pm_secs,
-        "submix_epsilon_spent_max_part": sm_eps,
-        "submix_private_tokens": sm_private,
-    }
+        "model": MODEL, "train_records": args.records, "n": args.n, "k": args.k,
+        "pmixed_q": q, "test_tokens": queries, "perplexity": ppl, "gap_closed": share,
+        "pmixed": pmixed, "training": times,
+        "submix_epsilon_spent_max_part": sm_eps, "submix_private_tokens": sm_private,
+    }  # fmt: skip
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "utility.json").write_text(json.dumps(out, indent=2))
-    for k in ("public", "finetuned", "ensemble", "pmixed", "submix"):
-        print(f"{k:<10} perplexity {ppl[k]:8.3f}   gap closed {share[k]:6.1%}")
-    print(
-        f"PMixED ε spent {pm_eps:.3f} over {queries} queries (q = {q:.3f}, N = {args.n}); "
-        f"SubMix max part ε {sm_eps:.3f}, {sm_private}/{queries} tokens private"
-    )
+    (RESULTS / args.out).write_text(json.dumps(out, indent=2))
+    for k, v in ppl.items():
+        print(f"{k:<18} perplexity {v:8.3f}   gap closed {share[k]:6.1%}")
+    for b, r in pmixed.items():
+        print(
+            f"PMixED {b:<9} radius {r['radius']:.3f}  median λ {r['median_lambda']:.4f}  "
+            f"ε spent {r['epsilon_spent']:.3f} over {queries} queries (q = {q:.3f}, N = {args.n})"
+        )
+    print(f"SubMix max part ε {sm_eps:.3f}, {sm_private}/{queries} tokens private")
     print(
         "training seconds: " + ", ".join(f"{k} {v['train_seconds']:.0f}" for k, v in times.items())
     )
-    print(f"wrote {RESULTS / 'utility.json'}")
+    print(f"wrote {RESULTS / args.out}")
 
 
 if __name__ == "__main__":

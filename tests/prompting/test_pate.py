@@ -1,14 +1,21 @@
 """PromptPATE: disjoint teachers, vote histograms (OTHER never votes), Confident-GNMax
-labelling charged before release and stopped by the budget."""
+labelling charged before release, on a number of queries the votes never change; the
+data-dependent cost released through smooth sensitivity (issue 15 §3)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from privlm.accounting import Budget, PrivacyLedger, confident_gnmax_curve
+from privlm.accounting import (
+    Budget,
+    PrivacyLedger,
+    SmoothRelease,
+    data_independent_query_curve,
+    release_data_dependent_rdp,
+)
 from privlm.data import Record
-from privlm.errors import PrivlmError
+from privlm.errors import BudgetExceededError, PrivlmError
 from privlm.prompting.pate import (
     label_with_confident_gnmax,
     labelled_public,
@@ -17,6 +24,7 @@ from privlm.prompting.pate import (
 )
 from privlm.prompting.scoring import OTHER
 from privlm.prompting.tasks import get_task
+from privlm.randomness import PrivacyRandomness
 
 
 def private(n):
@@ -97,32 +105,71 @@ def ledger(tmp_path, eps):
     return PrivacyLedger(tmp_path / "l.db", "pate", Budget(eps, 1e-5))
 
 
-def test_labels_follow_strong_consensus_and_every_query_is_charged(tmp_path):
+def test_data_independent_labels_follow_consensus_and_each_query_is_charged_first(tmp_path):
     hist = np.array([[95, 5], [3, 97], [90, 10]])
     led = ledger(tmp_path, 100.0)
-    res = label_with_confident_gnmax(hist, 50, 5.0, 5.0, led, 100, 0)
+    res = label_with_confident_gnmax(hist, 50, 5.0, 5.0, led, 100, 0, "data-independent")
     assert res.labels == [0, 1, 0] and res.answered == 3 and not res.stopped_by_budget
-    assert led.count() == 3
-    assert res.epsilon == pytest.approx(led.spent().epsilon)
+    assert led.count() == 3 and res.release is None and not res.data_dependent
+    worst = data_independent_query_curve(5.0, 5.0)
+    assert res.epsilon == pytest.approx(worst.times(3).to_dp(1e-5).epsilon)
 
 
-def test_a_failed_threshold_releases_nothing_and_costs_the_check_only(tmp_path):
-    hist = np.array([[30, 30]])
+@pytest.mark.parametrize("votes", [[99, 1], [50, 50], [0, 0]])
+def test_data_independent_query_count_never_depends_on_the_votes(tmp_path, votes):
+    """Issue 15 §3: the stopping decision is a function of the budget and σ's only."""
+    per = data_independent_query_curve(5.0, 5.0)
+    led = ledger(tmp_path, per.times(7).to_dp(1e-5).epsilon * 1.0001)
+    res = label_with_confident_gnmax(
+        np.array([votes] * 500), 10, 5.0, 5.0, led, 100, 0, "data-independent"
+    )
+    assert res.queries == 7 and res.stopped_by_budget
+    assert led.count() == 7 and led.spent().epsilon <= led.budget.epsilon
+
+
+def test_data_dependent_labels_are_released_with_the_private_estimate_of_their_cost(tmp_path):
+    """Every query runs; one charge, at the release order: the GNSS-noised data-dependent RDP
+    plus the release's own cost, replayed here from the same seeded randomness."""
+    hist = np.array([[95, 5], [30, 30], [3, 97]])
+    rel = SmoothRelease(order=10.0, beta=0.04, sigma=5.0)
     led = ledger(tmp_path, 100.0)
-    res = label_with_confident_gnmax(hist, 1000, 5.0, 5.0, led, 100, 0)
-    assert res.labels == [None] and res.answered == 0
-    only_check = confident_gnmax_curve([30, 30], 1000, 5.0, 5.0, answered=False)
-    assert led.spent().epsilon == pytest.approx(only_check.to_dp(1e-5).epsilon)
+    res = label_with_confident_gnmax(hist, 50, 5.0, 5.0, led, 100, 0, "data-dependent", rel)
+    assert res.queries == 3 and res.labels[1] is None and res.data_dependent
+    replay = PrivacyRandomness(0)
+    for votes in hist:  # the draws Algorithm 2 made, in order
+        if votes.max() + float(replay.normal(5.0)) >= 50:
+            replay.normal(5.0, votes.shape)
+    want = release_data_dependent_rdp(
+        hist, [x is not None for x in res.labels], 100, 50, 5.0, 5.0, rel, float(replay.normal(1.0))
+    )
+    assert res.release == want.to_dict()
+    [charge] = led.charges()
+    assert charge.mechanism == "pate-labels" and charge.params["queries"] == 3
+    assert res.epsilon == pytest.approx(want.curve().to_dp(1e-5).epsilon)
 
 
-def test_labelling_stops_before_the_budget_is_exceeded(tmp_path):
-    hist = np.array([[60, 40]] * 500)
-    per = confident_gnmax_curve([60, 40], 10, 5.0, 5.0, answered=True).to_dp(1e-5).epsilon
-    led = ledger(tmp_path, 3 * per)
-    res = label_with_confident_gnmax(hist, 10, 5.0, 5.0, led, 100, 0)
-    assert res.stopped_by_budget and 1 <= res.queries < 500
-    assert led.spent().epsilon <= led.budget.epsilon
-    assert led.count() == res.queries  # nothing released without its charge
+def test_data_dependent_labels_that_do_not_fit_are_never_released(tmp_path):
+    """The released estimate does not fit: no label, and only the release's own cost stays."""
+    rel = SmoothRelease()
+    budget = rel.cost_curve().to_dp(1e-5).epsilon * 1.05
+    led = ledger(tmp_path, budget)
+    with pytest.raises(BudgetExceededError, match="no label was released"):
+        label_with_confident_gnmax(np.array([[55, 45]] * 400), 10, 5.0, 5.0, led, 100, 0)
+    assert [c.mechanism for c in led.charges()] == ["pate-release"]
+
+
+def test_data_dependent_release_is_refused_up_front_when_even_its_cost_cannot_fit(tmp_path):
+    led = ledger(tmp_path, SmoothRelease().cost_curve().to_dp(1e-5).epsilon * 0.5)
+    with pytest.raises(BudgetExceededError, match="private release"):
+        label_with_confident_gnmax(np.array([[95, 5]]), 10, 5.0, 5.0, led, 100, 0)
+    assert led.count() == 0
+
+
+def test_unknown_accounting_is_refused(tmp_path):
+    with pytest.raises(PrivlmError, match="accounting"):
+        label_with_confident_gnmax(
+            np.array([[9, 1]]), 5, 1.0, 1.0, ledger(tmp_path, 9), 10, 0, "raw"
+        )
 
 
 def test_label_matrix_in_place_of_histograms_is_refused(tmp_path):

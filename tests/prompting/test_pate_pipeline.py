@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from privlm.accounting import default_prompt_delta
@@ -22,7 +23,8 @@ def recs(prefix, n):
     ]
 
 
-def test_prompt_pate_end_to_end(tmp_path, monkeypatch):
+@pytest.mark.parametrize("accounting", ["data-dependent", "data-independent"])
+def test_prompt_pate_end_to_end(tmp_path, monkeypatch, accounting):
     import numpy as np
 
     from privlm.prompting import pate_pipeline
@@ -41,22 +43,26 @@ def test_prompt_pate_end_to_end(tmp_path, monkeypatch):
     task = get_task("sst2")
     private, public = recs("secret", 60), recs("public", 30)
     cfg = PromptPateConfig(
-        teachers=20, threshold=5, sigma_threshold=2, sigma=2, epsilon=50, student_candidates=3,
-        holdout=5, batch_size=16,
+        teachers=20, threshold=5, sigma_threshold=2, sigma=4, epsilon=50, student_candidates=3,
+        holdout=5, batch_size=16, accounting=accounting, queries=24, seed=0,
     )  # fmt: skip
     led = pate_ledger(tmp_path / "l.db", "pate", cfg, len(private))
     res = run_prompt_pate(lm, task, private, public, tmp_path / "out", led, cfg, progress=False)
-    assert res.queries == led.count() <= 30
+    assert res.queries == 24  # fixed before the votes: the first 24 public inputs
+    assert led.count() == (1 if accounting == "data-dependent" else 24)
     assert res.epsilon == led.spent().epsilon <= 50
+    assert res.accounting == accounting and (res.release is not None) == (led.count() == 1)
     assert res.delta == default_prompt_delta(60) == 1e-6  # not 1/N (issue 18 §3)
     saved = (tmp_path / "out" / "student_prompt.json").read_text()
     assert "secret" not in saved  # the student is built from public inputs only
     statement = json.loads((tmp_path / "out" / "privacy.json").read_text())
     assert statement["epsilon"] == res.epsilon and statement["teachers"] == 20
+    assert statement["data_dependent_release"] == res.release
+    assert statement["accounting"].startswith(accounting)
     card = (tmp_path / "out" / "README.md").read_text()  # issue 13 §3: the student's card
     assert "-DP per record or user" in card and "Confident-GNMax" in card
     assert "Data size:** 60 units" in card
-    assert res.other_rate == np.mean(np.arange(30) % 7 == 0)
+    assert res.other_rate == np.mean(np.arange(24) % 7 == 0)
 
 
 def test_label_votes_never_vote_other_and_cost_the_same(tmp_path):
@@ -121,7 +127,10 @@ def test_too_few_labels_is_a_clear_error(tmp_path):
 
     from privlm.errors import PrivlmError
 
-    cfg = PromptPateConfig(teachers=5, threshold=1000, sigma_threshold=1, sigma=1, epsilon=50)
+    cfg = PromptPateConfig(
+        teachers=5, threshold=1000, sigma_threshold=1, sigma=1, epsilon=50,
+        accounting="data-independent",
+    )  # fmt: skip
     led = pate_ledger(tmp_path / "l.db", "pate", cfg, 10)
     with pytest.raises(PrivlmError, match="were labelled"):
         run_prompt_pate(

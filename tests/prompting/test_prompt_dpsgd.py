@@ -176,3 +176,36 @@ def test_prompt_dpsgd_on_a_bf16_model(tmp_path):
     assert {w.dtype for w in weights.values()} == {torch.float32}
     acc = prompt_adapter_accuracy("tiny", tmp_path / "p", TASK, records(6), dtype="bfloat16")
     assert 0.0 <= acc <= 1.0
+
+
+@pytest.mark.parametrize("kind", ["soft-prompt", "prefix"])
+def test_secure_mode_trains_from_the_os_csprng_only_and_says_so(tmp_path, monkeypatch, kind):
+    """Issue 15 §4 for PromptDPSGD: noise and Poisson coins from os.urandom; no torch
+    generator is ever asked for, two runs differ, and the statement names the mode."""
+    from safetensors.torch import load_file
+
+    import privlm.prompting.prompt_dpsgd as module
+    from privlm.training.secure_noise import SECURE_STATEMENT
+
+    def no_prng(*args, **kwargs):
+        raise AssertionError("secure mode drew from a torch generator")
+
+    monkeypatch.setattr(module.PrivacyRandomness, "torch_generator", no_prng)
+    cfg = PromptDpSgdConfig(
+        kind=kind, virtual_tokens=3, target_epsilon=8.0, batch_size=10, epochs=1, secure_mode=True
+    )
+    st = train_prompt_dpsgd("tiny", TASK, records(), tmp_path / "a", cfg, progress=False)
+    train_prompt_dpsgd("tiny", TASK, records(), tmp_path / "b", cfg, progress=False)
+    assert st.randomness == SECURE_STATEMENT["randomness"] and st.epsilon <= 8.0
+    a = load_file(str(tmp_path / "a" / "adapter_model.safetensors"))
+    b = load_file(str(tmp_path / "b" / "adapter_model.safetensors"))
+    assert any(not torch.equal(a[k], b[k]) for k in a)
+    saved = json.loads((tmp_path / "a" / "privacy.json").read_text())
+    assert saved["randomness"].startswith("secure mode")
+
+
+def test_secure_mode_is_neither_seeded_nor_non_private():
+    with pytest.raises(PrivlmError, match="cannot be seeded"):
+        PromptDpSgdConfig(secure_mode=True, seed=1)
+    with pytest.raises(PrivlmError, match="private training"):
+        PromptDpSgdConfig(secure_mode=True, target_epsilon=None)

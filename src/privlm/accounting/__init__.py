@@ -40,9 +40,13 @@ from privlm.accounting.ledger import (
 from privlm.accounting.orders import DEFAULT_ORDERS, INTEGER_ORDERS
 from privlm.accounting.pate import (
     GnmaxPlan,
+    ReleasedRdp,
+    SmoothRelease,
     confident_gnmax_curve,
+    data_independent_query_curve,
     default_prompt_delta,
     plan_gnmax,
+    release_data_dependent_rdp,
 )
 
 __all__ = [
@@ -60,16 +64,20 @@ __all__ = [
     "GnmaxPlan",
     "PrivacyLedger",
     "RdpCurve",
+    "ReleasedRdp",
+    "SmoothRelease",
     "Spent",
     "balle_epsilon",
     "calibrate_noise_multiplier",
     "charge_together",
     "classic_epsilon",
     "confident_gnmax_curve",
+    "data_independent_query_curve",
     "default_prompt_delta",
     "dpsgd_epsilon",
     "gaussian_rdp",
     "plan_gnmax",
     "poisson_subsampled_rdp",
+    "release_data_dependent_rdp",
     "subsampled_gaussian_rdp",
 ]

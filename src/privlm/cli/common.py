@@ -40,6 +40,13 @@ SEED_OPTION = typer.Option(
     "guarantee does not hold against anyone who knows the seed. Default: fresh OS entropy.",
 )
 
+SECURE_MODE_OPTION = typer.Option(
+    False,
+    "--secure-mode",
+    help="Draw every noise coordinate and Poisson coin from the OS CSPRNG (os.urandom) "
+    "instead of a CSPRNG-seeded torch generator. Same accounting; cannot be seeded.",
+)
+
 
 def warn_if_seeded(seed: int | None) -> None:
     """Print, on stderr, what a seed does to the guarantee (issue 17)."""

@@ -10,6 +10,7 @@ from privlm.cli.common import (
     DEVICE_OPTION,
     DTYPE_OPTION,
     JSON_OPTION,
+    SECURE_MODE_OPTION,
     SEED_OPTION,
     emit_json,
     user_errors,
@@ -125,6 +126,7 @@ def dpsgd(
     model: str = typer.Option(DEFAULT_MODEL, help="Public model."),
     split_seed: int = SPLIT_SEED_OPTION,
     seed: int | None = SEED_OPTION,
+    secure_mode: bool = SECURE_MODE_OPTION,
     device: str = DEVICE_OPTION,
     dtype: str = DTYPE_OPTION,
     as_json: bool = JSON_OPTION,
@@ -140,7 +142,7 @@ def dpsgd(
     cfg = PromptDpSgdConfig(
         kind=kind, virtual_tokens=virtual_tokens, target_epsilon=None if non_private else epsilon,
         epochs=epochs, batch_size=batch_size, learning_rate=learning_rate, seed=seed,
-        device=device, dtype=dtype, unit=unit,
+        device=device, dtype=dtype, unit=unit, secure_mode=secure_mode,
     )  # fmt: skip
     st = train_prompt_dpsgd(model, t, splits.private, out, cfg, progress=not as_json)
     result = {**st.to_dict(), "adapter": str(out), "task": t.name}
@@ -185,6 +187,10 @@ def pate(
     sigma: float = option(PromptPateConfig, "sigma"),
     epsilon: float = option(PromptPateConfig, "epsilon"),
     delta: float | None = option(PromptPateConfig, "delta"),
+    accounting: str = option(PromptPateConfig, "accounting"),
+    release_order: float = option(PromptPateConfig, "release_order"),
+    release_beta: float = option(PromptPateConfig, "release_beta"),
+    release_sigma: float = option(PromptPateConfig, "release_sigma"),
     private: int | None = typer.Option(
         None,
         help="Private examples from the corpus (a --private-data file is used whole; default "
@@ -219,7 +225,8 @@ def pate(
     cfg = PromptPateConfig(
         teachers=teachers, shots=shots, threshold=threshold, sigma_threshold=sigma_threshold,
         sigma=sigma, epsilon=epsilon, delta=delta, student_candidates=candidates,
-        holdout=holdout, seed=seed, teacher_votes=teacher_votes,
+        holdout=holdout, seed=seed, teacher_votes=teacher_votes, accounting=accounting,
+        release_order=release_order, release_beta=release_beta, release_sigma=release_sigma,
     )  # fmt: skip
     warn_if_weak_threshold(cfg, len(t.labels))
     led = pate_ledger(ledger, ledger_name, cfg, len({r.unit for r in splits.private}))
@@ -233,7 +240,8 @@ def pate(
         emit_json(result)
         return
     typer.echo(
-        f"student prompt in {out}: ({res.epsilon:.4g}, {res.delta:.3g})-DP (data-dependent), "
+        f"student prompt in {out}: ({res.epsilon:.4g}, {res.delta:.3g})-DP ({res.accounting}"
+        f"{', ε released through smooth sensitivity' if res.release else ''}), "
         f"{res.answered} of {res.queries} public inputs labelled"
     )
     if splits.test:

@@ -14,6 +14,7 @@ from privlm.cli.common import (
     DTYPE_OPTION,
     JSON_OPTION,
     NO_HEADER_OPTION,
+    SECURE_MODE_OPTION,
     SEED_OPTION,
     TEXT_COLUMN_OPTION,
     USER_COLUMN_OPTION,
@@ -59,12 +60,7 @@ def dpsgd(
     model: str = typer.Option(DEFAULT_MODEL, help="Public model."),
     limit: int | None = typer.Option(None, help="Use only the first LIMIT privacy units."),
     seed: int | None = SEED_OPTION,
-    secure_mode: bool = typer.Option(
-        False,
-        "--secure-mode",
-        help="Draw every noise coordinate and Poisson coin from the OS CSPRNG (os.urandom) "
-        "instead of a CSPRNG-seeded torch generator. Same accounting; cannot be seeded.",
-    ),
+    secure_mode: bool = SECURE_MODE_OPTION,
     ledger: Path = typer.Option(
         Path("privlm-ledger.db"), help="Budget ledger charged before the adapter is written."
     ),

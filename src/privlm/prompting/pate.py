@@ -8,9 +8,10 @@ inputs labelled by Confident-GNMax on the vote histogram, a student prompt from 
    token); answers that map to no class are "other" and vote for nothing. Only the
    histogram of votes per class leaves this function's caller (``vote_histograms``).
 3. ``label_with_confident_gnmax``: per public input, the noisy threshold check, then GNMax
-   (Algorithm 2). Each query's data-dependent RDP (``privlm.accounting.pate``) is charged to
-   the ledger *before* its label is released; labelling stops, releasing nothing more, when
-   the next query might not fit the budget.
+   (Algorithm 2), on a number of public inputs fixed before any vote is seen. Either the
+   data-independent worst case is charged before each label leaves, or (PATE 2018) the
+   labels are held until their data-dependent RDP has been released through smooth
+   sensitivity and charged (``privlm.accounting.pate``). Nothing stops on the votes.
 4. ``select_student``: candidate prompts built from the *labelled public* inputs, chosen by
    accuracy on a held-back part of the labelled public set: no private data is touched, so
    the student costs nothing beyond the labels (post-processing).
@@ -25,7 +26,14 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from privlm.accounting import Charge, PrivacyLedger, confident_gnmax_curve
+from privlm.accounting import (
+    Charge,
+    PrivacyLedger,
+    RdpCurve,
+    SmoothRelease,
+    data_independent_query_curve,
+    release_data_dependent_rdp,
+)
 from privlm.data import Record
 from privlm.data.partition import (
     assign_parts,
@@ -99,23 +107,45 @@ def vote_histograms(answers: NDArray[np.int64], classes: int) -> NDArray[np.int6
     return out
 
 
+ACCOUNTING = ("data-dependent", "data-independent")
+
+
 @dataclass
 class LabellingResult:
     labels: list[int | None]  # None: the threshold check said no (⊥)
     answered: int
-    queries: int  # how many queries ran before the budget stopped labelling
-    stopped_by_budget: bool
+    queries: int  # how many queries ran; fixed before any vote was seen
+    stopped_by_budget: bool  # data-independent: the plan fitted fewer queries than asked
     epsilon: float
     delta: float
     teachers: int
     threshold: float
     sigma_threshold: float
     sigma: float
-    data_dependent: bool = True
+    accounting: str = "data-dependent"
+    # data-dependent: the privately released RDP (ReleasedRdp.to_dict()); never the raw one
+    release: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
 
+    @property
+    def data_dependent(self) -> bool:
+        return self.accounting == "data-dependent"
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "data_dependent": self.data_dependent}
+
+
+def affordable_queries(ledger: PrivacyLedger, per_query: RdpCurve, wanted: int) -> int:
+    """The most queries, up to ``wanted``, whose data-independent worst case fits ``ledger``
+    now: a function of the budget, the charges so far and σ's, never of the votes."""
+    lo, hi = 0, wanted
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if ledger.fits(Charge("pate-query", rdp=per_query.times(mid))):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def label_with_confident_gnmax(
@@ -126,34 +156,103 @@ def label_with_confident_gnmax(
     ledger: PrivacyLedger,
     teachers: int,
     rng: PrivacyRandomness | int | None = None,
+    accounting: str = "data-dependent",
+    release: SmoothRelease | None = None,
 ) -> LabellingResult:
-    """Algorithm 2 on each histogram in turn, charged to ``ledger`` before each release."""
+    """Algorithm 2 on every histogram (one per public input, their number fixed by the
+    caller before any vote is seen), charged to ``ledger`` before any label is released.
+
+    - ``data-independent``: the number of queries is the most whose worst case (every one
+      answered, at its data-independent cost) fits the ledger; each query is charged that
+      worst case before its label leaves. Sound whatever the votes; nothing depends on them.
+    - ``data-dependent`` (PATE 2018): every query runs, its labels held back; their
+      data-dependent RDP is released through smooth sensitivity (``release``) and that noisy
+      figure, plus the release's own cost, is charged at the release order. If it does not
+      fit, no label leaves and only the release's cost is charged.
+    """
     h = np.asarray(histograms)
     if h.ndim != 2:
         raise PrivlmError("pass one vote histogram (counts per class) per public input")
+    if accounting not in ACCOUNTING:
+        raise PrivlmError(f"accounting must be one of {', '.join(ACCOUNTING)}, not {accounting!r}")
     rng = as_randomness(rng)  # the noisy threshold and votes: the CSPRNG unless seeded
+    params = (threshold, sigma_threshold, sigma)
+    if accounting == "data-independent":
+        return _label_data_independent(h, params, ledger, teachers, rng)
+    return _label_data_dependent(h, params, ledger, teachers, rng, release or SmoothRelease())
+
+
+def _confident_gnmax(
+    votes: NDArray[np.int64], params: tuple[float, float, float], rng: PrivacyRandomness
+) -> int | None:
+    """One run of Algorithm 2: the noisy threshold check, then GNMax (None: ⊥)."""
+    threshold, sigma_threshold, sigma = params
+    if votes.max() + float(rng.normal(sigma_threshold)) < threshold:
+        return None
+    return int(np.argmax(votes + rng.normal(sigma, votes.shape)))
+
+
+def _label_data_independent(
+    h: NDArray[np.int64],
+    params: tuple[float, float, float],
+    ledger: PrivacyLedger,
+    teachers: int,
+    rng: PrivacyRandomness,
+) -> LabellingResult:
+    worst = data_independent_query_curve(params[1], params[2])
+    planned = affordable_queries(ledger, worst, len(h))
     labels: list[int | None] = []
-    stopped = False
-    for votes in h:
-        worst = confident_gnmax_curve(votes, threshold, sigma_threshold, sigma, True, teachers)
-        if not ledger.fits(Charge("pate-query", rdp=worst)):
-            stopped = True  # the next query might not fit: stop before drawing anything
-            break
-        answered = votes.max() + float(rng.normal(sigma_threshold)) >= threshold
-        cost = (
-            worst  # answered: the threshold check plus GNMax, already computed
-            if answered
-            else confident_gnmax_curve(votes, threshold, sigma_threshold, sigma, False, teachers)
+    for votes in h[:planned]:
+        ledger.charge(Charge("pate-query", rdp=worst, params={"data_independent": True}))
+        labels.append(_confident_gnmax(votes, params, rng))  # only now that it is charged
+    return _result(labels, planned < len(h), ledger, teachers, params, "data-independent")
+
+
+def _label_data_dependent(
+    h: NDArray[np.int64],
+    params: tuple[float, float, float],
+    ledger: PrivacyLedger,
+    teachers: int,
+    rng: PrivacyRandomness,
+    release: SmoothRelease,
+) -> LabellingResult:
+    release_only = Charge("pate-release", rdp=release.cost_curve(), params=asdict(release))
+    ledger.require_fits(release_only, "the private release of PromptPATE's data-dependent ε")
+    held = [_confident_gnmax(votes, params, rng) for votes in h]  # not released yet
+    answered = [x is not None for x in held]
+    released = release_data_dependent_rdp(
+        h, answered, teachers, *params, release, float(rng.normal(1.0))
+    )
+    try:
+        ledger.charge(
+            Charge(
+                "pate-labels",
+                rdp=released.curve(),
+                params={"queries": len(h), "answered": sum(answered), **released.to_dict()},
+            )
         )
-        try:
-            ledger.charge(Charge("pate-query", rdp=cost, params={"answered": bool(answered)}))
-        except BudgetExceededError:  # another process spent the budget meanwhile
-            stopped = True
-            break
-        if answered:
-            labels.append(int(np.argmax(votes + rng.normal(sigma, votes.shape))))
-        else:
-            labels.append(None)
+    except BudgetExceededError as exc:
+        ledger.charge(release_only)  # the estimate was computed and used: its cost stays
+        raise BudgetExceededError(
+            f"refused: the privately released data-dependent cost of these {len(h)} labels "
+            f"(RDP {released.charged_rdp:.4g} at order {released.order:g}, release included) "
+            f"does not fit ledger {ledger.name!r}; no label was released and only the "
+            "release's own cost was charged. Label fewer public inputs (queries) or raise "
+            "the budget."
+        ) from exc
+    result = _result(held, False, ledger, teachers, params, "data-dependent")
+    result.release = released.to_dict()
+    return result
+
+
+def _result(
+    labels: list[int | None],
+    stopped: bool,
+    ledger: PrivacyLedger,
+    teachers: int,
+    params: tuple[float, float, float],
+    accounting: str,
+) -> LabellingResult:
     return LabellingResult(
         labels=labels,
         answered=sum(x is not None for x in labels),
@@ -162,9 +261,10 @@ def label_with_confident_gnmax(
         epsilon=ledger.spent().epsilon,
         delta=ledger.budget.delta,
         teachers=teachers,
-        threshold=threshold,
-        sigma_threshold=sigma_threshold,
-        sigma=sigma,
+        threshold=params[0],
+        sigma_threshold=params[1],
+        sigma=params[2],
+        accounting=accounting,
     )
 
 

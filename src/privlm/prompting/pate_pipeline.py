@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from privlm.accounting import Budget, PrivacyLedger, default_prompt_delta
+from privlm.accounting import Budget, PrivacyLedger, SmoothRelease, default_prompt_delta
 from privlm.accounting.advice import threshold_warning
 from privlm.config import check_settings, setting
 from privlm.data import Record
@@ -22,6 +22,7 @@ from privlm.errors import AccountingError, PrivlmError
 from privlm.fsutil import write_directory_atomically
 from privlm.models import LoadedModel, ModelSource, load_public_model
 from privlm.prompting.pate import (
+    ACCOUNTING,
     Teacher,
     blackbox_accuracy,
     label_with_confident_gnmax,
@@ -43,6 +44,13 @@ from privlm.randomness import PrivacyRandomness
 from privlm.training.model_card import model_card
 
 TEACHER_VOTES = ("top1", "labels")
+ACCOUNTING_STATEMENTS = {
+    "data-dependent": "data-dependent: the RDP (Papernot et al. 2018) of every query, released "
+    "through smooth sensitivity (GNSS) with the release's own cost, charged at "
+    "one order; ε is that released figure, not the raw data-dependent one",
+    "data-independent": "data-independent: each query charged its worst case (threshold "
+    "check and GNMax); the number of queries was fixed from that worst case",
+}
 
 
 @dataclass
@@ -52,10 +60,33 @@ class PromptPateConfig:
     threshold: float = setting(60.0, "Confident-GNMax threshold T", ge=0)
     sigma_threshold: float = setting(30.0, "σ1 of the threshold check", gt=0)
     sigma: float = setting(10.0, "σ2 of GNMax", gt=0)
-    epsilon: float = setting(8.0, "Budget ε: labelling stops before exceeding it", gt=0, le=1000)
+    epsilon: float = setting(8.0, "Budget ε of a new ledger", gt=0, le=1000)
     delta: float | None = setting(
         None, "δ (default min(1/N^1.1, 1e-6), N private examples)", gt=0, lt=1
     )
+    queries: int | None = setting(
+        None,
+        "Public inputs to label, fixed before any vote is seen (default: all given)",
+        ge=1,
+        le=10**7,
+    )
+    accounting: str = setting(
+        "data-dependent",
+        "data-dependent: PATE 2018's per-vote cost, released through smooth sensitivity "
+        "(labels held until it is charged); data-independent: each query charged its worst "
+        "case, as many queries as that fits",
+        choices=ACCOUNTING,
+    )
+    release_order: float = setting(
+        8.0, "data-dependent: the RDP order λ the ε is released and charged at", gt=1, le=256
+    )
+    release_beta: float = setting(
+        0.05, "data-dependent: smoothness β of the sensitivity (λ below about 1/(2β))", gt=0, lt=0.5
+    )
+    release_sigma: float = setting(
+        5.0, "data-dependent: σ_s, noise on the released ε per unit of smooth sensitivity",
+        gt=0, le=1e6,
+    )  # fmt: skip
     student_candidates: int = setting(20, "Candidate student prompts", ge=1, le=10000)
     holdout: int = setting(100, "Labelled public inputs held back to pick the student", ge=0)
     # None: the noisy threshold and votes come from the OS CSPRNG; a seed voids the guarantee
@@ -79,6 +110,13 @@ class PromptPateConfig:
                 f"teacher_votes must be one of {', '.join(TEACHER_VOTES)}, not {self.teacher_votes!r}"
             )
         check_settings(self)
+        self.smooth_release()  # refuses a λ too large for β now, not after the votes
+
+    def smooth_release(self) -> SmoothRelease:
+        try:
+            return SmoothRelease(self.release_order, self.release_beta, self.release_sigma)
+        except AccountingError as exc:
+            raise PrivlmError(str(exc)) from exc
 
 
 @dataclass(frozen=True)
@@ -94,6 +132,8 @@ class PromptPateResult:
     other_rate: float  # fraction of top-1 answers that are no class's label token
     stopped_by_budget: bool
     seconds: float
+    accounting: str
+    release: dict[str, Any] | None  # the smooth-sensitivity release (data-dependent)
     config: dict[str, Any]
     # the threshold check against the teacher count (issue 15 §6); None when it is sound
     threshold_warning: str | None = None
@@ -197,12 +237,14 @@ def run_prompt_pate(
             f"by a keyed hash; {len(private)} examples for {cfg.teachers} teachers leaves many "
             "empty); give about 3 examples per teacher, or use fewer teachers"
         )
+    public = public[: cfg.queries]  # fixed before any vote: never stopped by the votes
     both = teacher_answer_matrix(lm, task, teachers, public, cfg.batch_size, progress)
     answers = both.votes(cfg.teacher_votes)
     hist = vote_histograms(answers, len(task.labels))
     labelling = label_with_confident_gnmax(
-        hist, cfg.threshold, cfg.sigma_threshold, cfg.sigma, ledger, cfg.teachers, rng
-    )
+        hist, cfg.threshold, cfg.sigma_threshold, cfg.sigma, ledger, cfg.teachers, rng,
+        cfg.accounting, cfg.smooth_release(),
+    )  # fmt: skip
     labelled = labelled_public(public[: labelling.queries], labelling.labels, task)
     if len(labelled) < cfg.shots + 1:
         raise PrivlmError(
@@ -236,6 +278,8 @@ def run_prompt_pate(
         other_rate=float(np.mean(both.top1 == OTHER)),
         stopped_by_budget=labelling.stopped_by_budget,
         seconds=time.perf_counter() - t0,
+        accounting=labelling.accounting,
+        release=labelling.release,
         config={**asdict(cfg), "partition_key": key, **rng.statement()},
         threshold_warning=threshold_warning(
             cfg.threshold, cfg.sigma_threshold, cfg.teachers, len(task.labels)
@@ -249,7 +293,8 @@ def run_prompt_pate(
             "epsilon": result.epsilon,
             "delta": result.delta,
             "mechanism": "PromptPATE: Confident-GNMax over one-shot teacher prompts",
-            "accounting": "data-dependent RDP (Papernot et al. 2018), composed over the queries",
+            "accounting": ACCOUNTING_STATEMENTS[result.accounting],
+            "data_dependent_release": result.release,
             "unit": "record or user (each unit in at most one teacher, by a keyed hash)",
             "partition_key": key,
             "abstaining_teachers": sum(t.abstains for t in teachers),

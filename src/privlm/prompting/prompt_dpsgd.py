@@ -53,7 +53,9 @@ from privlm.models import LoadedModel, ModelSource, reference_of, working_copy
 from privlm.progress import LossMeter, progress_bar
 from privlm.prompting.tasks import Task, label_token_ids
 from privlm.randomness import PrivacyRandomness
+from privlm.training.distributed_dp import LockstepPoissonSampler, collate_with_empty
 from privlm.training.model_card import model_card
+from privlm.training.secure_noise import SECURE_STATEMENT, install_csprng_noise
 
 PROMPT_KINDS = ("soft-prompt", "prefix")
 UNITS = ("auto", "record", "user")
@@ -106,6 +108,9 @@ class PromptDpSgdConfig:
     max_length: int = 96
     accountant: str = "rdp"
     seed: int | None = None  # None: fresh OS entropy; a seed voids the guarantee (issue 17)
+    # every noise coordinate and Poisson coin straight from os.urandom, as DP-SGD's secure
+    # mode (privlm.training.secure_noise); cannot be seeded
+    secure_mode: bool = False
     # where the frozen model runs (privlm.models.placement): auto is CUDA in bfloat16 when a
     # GPU is there, else the CPU in float32; the prompt parameters, their gradients and the
     # noise stay float32 either way
@@ -125,6 +130,13 @@ class PromptDpSgdConfig:
             raise PrivlmError(f"unknown prompt kind {self.kind!r}; choose from {PROMPT_KINDS}")
         if self.virtual_tokens < 1 or self.batch_size < 1 or self.epochs < 1:
             raise PrivlmError("virtual tokens, batch size and epochs must be at least 1")
+        if self.secure_mode and self.seed is not None:
+            raise PrivlmError(
+                "secure mode draws every noise coordinate and batch from the OS CSPRNG, so it "
+                "cannot be seeded; drop the seed or the secure mode"
+            )
+        if self.secure_mode and self.target_epsilon is None:
+            raise PrivlmError("secure mode is for private training: give a target ε")
         check_settings(self)
 
 
@@ -297,12 +309,19 @@ def train_prompt_dpsgd(
     prompted = prompt_model(lm, cfg.kind, cfg.virtual_tokens, rng.integer())
     trainable = [(name, p) for name, p in prompted.named_parameters() if p.requires_grad]
     ids, mask, last, classes = encode_examples(lm, task, records, cfg.max_length)
-    loader = DataLoader(  # Opacus draws its Poisson batches with the loader's generator
-        TensorDataset(ids, mask, last, classes),
-        batch_size=cfg.batch_size,
-        shuffle=not private,
-        generator=rng.torch_generator(),
-    )
+    examples = TensorDataset(ids, mask, last, classes)
+    if cfg.secure_mode:  # Poisson batches from CSPRNG coins, len(loader) = 1/q as Opacus's
+        sampler = LockstepPoissonSampler(n, q, round(1 / q), 0, 1, None)
+        loader = DataLoader(
+            examples, batch_sampler=sampler, collate_fn=collate_with_empty(examples[0])
+        )
+    else:  # Opacus draws its Poisson batches with the loader's generator
+        loader = DataLoader(
+            examples,
+            batch_size=cfg.batch_size,
+            shuffle=not private,
+            generator=rng.torch_generator(),
+        )
     optimizer = torch.optim.AdamW([p for _, p in trainable], lr=cfg.learning_rate, weight_decay=0.0)
     run_model = training_module(prompted, cfg.kind)
     if private:
@@ -313,9 +332,11 @@ def train_prompt_dpsgd(
             data_loader=loader,
             noise_multiplier=sigma,
             max_grad_norm=cfg.max_grad_norm,
-            poisson_sampling=True,
-            noise_generator=rng.torch_generator(place.device),
+            poisson_sampling=not cfg.secure_mode,  # secure mode: the sampler above
+            noise_generator=None if cfg.secure_mode else rng.torch_generator(place.device),
         )
+        if cfg.secure_mode:
+            install_csprng_noise(optimizer)
     before = {name: p.detach().clone() for name, p in trainable}
     run_model.train()
     bar = progress_bar(
@@ -350,7 +371,8 @@ def train_prompt_dpsgd(
     statement = PromptPrivacyStatement(
         epsilon, delta if private else None, sigma, q, steps, cfg.accountant, n, cfg.kind,
         unit=unit, device=str(place.device), dtype=place.describe()["dtype"],
-        records_left_out=left_out, **rng.statement(),
+        records_left_out=left_out,
+        **(SECURE_STATEMENT if cfg.secure_mode else rng.statement()),
         delta_warning=weak_delta_warning(delta, n, unit) if private else None,
     )  # fmt: skip
 

@@ -94,6 +94,9 @@ class PateParams(TaskParams):
     teacher_votes: Literal["top1", "labels"] = request_field(PromptPateConfig, "teacher_votes")
     student_candidates: int = request_field(PromptPateConfig, "student_candidates", le=1000)
     holdout: int = request_field(PromptPateConfig, "holdout")
+    accounting: Literal["data-dependent", "data-independent"] = request_field(
+        PromptPateConfig, "accounting"
+    )
 
 
 class PromptDpSgdParams(TaskParams):
@@ -271,7 +274,7 @@ def run_pate(ctx: JobContext) -> dict[str, Any]:
         teachers=p["teachers"], threshold=p["threshold"], sigma_threshold=p["sigma_threshold"],
         sigma=p["sigma"], epsilon=ctx.dataset.budget_epsilon, delta=ctx.dataset.budget_delta,
         student_candidates=p["student_candidates"], holdout=p["holdout"],
-        teacher_votes=p["teacher_votes"],
+        teacher_votes=p["teacher_votes"], accounting=p.get("accounting", "data-dependent"),
     )  # fmt: skip
     res = run_prompt_pate(
         load_public_model(ctx.model), task, private, public,  # the serve --device policy

@@ -124,10 +124,18 @@ def rdp_threshold(
     votes: ArrayLike, threshold: float, sigma_threshold: float, orders: ArrayLike
 ) -> NDArray[np.float64]:
     """Data-dependent RDP of the threshold check, exactly (module docstring)."""
-    v = vote_histogram(votes)
+    return threshold_rdp_at_max(
+        float(vote_histogram(votes).max()), threshold, sigma_threshold, orders
+    )
+
+
+def threshold_rdp_at_max(
+    m: float, threshold: float, sigma_threshold: float, orders: ArrayLike
+) -> NDArray[np.float64]:
+    """The threshold check's exact data-dependent RDP when the largest vote count is ``m``
+    (it depends on the votes through m only)."""
     _check_sigma(sigma_threshold)
     a = as_orders(orders)
-    m = float(v.max())
     here = _bernoulli_logs(m, threshold, sigma_threshold)
     worst = np.zeros_like(a)
     for shifted in (m - 1.0, m + 1.0):
