@@ -77,7 +77,7 @@ bench-prediction: setup
 	$(PY) bench/bench_prediction.py --tokens 16
 
 bench-utility: setup
-	$(PY) bench/bench_utility.py --records 1200 --n 16 --k 8 --blocks 8
+	$(PY) bench/bench_utility.py --records 1200 --n 80 --q 0.03 --k 8 --blocks 8 --dpsgd-epochs 1
 
 bench-extraction: setup
 	bash bench/bench_extraction.sh

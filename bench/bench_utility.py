@@ -10,7 +10,7 @@ public model, the fine-tuned model, DP-SGD, the plain ensemble average (non-priv
 method closes, PMixED's median λ (the weight its mixture gives the fine-tuned models), and
 training times. Trained models are cached under the privlm cache, so a rerun only scores.
 
-Usage: python bench/bench_utility.py [--records 2400] [--n 80] [--q 0.03] [--k 8] [--blocks 8]
+Usage: python bench/bench_utility.py [--records 1200] [--n 80] [--q 0.03] [--k 8] [--blocks 8]
 Writes bench/results/utility.json (or --out).
 """
 
@@ -117,7 +117,7 @@ def score_pmixed(
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--records", type=int, default=2400)
+    ap.add_argument("--records", type=int, default=1200)
     ap.add_argument("--n", type=int, default=80, help="PMixED ensemble size N")
     ap.add_argument("--q", type=float, default=None, help="PMixED rate (default min(1, 2.4/N))")
     ap.add_argument("--k", type=int, default=8, help="SubMix parts")

@@ -29,6 +29,7 @@ privlm.errors.PrivlmError: rate must be at most 1, got 2.0
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -108,6 +109,8 @@ def check_settings(config: Any) -> None:
             continue
         if s.choices and value not in s.choices:
             raise PrivlmError(f"{s.name} must be one of {', '.join(s.choices)}, not {value!r}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise PrivlmError(f"{s.name} must be a finite number, got {value}")
         b = s.bounds
         if "ge" in b and not value >= b["ge"]:
             raise PrivlmError(f"{s.name} must be at least {b['ge']:g}, got {value}")

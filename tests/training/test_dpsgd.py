@@ -426,3 +426,35 @@ def test_dpsgd_on_a_bf16_model(tmp_path):
     assert {t.dtype for t in weights.values()} == {torch.float32}
     assert all(torch.isfinite(t).all() for t in weights.values())
     PeftModel.from_pretrained(load_public_model("tiny", device="cpu").model, tmp_path / "bf16")
+
+
+def test_a_run_that_ends_with_non_finite_parameters_writes_nothing_and_stays_charged(
+    tmp_path, monkeypatch
+):
+    """Issue 16 §2: training checks its own result. The noise ran on the data, so the charge
+    is not refunded; no adapter of NaNs leaves."""
+    from privlm.accounting import Budget, PrivacyLedger
+
+    real = dp._train_examples
+
+    def then_nan(model, *args, **kwargs):
+        real(model, *args, **kwargs)
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.requires_grad:
+                    p.fill_(float("nan"))
+
+    monkeypatch.setattr(dp, "_train_examples", then_nan)
+    ledger = PrivacyLedger(tmp_path / "l.db", "data", Budget(3.0, 1 / 48**1.1))
+    cfg = dp.DpSgdConfig(target_epsilon=3.0, **CFG)
+    with pytest.raises(PrivlmError, match=r"non-finite parameters.*stays charged"):
+        dp.train_dpsgd("tiny", dataset(), tmp_path / "a", cfg, progress=False, ledger=ledger)
+    assert not (tmp_path / "a").exists()
+    assert ledger.count() == 1
+
+
+@pytest.mark.parametrize("field", ["max_grad_norm", "learning_rate", "target_epsilon"])
+@pytest.mark.parametrize("value", [float("inf"), float("nan")])
+def test_non_finite_settings_are_refused_by_name(field, value):
+    with pytest.raises(PrivlmError, match=f"{field} must be"):
+        dp.DpSgdConfig(**{"target_epsilon": 3.0, field: value})

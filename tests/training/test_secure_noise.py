@@ -64,17 +64,20 @@ def test_an_opacus_optimizer_gets_csprng_noise_of_the_right_scale():
     assert moved.std().item() == pytest.approx(1.5 * 2.0, rel=0.02)
 
 
-@pytest.mark.parametrize("users", [None, 12])
-def test_secure_dpsgd_trains_states_it_and_differs_between_runs(tmp_path, users, monkeypatch):
-    """Record level (Opacus's optimizer, privlm's CSPRNG sampler) and user level (privlm's
-    joint clipping): the same data twice gives different adapters."""
+@pytest.mark.parametrize("users,sampling", [(None, "joint"), (12, "joint"), (12, "one-per-user")])
+def test_secure_dpsgd_trains_states_it_and_differs_between_runs(
+    tmp_path, users, sampling, monkeypatch
+):
+    """Record level (Opacus's optimizer, privlm's CSPRNG sampler), user level with joint
+    clipping, and one record per sampled user (the pick from the CSPRNG too): the same data
+    twice gives different adapters, and no torch generator is ever made."""
     import privlm.training.dpsgd as module
 
     def no_prng(*args, **kwargs):
         raise AssertionError("secure mode drew from a torch generator")
 
     monkeypatch.setattr(module.PrivacyRandomness, "torch_generator", no_prng)
-    cfg = dp.DpSgdConfig(target_epsilon=3.0, secure_mode=True, **CFG)
+    cfg = dp.DpSgdConfig(target_epsilon=3.0, secure_mode=True, user_sampling=sampling, **CFG)
     st = dp.train_dpsgd("tiny", dataset(users=users), tmp_path / "a", cfg, progress=False)
     dp.train_dpsgd("tiny", dataset(users=users), tmp_path / "b", cfg, progress=False)
     assert st.randomness == SECURE_STATEMENT["randomness"] and st.seed is None

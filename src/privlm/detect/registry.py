@@ -30,11 +30,21 @@ def make_detector(
     return RulesDetector(detector, load_rules(patterns), Path(patterns).name)
 
 
-def _from_spec(spec: str, pipeline: str) -> Detector:
+def detector_parts(spec: str) -> list[str]:
+    """The detectors a spec names (composites expanded), or a PrivlmError naming the first
+    unknown one; builds nothing, so a service can check a spec when a job is submitted."""
     parts = [q for p in spec.split("+") for q in COMPOSITES.get(p.strip(), p.strip()).split("+")]
     parts = [p for p in parts if p]
     if not parts:
         raise PrivlmError(f"empty detector spec; choose from {list(DETECTOR_NAMES)}")
+    for p in parts:
+        if p not in DETECTOR_NAMES:
+            raise PrivlmError(f"unknown detector {p!r}; choose from {list(DETECTOR_NAMES)}")
+    return parts
+
+
+def _from_spec(spec: str, pipeline: str) -> Detector:
+    parts = detector_parts(spec)
     built: list[Detector] = []
     for p in parts:
         if p == "regex":
@@ -43,10 +53,8 @@ def _from_spec(spec: str, pipeline: str) -> Detector:
             built.append(SpacyDetector(p, pipeline))
         elif p == "presidio":
             built.append(PresidioDetector(pipeline=pipeline))
-        elif p == "pii-patterns":
+        else:  # detector_parts allows nothing else
             built.append(PiiPatternDetector())
-        else:
-            raise PrivlmError(f"unknown detector {p!r}; choose from {list(DETECTOR_NAMES)}")
     if len(built) == 1:
         return built[0]
     union = UnionDetector(built)

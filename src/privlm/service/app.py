@@ -20,7 +20,7 @@ from fastapi import FastAPI, File, Form, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -53,6 +53,7 @@ from privlm.service.deployments import (
 )
 from privlm.service.limits import BodySizeLimit
 from privlm.service.openai_api import mount_openai
+from privlm.service.strict import STRICT_BODY
 
 STATIC = Path(__file__).with_name("static")
 log = logging.getLogger("privlm.service")
@@ -69,7 +70,7 @@ class ServiceSettings:
 
 
 class JobRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT_BODY
     kind: str = Field(..., max_length=20)
     dataset_id: str = Field(..., max_length=40)
     params: dict[str, Any] = Field(default_factory=dict)

@@ -17,6 +17,7 @@ from privlm.data import load_file
 from privlm.errors import DataError, PrivlmError
 from privlm.service.db import Dataset, new_id
 from privlm.service.storage import dataset_path
+from privlm.service.strict import MAX_BUDGET_EPSILON
 
 FORMATS = (".txt", ".jsonl", ".csv")
 MAX_NAME = 200
@@ -56,8 +57,10 @@ def parse_fields(fields: str | None) -> tuple[str, ...]:
 def check_budget(epsilon: float, delta: float) -> None:
     import math
 
-    if not (math.isfinite(epsilon) and epsilon > 0):
-        raise UploadError("budget_epsilon must be a positive finite number")
+    if not (math.isfinite(epsilon) and 0 < epsilon <= MAX_BUDGET_EPSILON):
+        raise UploadError(
+            f"budget_epsilon must be a positive finite number, at most {MAX_BUDGET_EPSILON:g}"
+        )
     if not (0 < delta < 1):
         raise UploadError("budget_delta must lie strictly between 0 and 1")
 

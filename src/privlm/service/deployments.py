@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from privlm.accounting import Charge, PrivacyLedger, RdpCurve
 from privlm.config import request_field
@@ -31,6 +31,7 @@ from privlm.predict.pmixed import PMixEDConfig
 from privlm.predict.protocol import Predictor, Token
 from privlm.service.db import Deployment, Job
 from privlm.service.jobs import guarantee
+from privlm.service.strict import STRICT_BODY
 
 MAX_TOKENS = 256
 
@@ -53,7 +54,7 @@ class DeploymentParams(BaseModel):
     """A deployment's settings; defaults, bounds and help come from PMixEDConfig and
     SubMixConfig (ε and α: the mechanism's own when not given)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT_BODY
     job_id: str = Field(..., max_length=40)
     mechanism: str = Field("pmixed", pattern="^(pmixed|submix|adapter)$")
     epsilon: float | None = Field(
@@ -67,7 +68,7 @@ class DeploymentParams(BaseModel):
     )
     sample_rate: float = request_field(PMixEDConfig, "sample_rate")
     bound: str = request_field(PMixEDConfig, "bound")
-    beta: float | None = Field(None, gt=0, description="SubMix per-query β (default ε/T)")
+    beta: float | None = Field(None, gt=0, le=1000, description="SubMix per-query β (default ε/T)")
     fallback: bool = Field(False, description="answer from the public model once spent")
 
     def resolved(self) -> DeploymentParams:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator
 from sqlalchemy import Engine
 
 from privlm.accounting import Budget, PrivacyLedger
@@ -25,6 +25,7 @@ from privlm.prompting.pate_pipeline import PromptPateConfig
 from privlm.prompting.prompt_dpsgd import PromptDpSgdConfig
 from privlm.service.datasets import load_records
 from privlm.service.db import Dataset, Job
+from privlm.service.strict import STRICT_BODY
 from privlm.training.dpsgd import DpSgdConfig
 from privlm.training.ensemble import EnsembleConfig
 from privlm.training.jft import JftConfig
@@ -41,7 +42,7 @@ TASK_KINDS = ("pate", "prompt-dpsgd")
 
 
 class _Params(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT_BODY
 
 
 class DpSgdParams(_Params):
@@ -60,6 +61,17 @@ class DpSgdParams(_Params):
 class JftParams(DpSgdParams):
     detector: str = request_field(JftConfig, "detector", max_length=100)
     phase1_epochs: int = request_field(JftConfig, "phase1_epochs", le=100)
+
+    @field_validator("detector")
+    @classmethod
+    def _known_detector(cls, spec: str) -> str:
+        from privlm.detect.registry import detector_parts
+
+        try:
+            detector_parts(spec)
+        except PrivlmError as exc:
+            raise ValueError(str(exc)) from None
+        return spec
 
 
 class EnsembleParams(_Params):
@@ -88,12 +100,12 @@ class PateParams(TaskParams):
 
     public_dataset_id: str = Field(..., max_length=40)
     teachers: int = request_field(PromptPateConfig, "teachers", le=10000)
-    threshold: float = request_field(PromptPateConfig, "threshold")
-    sigma_threshold: float = request_field(PromptPateConfig, "sigma_threshold")
-    sigma: float = request_field(PromptPateConfig, "sigma")
+    threshold: float = request_field(PromptPateConfig, "threshold", le=1e6)
+    sigma_threshold: float = request_field(PromptPateConfig, "sigma_threshold", le=1e6)
+    sigma: float = request_field(PromptPateConfig, "sigma", le=1e6)
     teacher_votes: Literal["top1", "labels"] = request_field(PromptPateConfig, "teacher_votes")
     student_candidates: int = request_field(PromptPateConfig, "student_candidates", le=1000)
-    holdout: int = request_field(PromptPateConfig, "holdout")
+    holdout: int = request_field(PromptPateConfig, "holdout", le=100000)
     accounting: Literal["data-dependent", "data-independent"] = request_field(
         PromptPateConfig, "accounting"
     )

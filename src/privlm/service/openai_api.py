@@ -33,6 +33,7 @@ from privlm.service.deployments import (
 )
 from privlm.service.openai_fields import check_fields
 from privlm.service.stop_text import StopText
+from privlm.service.strict import STRICT_OPENAI_BODY
 
 MAX_PROMPT_CHARS = 20_000
 
@@ -45,7 +46,7 @@ class StreamOptions(BaseModel):
 class GenerationRequest(BaseModel):
     """The fields both endpoints share; any other field is checked by ``check_fields``."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = STRICT_OPENAI_BODY
     model: str = Field(..., max_length=40)
     max_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
     n: int = 1

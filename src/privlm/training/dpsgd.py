@@ -24,7 +24,9 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -154,8 +156,6 @@ class DpSgdConfig:
             )
         if self.batch_size < 1 or self.physical_batch_size < 1 or self.epochs < 1:
             raise PrivlmError("batch sizes and epochs must be at least 1")
-        if not (self.max_grad_norm > 0):
-            raise PrivlmError("the clipping norm must be positive")
         if self.user_sampling not in USER_SAMPLING:
             raise PrivlmError(
                 f"unknown user_sampling {self.user_sampling!r}; choose from {USER_SAMPLING}"
@@ -201,6 +201,18 @@ class PrivacyStatement:
         return asdict(self)
 
 
+def require_finite(params: Sequence[tuple[str, torch.Tensor]]) -> None:
+    """Refuse to write an adapter with a NaN or infinite parameter. Its privacy cost stays
+    charged: the noisy training ran on the data whether or not its result is usable."""
+    bad = [name for name, p in params if not bool(torch.isfinite(p.detach()).all())]
+    if bad:
+        raise PrivlmError(
+            f"DP-SGD produced non-finite parameters ({', '.join(bad[:3])}"
+            f"{', …' if len(bad) > 3 else ''}); no adapter was written, and the run's privacy "
+            "cost stays charged (it used the data). Lower the learning rate."
+        )
+
+
 def records_per_unit(dataset: Dataset) -> list[list[str]]:
     """Each privacy unit's record texts, units in first-seen order."""
     by_unit: dict[str, list[str]] = {}
@@ -215,18 +227,24 @@ class OneExamplePerUser(TorchDataset[tuple[torch.Tensor, ...]]):
     step, so a user's influence on it is bounded by the clipping norm."""
 
     def __init__(
-        self, tensors: tuple[torch.Tensor, ...], rows: list[list[int]], generator: torch.Generator
+        self,
+        tensors: tuple[torch.Tensor, ...],
+        rows: list[list[int]],
+        generator: torch.Generator | None,
     ):
         self.tensors = tensors
         self.rows = rows
-        self.generator = generator
+        self.generator = generator  # None: secure mode, the pick from the OS CSPRNG
 
     def __len__(self) -> int:
         return len(self.rows)
 
     def __getitem__(self, user: int) -> tuple[torch.Tensor, ...]:
         rows = self.rows[user]
-        pick = rows[int(torch.randint(len(rows), (1,), generator=self.generator))]
+        if self.generator is None:
+            pick = rows[secrets.randbelow(len(rows))]
+        else:
+            pick = rows[int(torch.randint(len(rows), (1,), generator=self.generator))]
         return tuple(t[pick] for t in self.tensors)
 
 
@@ -504,7 +522,11 @@ def train_dpsgd(
             ids, labels = record_sequences(lm.tokenizer, texts, cfg.block_size)
             masked = torch.zeros_like(ids, dtype=torch.bool)
         examples: TorchDataset[tuple[torch.Tensor, ...]] = (
-            OneExamplePerUser((ids, labels, masked), _rows_by_unit(groups), rng.torch_generator())
+            OneExamplePerUser(
+                (ids, labels, masked),
+                _rows_by_unit(groups),
+                None if cfg.secure_mode else rng.torch_generator(),
+            )
             if one_per_user
             else TensorDataset(ids, labels, masked)
         )
@@ -555,6 +577,7 @@ def train_dpsgd(
     if rank == 0:  # one charge and one adapter, however many processes trained
         if ledger is not None:
             ledger.charge(charge)  # durable; raises (and nothing is written) if it no longer fits
+        require_finite(trainable)  # after the charge: the run used the data either way
         write_directory_atomically(out, write)
     barrier()
     return statement

@@ -165,7 +165,7 @@ def _gnmax_local_sensitivity(
 
 def _cell_of(grid: NDArray[np.float64], log_q: float) -> int:
     """The cell holding ``log_q``: 0 below the floor, i + 1 for [grid[i], grid[i + 1]]."""
-    return int(min(np.searchsorted(grid, log_q, side="right"), grid.size - 1))
+    return min(int(np.searchsorted(grid, log_q, side="right")), grid.size - 1)
 
 
 def threshold_costs(

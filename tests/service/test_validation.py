@@ -1,0 +1,81 @@
+"""Issue 16 §2: every job and deployment parameter is validated when it is submitted, and a
+bad one is refused with a 400 in the documented error shape, naming the field. Nothing is
+coerced: true and "3" are not numbers, Infinity and NaN are not finite."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+INF, NAN = float("inf"), float("nan")
+
+BAD_JOB_PARAMS = [
+    ("dpsgd", {"max_grad_norm": INF}, "max_grad_norm"),
+    ("dpsgd", {"max_grad_norm": NAN}, "max_grad_norm"),
+    ("dpsgd", {"learning_rate": INF}, "learning_rate"),
+    ("dpsgd", {"epsilon": True}, "epsilon"),
+    ("dpsgd", {"epsilon": "3"}, "epsilon"),
+    ("dpsgd", {"epochs": 2.0}, "epochs"),
+    ("dpsgd", {"epochs": "2"}, "epochs"),
+    ("jft", {"detector": "psychic"}, "detector"),
+    ("jft", {"detector": "regex+psychic"}, "detector"),
+    ("ensemble", {"parts": True}, "parts"),
+    ("pate", {"threshold": 1e9}, "threshold"),
+    ("pate", {"sigma_threshold": INF}, "sigma_threshold"),
+    ("pate", {"sigma": 1e300}, "sigma"),
+    ("pate", {"holdout": 10**9}, "holdout"),
+    ("pate", {"accounting": "raw"}, "accounting"),
+    ("prompt-dpsgd", {"epsilon": NAN}, "epsilon"),
+]
+
+
+def post_json(service, path, body, tenant="acme"):
+    """json.dumps writes Infinity and NaN, as a careless client would."""
+    return service.client.post(
+        path,
+        headers={**service.auth(tenant), "content-type": "application/json"},
+        content=json.dumps(body),
+    )
+
+
+def assert_names(r, field, kind="invalid_request"):
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["type"] == kind and field in error["message"]
+
+
+@pytest.mark.parametrize("kind,params,field", BAD_JOB_PARAMS)
+def test_a_bad_job_parameter_is_refused_by_name(service, kind, params, field):
+    ds = service.upload("acme").json()
+    extra = {"task": "sst2", "public_dataset_id": ds["id"]} if kind == "pate" else {}
+    extra = {"task": "sst2"} if kind == "prompt-dpsgd" else extra
+    body = {"kind": kind, "dataset_id": ds["id"], "params": {**extra, **params}}
+    assert_names(post_json(service, "/v1/jobs", body), field)
+
+
+@pytest.mark.parametrize(
+    "body,field",
+    [
+        ({"mechanism": "submix", "beta": INF}, "beta"),
+        ({"mechanism": "submix", "beta": 1e300}, "beta"),
+        ({"epsilon": True}, "epsilon"),
+        ({"queries": "100"}, "queries"),
+        ({"sample_rate": NAN}, "sample_rate"),
+        ({"fallback": "yes"}, "fallback"),
+    ],
+)
+def test_a_bad_deployment_parameter_is_refused_by_name(service, body, field):
+    assert_names(post_json(service, "/v1/deployments", {"job_id": "job_x", **body}), field)
+
+
+@pytest.mark.parametrize("value", ["1e308", "inf", "nan", "0", "-1"])
+def test_an_absurd_dataset_budget_is_refused_by_name(service, value):
+    assert_names(service.upload("acme", budget_epsilon=value), "budget_epsilon", "invalid_dataset")
+
+
+def test_the_job_request_itself_is_strict(service):
+    ds = service.upload("acme").json()
+    assert_names(post_json(service, "/v1/jobs", {"kind": "dpsgd", "dataset_id": 5}), "dataset_id")
+    body = {"kind": "dpsgd", "dataset_id": ds["id"], "params": {}, "priority": 1}
+    assert_names(post_json(service, "/v1/jobs", body), "priority")
