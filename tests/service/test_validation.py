@@ -79,3 +79,42 @@ def test_the_job_request_itself_is_strict(service):
     assert_names(post_json(service, "/v1/jobs", {"kind": "dpsgd", "dataset_id": 5}), "dataset_id")
     body = {"kind": "dpsgd", "dataset_id": ds["id"], "params": {}, "priority": 1}
     assert_names(post_json(service, "/v1/jobs", body), "priority")
+
+
+# -- keys --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scheme", ["Bearer", "bearer", "BEARER", "bEaReR"])
+def test_the_bearer_scheme_is_case_insensitive(service, scheme):
+    key = service.keys["acme"]
+    r = service.client.get("/v1/datasets", headers={"Authorization": f"{scheme} {key}"})
+    assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize("scheme", ["Basic", "Token", "Bearer", ""])
+def test_another_scheme_or_no_key_is_unauthorized(service, scheme):
+    r = service.client.get("/v1/datasets", headers={"Authorization": f"{scheme} "})
+    assert r.status_code == 401 and r.json()["error"]["type"] == "unauthorized"
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["api_key={key}", "key={key}", "x=1&token=abc", "q={key}", "Authorization=Bearer%20{key}"],
+)
+def test_a_key_in_the_url_is_refused_and_never_logged(service, caplog, query):
+    key = service.keys["acme"]
+    with caplog.at_level("INFO", logger="privlm.service.access"):
+        r = service.client.get(
+            "/v1/datasets?" + query.format(key=key), headers=service.auth("acme")
+        )
+    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request"
+    assert "Authorization: Bearer" in r.json()["error"]["message"] and key not in r.text
+    assert caplog.records and all(key not in rec.getMessage() for rec in caplog.records)
+    assert "/v1/datasets" in caplog.records[-1].getMessage()
+
+
+def test_the_access_log_never_writes_a_query_string(service, caplog):
+    with caplog.at_level("INFO", logger="privlm.service.access"):
+        service.client.get("/v1/datasets?limit=5", headers=service.auth("acme"))
+    [line] = [rec.getMessage() for rec in caplog.records if rec.name == "privlm.service.access"]
+    assert line == "GET /v1/datasets 200"

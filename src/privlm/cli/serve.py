@@ -3,6 +3,7 @@ API keys, the worker on its own)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -72,7 +73,9 @@ def serve(
              "--db", url, "--model", model, "--die-with-parent"],
         )  # fmt: skip
     try:
-        uvicorn.run(app_, host=host, port=port, log_level="info")
+        # uvicorn's access log writes query strings; privlm's own (url_keys.AccessLog) does not
+        _log_access()
+        uvicorn.run(app_, host=host, port=port, log_level="info", access_log=False)
     finally:
         if child is not None:
             child.terminate()
@@ -137,3 +140,13 @@ def key_add(
             raise PrivlmError(f"no tenant {name!r}")
         key = add_key(s, t.id)
     typer.echo(f"API key (shown once): {key}")
+
+
+def _log_access() -> None:
+    """privlm's access log on stderr: method, path and status, never a query string."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s access %(message)s"))
+    access = logging.getLogger("privlm.service.access")
+    access.addHandler(handler)
+    access.setLevel(logging.INFO)
+    access.propagate = False

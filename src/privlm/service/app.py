@@ -54,6 +54,7 @@ from privlm.service.deployments import (
 from privlm.service.limits import BodySizeLimit
 from privlm.service.openai_api import mount_openai
 from privlm.service.strict import STRICT_BODY
+from privlm.service.url_keys import AccessLog, KeysNotInUrls
 
 STATIC = Path(__file__).with_name("static")
 log = logging.getLogger("privlm.service")
@@ -350,13 +351,15 @@ def create_app(settings: ServiceSettings) -> FastAPI:
 
     mount_openai(app, loaded)
 
-    wrapped = BodySizeLimit(
+    limited = BodySizeLimit(
         app, settings.max_body_bytes, settings.max_upload_bytes, ("/v1/datasets",)
     )
+    wrapped = AccessLog(KeysNotInUrls(limited))
     app.state.asgi = wrapped
     return app
 
 
 def asgi_app(settings: ServiceSettings) -> Any:
-    """The FastAPI app wrapped in the body-size limit: what uvicorn serves."""
+    """The FastAPI app wrapped in the body-size limit, the key-in-URL guard and privlm's
+    access log: what uvicorn serves."""
     return create_app(settings).state.asgi

@@ -24,9 +24,10 @@ def get_tenant(
     s: Annotated[Session, Depends(get_session)],
     authorization: Annotated[str | None, Header()] = None,
 ) -> Tenant:
-    if not authorization or not authorization.startswith("Bearer "):
+    scheme, _, key = (authorization or "").strip().partition(" ")
+    if scheme.lower() != "bearer" or not key.strip():  # the scheme is case-insensitive
         raise ApiError(401, "unauthorized", "send an API key: Authorization: Bearer <key>")
-    t = tenant_for_key(s, authorization.removeprefix("Bearer ").strip())
+    t = tenant_for_key(s, key.strip())
     if t is None:
         raise ApiError(401, "unauthorized", "unknown or revoked API key")
     return t

@@ -35,10 +35,10 @@ class BodySizeLimit:
                 try:
                     declared = int(value)
                 except ValueError:
-                    await _refuse(send, 400, "invalid Content-Length header")
+                    await refuse(send, 400, "invalid Content-Length header")
                     return
                 if declared > limit:
-                    await _refuse(send, 413, _too_large(limit))
+                    await refuse(send, 413, _too_large(limit))
                     return
         seen = 0
         exceeded = False
@@ -65,22 +65,17 @@ class BodySizeLimit:
             if not exceeded:
                 raise
         if exceeded:
-            await _refuse(send, 413, _too_large(limit))
+            await refuse(send, 413, _too_large(limit))
 
 
 def _too_large(limit: int) -> str:
     return f"request body too large: the limit is {limit:,} bytes"
 
 
-async def _refuse(send: Any, status: int, message: str) -> None:
-    body = json.dumps(
-        {
-            "error": {
-                "type": "request_too_large" if status == 413 else "bad_request",
-                "message": message,
-            }
-        }
-    ).encode()
+async def refuse(send: Any, status: int, message: str, kind: str | None = None) -> None:
+    """Answer with the service's error shape, from an ASGI middleware."""
+    kind = kind or ("request_too_large" if status == 413 else "bad_request")
+    body = json.dumps({"error": {"type": kind, "message": message}}).encode()
     await send(
         {
             "type": "http.response.start",

@@ -1,0 +1,65 @@
+"""API keys never travel in a URL (issue 16 §2). A URL is written to access logs, proxies
+and browser history, so a request whose query string carries a key, or a parameter named
+like one, is refused with 400 before it reaches any route; the refusal never repeats the
+URL. privlm's own access log (``AccessLog``) writes the method, the path and the status,
+never the query string."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+from urllib.parse import parse_qsl
+
+from privlm.service.keys import KEY_PREFIX
+from privlm.service.limits import refuse
+
+KEY_PARAMETERS = frozenset({"api_key", "apikey", "key", "token", "access_token", "authorization"})
+REFUSAL = (
+    "an API key in a URL is refused (URLs are logged and cached); send it in the header "
+    "Authorization: Bearer <key>, and revoke a key that was sent this way"
+)
+log = logging.getLogger("privlm.service.access")
+
+
+def carries_key(query_string: bytes) -> bool:
+    """Whether a query string holds a key-like parameter or a privlm key anywhere."""
+    text = query_string.decode("latin-1")
+    if KEY_PREFIX in text:
+        return True
+    return any(name.lower() in KEY_PARAMETERS for name, _ in parse_qsl(text, True))
+
+
+class KeysNotInUrls:
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and carries_key(scope.get("query_string", b"")):
+            await refuse(send, 400, REFUSAL, "invalid_request")
+            log.info("%s %s 400 (key in URL refused)", scope.get("method"), scope.get("path"))
+            return
+        await self.app(scope, receive, send)
+
+
+class AccessLog:
+    """One line per request: method, path (never the query string) and status."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500
+
+        async def noted(message: Any) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, noted)
+        finally:
+            log.info("%s %s %s", scope.get("method"), scope.get("path"), status)
