@@ -154,14 +154,16 @@ def test_data_dependent_labels_that_do_not_fit_are_never_released(tmp_path):
     budget = rel.cost_curve().to_dp(1e-5).epsilon * 1.05
     led = ledger(tmp_path, budget)
     with pytest.raises(BudgetExceededError, match="no label was released"):
-        label_with_confident_gnmax(np.array([[55, 45]] * 400), 10, 5.0, 5.0, led, 100, 0)
+        label_with_confident_gnmax(
+            np.array([[55, 45]] * 400), 10, 5.0, 5.0, led, 100, 0, "data-dependent"
+        )
     assert [c.mechanism for c in led.charges()] == ["pate-release"]
 
 
 def test_data_dependent_release_is_refused_up_front_when_even_its_cost_cannot_fit(tmp_path):
     led = ledger(tmp_path, SmoothRelease().cost_curve().to_dp(1e-5).epsilon * 0.5)
     with pytest.raises(BudgetExceededError, match="private release"):
-        label_with_confident_gnmax(np.array([[95, 5]]), 10, 5.0, 5.0, led, 100, 0)
+        label_with_confident_gnmax(np.array([[95, 5]]), 10, 5.0, 5.0, led, 100, 0, "data-dependent")
     assert led.count() == 0
 
 

@@ -107,7 +107,7 @@ def vote_histograms(answers: NDArray[np.int64], classes: int) -> NDArray[np.int6
     return out
 
 
-ACCOUNTING = ("data-dependent", "data-independent")
+ACCOUNTING = ("data-independent", "data-dependent")
 
 
 @dataclass
@@ -122,7 +122,7 @@ class LabellingResult:
     threshold: float
     sigma_threshold: float
     sigma: float
-    accounting: str = "data-dependent"
+    accounting: str = "data-independent"
     # data-dependent: the privately released RDP (ReleasedRdp.to_dict()); never the raw one
     release: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
@@ -156,15 +156,16 @@ def label_with_confident_gnmax(
     ledger: PrivacyLedger,
     teachers: int,
     rng: PrivacyRandomness | int | None = None,
-    accounting: str = "data-dependent",
+    accounting: str = "data-independent",
     release: SmoothRelease | None = None,
 ) -> LabellingResult:
     """Algorithm 2 on every histogram (one per public input, their number fixed by the
     caller before any vote is seen), charged to ``ledger`` before any label is released.
 
-    - ``data-independent``: the number of queries is the most whose worst case (every one
-      answered, at its data-independent cost) fits the ledger; each query is charged that
-      worst case before its label leaves. Sound whatever the votes; nothing depends on them.
+    - ``data-independent`` (the default): the number of queries is the most whose worst case
+      (every one answered, at its data-independent cost) fits the ledger; each query is
+      charged that worst case before its label leaves. Sound whatever the votes; nothing
+      depends on them.
     - ``data-dependent`` (PATE 2018): every query runs, its labels held back; their
       data-dependent RDP is released through smooth sensitivity (``release``) and that noisy
       figure, plus the release's own cost, is charged at the release order. If it does not
@@ -237,8 +238,9 @@ def _label_data_dependent(
             f"refused: the privately released data-dependent cost of these {len(h)} labels "
             f"(RDP {released.charged_rdp:.4g} at order {released.order:g}, release included) "
             f"does not fit ledger {ledger.name!r}; no label was released and only the "
-            "release's own cost was charged. Label fewer public inputs (queries) or raise "
-            "the budget."
+            "release's own cost was charged. Label fewer public inputs (queries), raise the "
+            "budget, or use data-independent accounting (predictable: each query charged its "
+            "worst case)."
         ) from exc
     result = _result(held, False, ledger, teachers, params, "data-dependent")
     result.release = released.to_dict()

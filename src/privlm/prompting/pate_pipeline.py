@@ -71,10 +71,10 @@ class PromptPateConfig:
         le=10**7,
     )
     accounting: str = setting(
-        "data-dependent",
+        "data-independent",
+        "data-independent: each query charged its worst case, as many queries as that fits; "
         "data-dependent: PATE 2018's per-vote cost, released through smooth sensitivity "
-        "(labels held until it is charged); data-independent: each query charged its worst "
-        "case, as many queries as that fits",
+        "(labels held until it is charged; noisy, and refused whole if it does not fit)",
         choices=ACCOUNTING,
     )
     release_order: float = setting(

@@ -106,7 +106,7 @@ class PateParams(TaskParams):
     teacher_votes: Literal["top1", "labels"] = request_field(PromptPateConfig, "teacher_votes")
     student_candidates: int = request_field(PromptPateConfig, "student_candidates", le=1000)
     holdout: int = request_field(PromptPateConfig, "holdout", le=100000)
-    accounting: Literal["data-dependent", "data-independent"] = request_field(
+    accounting: Literal["data-independent", "data-dependent"] = request_field(
         PromptPateConfig, "accounting"
     )
 
@@ -286,7 +286,7 @@ def run_pate(ctx: JobContext) -> dict[str, Any]:
         teachers=p["teachers"], threshold=p["threshold"], sigma_threshold=p["sigma_threshold"],
         sigma=p["sigma"], epsilon=ctx.dataset.budget_epsilon, delta=ctx.dataset.budget_delta,
         student_candidates=p["student_candidates"], holdout=p["holdout"],
-        teacher_votes=p["teacher_votes"], accounting=p.get("accounting", "data-dependent"),
+        teacher_votes=p["teacher_votes"], accounting=p.get("accounting", "data-independent"),
     )  # fmt: skip
     res = run_prompt_pate(
         load_public_model(ctx.model), task, private, public,  # the serve --device policy
