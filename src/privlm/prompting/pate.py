@@ -176,98 +176,86 @@ def label_with_confident_gnmax(
         raise PrivlmError("pass one vote histogram (counts per class) per public input")
     if accounting not in ACCOUNTING:
         raise PrivlmError(f"accounting must be one of {', '.join(ACCOUNTING)}, not {accounting!r}")
-    rng = as_randomness(rng)  # the noisy threshold and votes: the CSPRNG unless seeded
-    params = (threshold, sigma_threshold, sigma)
+    job = _Labelling(
+        h, (threshold, sigma_threshold, sigma), ledger, teachers, as_randomness(rng)
+    )  # the noisy threshold and votes: the CSPRNG unless seeded
     if accounting == "data-independent":
-        return _label_data_independent(h, params, ledger, teachers, rng)
-    return _label_data_dependent(h, params, ledger, teachers, rng, release or SmoothRelease())
+        return job.data_independent()
+    return job.data_dependent(release or SmoothRelease())
 
 
-def _confident_gnmax(
-    votes: NDArray[np.int64], params: tuple[float, float, float], rng: PrivacyRandomness
-) -> int | None:
-    """One run of Algorithm 2: the noisy threshold check, then GNMax (None: ⊥)."""
-    threshold, sigma_threshold, sigma = params
-    if votes.max() + float(rng.normal(sigma_threshold)) < threshold:
-        return None
-    return int(np.argmax(votes + rng.normal(sigma, votes.shape)))
+@dataclass(frozen=True)
+class _Labelling:
+    """One labelling run: the histograms, (T, σ1, σ), the ledger, the teacher count, and the
+    privacy randomness."""
 
+    histograms: NDArray[np.int64]
+    params: tuple[float, float, float]
+    ledger: PrivacyLedger
+    teachers: int
+    rng: PrivacyRandomness
 
-def _label_data_independent(
-    h: NDArray[np.int64],
-    params: tuple[float, float, float],
-    ledger: PrivacyLedger,
-    teachers: int,
-    rng: PrivacyRandomness,
-) -> LabellingResult:
-    worst = data_independent_query_curve(params[1], params[2])
-    planned = affordable_queries(ledger, worst, len(h))
-    labels: list[int | None] = []
-    for votes in h[:planned]:
-        ledger.charge(Charge("pate-query", rdp=worst, params={"data_independent": True}))
-        labels.append(_confident_gnmax(votes, params, rng))  # only now that it is charged
-    return _result(labels, planned < len(h), ledger, teachers, params, "data-independent")
+    def confident_gnmax(self, votes: NDArray[np.int64]) -> int | None:
+        """One run of Algorithm 2: the noisy threshold check, then GNMax (None: ⊥)."""
+        threshold, sigma_threshold, sigma = self.params
+        if votes.max() + float(self.rng.normal(sigma_threshold)) < threshold:
+            return None
+        return int(np.argmax(votes + self.rng.normal(sigma, votes.shape)))
 
+    def data_independent(self) -> LabellingResult:
+        worst = data_independent_query_curve(self.params[1], self.params[2])
+        planned = affordable_queries(self.ledger, worst, len(self.histograms))
+        labels: list[int | None] = []
+        for votes in self.histograms[:planned]:
+            self.ledger.charge(Charge("pate-query", rdp=worst, params={"data_independent": True}))
+            labels.append(self.confident_gnmax(votes))  # only now that it is charged
+        return self.result(labels, planned < len(self.histograms), "data-independent")
 
-def _label_data_dependent(
-    h: NDArray[np.int64],
-    params: tuple[float, float, float],
-    ledger: PrivacyLedger,
-    teachers: int,
-    rng: PrivacyRandomness,
-    release: SmoothRelease,
-) -> LabellingResult:
-    release_only = Charge("pate-release", rdp=release.cost_curve(), params=asdict(release))
-    ledger.require_fits(release_only, "the private release of PromptPATE's data-dependent ε")
-    held = [_confident_gnmax(votes, params, rng) for votes in h]  # not released yet
-    answered = [x is not None for x in held]
-    released = release_data_dependent_rdp(
-        h, answered, teachers, *params, release, float(rng.normal(1.0))
-    )
-    try:
-        ledger.charge(
-            Charge(
-                "pate-labels",
-                rdp=released.curve(),
-                params={"queries": len(h), "answered": sum(answered), **released.to_dict()},
-            )
+    def data_dependent(self, release: SmoothRelease) -> LabellingResult:
+        h, ledger = self.histograms, self.ledger
+        release_only = Charge("pate-release", rdp=release.cost_curve(), params=asdict(release))
+        ledger.require_fits(release_only, "the private release of PromptPATE's data-dependent ε")
+        held = [self.confident_gnmax(votes) for votes in h]  # not released yet
+        answered = [x is not None for x in held]
+        released = release_data_dependent_rdp(
+            h, answered, self.teachers, *self.params, release, float(self.rng.normal(1.0))
         )
-    except BudgetExceededError as exc:
-        ledger.charge(release_only)  # the estimate was computed and used: its cost stays
-        raise BudgetExceededError(
-            f"refused: the privately released data-dependent cost of these {len(h)} labels "
-            f"(RDP {released.charged_rdp:.4g} at order {released.order:g}, release included) "
-            f"does not fit ledger {ledger.name!r}; no label was released and only the "
-            "release's own cost was charged. Label fewer public inputs (queries), raise the "
-            "budget, or use data-independent accounting (predictable: each query charged its "
-            "worst case)."
-        ) from exc
-    result = _result(held, False, ledger, teachers, params, "data-dependent")
-    result.release = released.to_dict()
-    return result
+        try:
+            ledger.charge(
+                Charge(
+                    "pate-labels",
+                    rdp=released.curve(),
+                    params={"queries": len(h), "answered": sum(answered), **released.to_dict()},
+                )
+            )
+        except BudgetExceededError as exc:
+            ledger.charge(release_only)  # the estimate was computed and used: its cost stays
+            raise BudgetExceededError(
+                f"refused: the privately released data-dependent cost of these {len(h)} labels "
+                f"(RDP {released.charged_rdp:.4g} at order {released.order:g}, release "
+                f"included) does not fit ledger {ledger.name!r}; no label was released and only "
+                "the release's own cost was charged. Label fewer public inputs (queries), raise "
+                "the budget, or use data-independent accounting (predictable: each query "
+                "charged its worst case)."
+            ) from exc
+        result = self.result(held, False, "data-dependent")
+        result.release = released.to_dict()
+        return result
 
-
-def _result(
-    labels: list[int | None],
-    stopped: bool,
-    ledger: PrivacyLedger,
-    teachers: int,
-    params: tuple[float, float, float],
-    accounting: str,
-) -> LabellingResult:
-    return LabellingResult(
-        labels=labels,
-        answered=sum(x is not None for x in labels),
-        queries=len(labels),
-        stopped_by_budget=stopped,
-        epsilon=ledger.spent().epsilon,
-        delta=ledger.budget.delta,
-        teachers=teachers,
-        threshold=params[0],
-        sigma_threshold=params[1],
-        sigma=params[2],
-        accounting=accounting,
-    )
+    def result(self, labels: list[int | None], stopped: bool, accounting: str) -> LabellingResult:
+        return LabellingResult(
+            labels=labels,
+            answered=sum(x is not None for x in labels),
+            queries=len(labels),
+            stopped_by_budget=stopped,
+            epsilon=self.ledger.spent().epsilon,
+            delta=self.ledger.budget.delta,
+            teachers=self.teachers,
+            threshold=self.params[0],
+            sigma_threshold=self.params[1],
+            sigma=self.params[2],
+            accounting=accounting,
+        )
 
 
 def labelled_public(
