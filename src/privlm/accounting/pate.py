@@ -25,6 +25,7 @@ from privlm.accounting.analysis.gnmax import (
     log_pr_answered,
     log_q_gnmax,
     rdp_gnmax_data_independent,
+    rdp_threshold_data_independent,
     vote_histogram,
 )
 from privlm.accounting.analysis.pate_smooth import (
@@ -75,7 +76,9 @@ def confident_gnmax_curve(
 def data_independent_query_curve(sigma_threshold: float, sigma: float) -> RdpCurve:
     """One Confident-GNMax query answered, whatever the votes: λ/(2σ1²) + λ/σ²."""
     orders = np.asarray(DEFAULT_ORDERS)
-    eps = orders / (2.0 * sigma_threshold**2) + rdp_gnmax_data_independent(sigma, orders)
+    eps = rdp_threshold_data_independent(sigma_threshold, orders) + rdp_gnmax_data_independent(
+        sigma, orders
+    )
     return RdpCurve.from_arrays(orders, eps)
 
 
@@ -160,7 +163,10 @@ def release_data_dependent_rdp(
         if was_answered:
             local += gnmax_local_sensitivity(v, sigma, lam, distances)
     # each query's cost lies in [0, its data-independent bound], so no change exceeds that
-    ceiling = h.shape[0] * lam / (2 * sigma_threshold**2) + int(ans.sum()) * lam / sigma**2
+    ceiling = float(
+        h.shape[0] * rdp_threshold_data_independent(sigma_threshold, [lam])[0]
+        + int(ans.sum()) * rdp_gnmax_data_independent(sigma, [lam])[0]
+    )
     ss = smooth_sensitivity(local, release.beta, ceiling)
     noisy = total + ss * release.sigma * standard_normal
     cost = float(gnss_rdp(release.beta, release.sigma, [lam])[0])

@@ -144,7 +144,16 @@ def threshold_rdp_at_max(
         there = _bernoulli_logs(shifted, threshold, sigma_threshold)
         worst = np.maximum(worst, bernoulli_renyi(here, there, a))
         worst = np.maximum(worst, bernoulli_renyi(there, here, a))
-    return np.minimum(worst, a / (2.0 * sigma_threshold**2))
+    return np.minimum(worst, rdp_threshold_data_independent(sigma_threshold, a))
+
+
+def rdp_threshold_data_independent(
+    sigma_threshold: float, orders: ArrayLike
+) -> NDArray[np.float64]:
+    """λ/(2σ1²): the threshold check as a Gaussian mechanism on the max count (sensitivity 1)."""
+    _check_sigma(sigma_threshold)
+    out: NDArray[np.float64] = as_orders(orders) / (2.0 * sigma_threshold**2)
+    return out
 
 
 def confident_gnmax_rdp(
