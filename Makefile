@@ -108,7 +108,7 @@ bench-prompting: setup
 	$(PY) bench/bench_prompting.py --tasks sst2,trec,agnews --test 150 --oneshot 6 --teachers 30 --public 120 --mia-prompts 30 --dpsgd-private 1000
 
 bench-service: setup browser
-	PYTHONPATH=. $(PY) bench/bench_service.py --parts 4 --tokens 16 --requests 6
+	PYTHONPATH=. $(PY) bench/bench_service.py --parts 4 --tokens 16 --per-client 2
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 from privlm.service.app import ServiceSettings, create_app
 from privlm.service.db import database_url, ledger_url, make_engine, session_factory
 from privlm.service.keys import create_tenant
+from privlm.service.worker import Worker
 
 TEXT = "\n".join(
     f"patient {i} was seen on monday and feels {'better' if i % 2 else 'worse'} today"
@@ -59,3 +60,51 @@ def service(tmp_path: Path) -> Service:
     app = create_app(settings)
     keys = make_tenants(settings.db_url, "acme", "globex")
     return Service(TestClient(app.state.asgi), settings, keys, app.state)
+
+
+# -- jobs and deployments through the API ----------------------------------------------------
+
+
+def run_queue(service) -> int:
+    s = service.settings
+    return Worker(s.db_url, s.data_dir, s.model, poll=0.05).loop(once=True)
+
+
+def submit(service, tenant, kind, dataset_id, **params):
+    r = service.client.post(
+        "/v1/jobs",
+        headers=service.auth(tenant),
+        json={"kind": kind, "dataset_id": dataset_id, "params": params},
+    )
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def job(service, tenant, job_id):
+    return service.client.get(f"/v1/jobs/{job_id}", headers=service.auth(tenant)).json()
+
+
+@pytest.fixture
+def ensemble_job(service):
+    ds = service.upload("acme").json()
+    j = submit(service, "acme", "ensemble", ds["id"], parts=2, block_size=16, max_blocks=2)
+    assert j["status"] == "queued"
+    assert run_queue(service) == 1
+    done = job(service, "acme", j["id"])
+    assert done["status"] == "succeeded", done
+    assert done["progress"]["percent"] == 100.0 and done["attempts"] == 1
+    return done
+
+
+def deploy(service, tenant, job_id, **kw):
+    return service.client.post(
+        "/v1/deployments", headers=service.auth(tenant), json={"job_id": job_id, **kw}
+    )
+
+
+def complete(service, tenant, dep, max_tokens=4, **kw):
+    return service.client.post(
+        "/v1/completions",
+        headers=service.auth(tenant),
+        json={"model": dep, "prompt": "the patient", "max_tokens": max_tokens, **kw},
+    )

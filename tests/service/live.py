@@ -21,8 +21,10 @@ def free_port() -> int:
 
 
 class LiveServer:
-    def __init__(self, data_dir: Path, worker: bool = True, model: str = "tiny") -> None:
-        self.data_dir, self.worker, self.model = data_dir, worker, model
+    def __init__(
+        self, data_dir: Path, worker: bool = True, model: str = "tiny", extra: tuple[str, ...] = ()
+    ) -> None:
+        self.data_dir, self.worker, self.model, self.extra = data_dir, worker, model, extra
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -46,6 +48,7 @@ class LiveServer:
         ]  # fmt: skip
         if not self.worker:
             cmd.append("--no-worker")
+        cmd += self.extra
         env = {**os.environ, "OMP_NUM_THREADS": "1"} if self.model == "tiny" else dict(os.environ)
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)

@@ -68,6 +68,13 @@ def test_fifty_concurrent_clients_never_exceed_the_budget(live):
                 r = c.post(
                     "/v1/completions", json={"model": dep, "prompt": "the fox", "max_tokens": 3}
                 )
+                while r.status_code == 429 and r.json()["error"]["type"] == "rate_limited":
+                    assert r.headers["Retry-After"] == "1"  # over the tenant's cap: retry
+                    time.sleep(0.1)
+                    r = c.post(
+                        "/v1/completions",
+                        json={"model": dep, "prompt": "the fox", "max_tokens": 3},
+                    )
                 with lock:
                     statuses.append(r.status_code)
                 if r.status_code == 429:
@@ -87,6 +94,53 @@ def test_fifty_concurrent_clients_never_exceed_the_budget(live):
     with srv.client(key) as c:
         b = c.get(f"/v1/deployments/{dep}/budget").json()
     assert b["queries"] == {"used": 40, "total": 40, "left": 0} and b["exhausted"]
+
+
+def test_one_tenant_flooding_a_deployment_does_not_stall_another(live):
+    """Issue 16 §1: 45 concurrent completions from one tenant; another tenant's listing and
+    the health check are answered promptly throughout, and the flood past the tenant's cap
+    is refused at once with Retry-After."""
+    srv, key, job_id = live
+    other = srv.tenant("globex")
+    with srv.client(key) as c:
+        dep = c.post(
+            "/v1/deployments",
+            json={"job_id": job_id, "mechanism": "pmixed", "epsilon": 8, "queries": 100000},
+        ).json()["id"]
+    flood_done = threading.Event()
+    statuses: list[int] = []
+
+    def flood(_: int) -> None:
+        with srv.client(key) as c:
+            r = c.post(
+                "/v1/completions", json={"model": dep, "prompt": "the fox", "max_tokens": 24}
+            )
+            statuses.append(r.status_code)
+            if r.status_code == 429:
+                assert r.json()["error"]["type"] == "rate_limited"
+                assert r.headers["Retry-After"]
+
+    latencies: dict[str, list[float]] = {"/v1/health": [], "/v1/datasets": []}
+
+    def probe() -> None:
+        with srv.client(other, timeout=30) as c:
+            while not flood_done.is_set():
+                for path, seen in latencies.items():
+                    t = time.perf_counter()
+                    assert c.get(path).status_code == 200
+                    seen.append(time.perf_counter() - t)
+                time.sleep(0.05)
+
+    prober = threading.Thread(target=probe)
+    prober.start()
+    with ThreadPoolExecutor(45) as pool:
+        list(pool.map(flood, range(45)))
+    flood_done.set()
+    prober.join()
+    assert set(statuses) <= {200, 429} and statuses.count(200) >= 32
+    assert all(latencies.values())
+    for path, seen in latencies.items():
+        assert max(seen) < 2.0, (path, max(seen))  # bench_service measures the health p99
 
 
 def test_sigkill_mid_generation_leaves_a_consistent_ledger(live):

@@ -21,9 +21,8 @@ from privlm.predict.pmixed import PMixED
 from privlm.service.app import ServiceSettings, create_app
 from privlm.service.db import database_url, ledger_url
 from privlm.service.stop_text import StopText
-from tests.service.conftest import TEXT, make_tenants
+from tests.service.conftest import TEXT, make_tenants, run_queue
 from tests.service.live import free_port
-from tests.service.test_jobs_and_deployments import run_queue
 
 
 class Served:

@@ -11,7 +11,7 @@ import zipfile
 import pytest
 
 from privlm.accounting import PrivacyLedger
-from tests.service.test_jobs_and_deployments import job, run_queue, submit
+from tests.service.conftest import job, run_queue, submit
 
 SPEC = {
     "name": "ticket-topic",

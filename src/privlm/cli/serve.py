@@ -12,7 +12,9 @@ from pathlib import Path
 import typer
 
 from privlm.cli.common import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit_json, user_errors
+from privlm.config import option
 from privlm.extras import require
+from privlm.service.admission import SchedulerLimits
 
 DATA_DIR_OPTION = typer.Option(
     Path(os.environ.get("PRIVLM_SERVICE_DIR", "privlm-service")),
@@ -47,6 +49,10 @@ def serve(
     max_upload_mb: float = typer.Option(20.0, help="Largest dataset upload, in MB."),
     device: str = DEVICE_OPTION,
     dtype: str = DTYPE_OPTION,
+    max_batch: int = option(SchedulerLimits, "max_batch"),
+    max_queue: int = option(SchedulerLimits, "max_queue"),
+    tenant_max: int = option(SchedulerLimits, "tenant_max"),
+    deadline_s: float = option(SchedulerLimits, "deadline_s", "--deadline"),
 ) -> None:
     """Start the web service (FastAPI on uvicorn) and its job worker."""
     require("service", "the service")
@@ -64,6 +70,7 @@ def serve(
     settings = ServiceSettings(
         data_dir=data_dir.resolve(), db_url=url, model=model,
         max_upload_bytes=int(max_upload_mb * (1 << 20)),
+        scheduling=SchedulerLimits(max_batch, max_queue, tenant_max, deadline_s),
     )  # fmt: skip
     app_ = asgi_app(settings)  # creates the schema before the worker starts
     child = None

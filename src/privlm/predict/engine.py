@@ -194,8 +194,11 @@ class EnsembleEngine:
         rows: torch.Tensor,
         past_key_values: DynamicCache | None = None,
         attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, DynamicCache | None]:
-        """Logits (B, T, V) for batch rows that each use adapter ``rows[b]`` (−1: none)."""
+        """Logits (B, T, V) for batch rows that each use adapter ``rows[b]`` (−1: none).
+        ``attention_mask`` and ``position_ids`` let rows of different lengths share one
+        left-padded cache (:mod:`privlm.predict.batching`)."""
         if rows.shape[0] != input_ids.shape[0]:
             raise ValueError("one adapter index per batch row")
         if int(rows.max()) >= self.n_adapters or int(rows.min()) < -1:
@@ -208,6 +211,7 @@ class EnsembleEngine:
                     input_ids=input_ids.to(device),
                     past_key_values=past_key_values,
                     attention_mask=None if attention_mask is None else attention_mask.to(device),
+                    position_ids=None if position_ids is None else position_ids.to(device),
                     use_cache=past_key_values is not None,
                 )
             finally:

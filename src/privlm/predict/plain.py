@@ -10,13 +10,12 @@ to measure utility (``eval ppl --method ensemble``).
 from __future__ import annotations
 
 import math
-from collections.abc import Generator
 from typing import Any
 
 import torch
 
 from privlm.errors import PrivlmError
-from privlm.predict.engine import CachedDecoder, EnsembleEngine
+from privlm.predict.engine import EnsembleEngine
 from privlm.predict.protocol import Scores, StreamingPredictor, Token
 from privlm.predict.sampling import sample
 from privlm.randomness import PrivacyRandomness, as_randomness
@@ -65,16 +64,8 @@ class PlainPredictor(StreamingPredictor):
         """The mixture of the rows' next-token distributions, in log space."""
         return torch.logsumexp(log_probs.double(), dim=0) - math.log(len(self.rows))
 
-    def _tokens(self, ids: list[int], max_new_tokens: int) -> Generator[Token, None, str | None]:
-        decoder = CachedDecoder(self.engine, ids, self.rows, max_new_tokens)
-        with torch.no_grad():
-            for t in range(max_new_tokens):
-                token = sample(self._average(decoder.last), self.rng)
-                yield Token(token, False)
-                if token == self.tokenizer.eos_token_id or t == max_new_tokens - 1:
-                    break
-                decoder.advance(token)
-        return None
+    def _sequence(self, max_new_tokens: int) -> PlainSequence:
+        return PlainSequence(self, max_new_tokens)
 
     def score(self, token_ids: list[int]) -> Scores:
         """Log-probability of each token given its prefix, under the rows' average."""
@@ -89,3 +80,20 @@ class PlainPredictor(StreamingPredictor):
             target = torch.tensor(token_ids[1:], device=avg.device)
             scores = avg.gather(1, target[:, None]).squeeze(1).double().cpu()
         return Scores(scores, 0)
+
+
+class PlainSequence:
+    """Ancestral sampling from the rows' average, one token per step (free: no charge)."""
+
+    def __init__(self, predictor: PlainPredictor, max_new_tokens: int) -> None:
+        self.predictor, self.left = predictor, max_new_tokens
+        self.rows = list(predictor.rows)
+        self.done = False
+        self.stopped: str | None = None
+
+    def choose(self, log_probs: torch.Tensor) -> Token:
+        p = self.predictor
+        token = sample(p._average(log_probs), p.rng)
+        self.left -= 1
+        self.done = token == p.tokenizer.eos_token_id or self.left == 0
+        return Token(token, False)

@@ -11,7 +11,6 @@ budget at α by Theorem C.3, and ρ* is chosen so one query costs at most that o
 from __future__ import annotations
 
 import math
-from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +21,7 @@ from privlm.accounting import Budget, Charge, PrivacyLedger, RdpCurve
 from privlm.accounting.analysis import pmixed as analysis
 from privlm.config import setting
 from privlm.errors import BudgetExceededError, PrivlmError
-from privlm.predict.engine import CachedDecoder, EnsembleEngine, upcast_log_softmax
+from privlm.predict.engine import EnsembleEngine, upcast_log_softmax
 from privlm.predict.pmixed_rule import pmixed_mixture, sample_subset
 from privlm.predict.protocol import Generation, Scores, StreamingPredictor, Token
 from privlm.predict.sampling import sample
@@ -167,34 +166,8 @@ class PMixED(StreamingPredictor):
         if self.queries_left() < 1:
             self._charge_one()  # raises with the reason
 
-    def _tokens(self, ids: list[int], max_new_tokens: int) -> Generator[Token, None, str | None]:
-        """Private tokens, each charged (one query) before it is released.
-
-        The Poisson subsets of every step are drawn up front: they are data-independent
-        randomness, so this changes nothing in the output distribution, but adapters that no
-        step samples are never evaluated, and each row leaves the KV cache after its last use.
-        """
-        n, q = self.engine.n_adapters, self.config.sample_rate
-        subsets = [sample_subset(self.rng, n, q).tolist() for _ in range(max_new_tokens)]
-        last_use = {a: t for t, s in enumerate(subsets) for a in s}
-        decoder = CachedDecoder(self.engine, ids, [-1, *sorted(last_use)], max_new_tokens)
-        for t in range(max_new_tokens):
-            position = {int(a): i for i, a in enumerate(decoder.rows.tolist())}
-            sampled = decoder.last[[position[a] for a in subsets[t]]]
-            mix = pmixed_mixture(sampled, decoder.last[0], self.config.alpha, self.radius)
-            token = sample(mix.log_probs, self.rng)
-            try:
-                self._charge_one()
-            except BudgetExceededError as exc:
-                return str(exc)
-            yield Token(token, True)  # released only now that its cost is committed
-            if token == self.tokenizer.eos_token_id or t == max_new_tokens - 1:
-                return None
-            still = [i for i, a in enumerate(decoder.rows.tolist()) if a < 0 or last_use[a] > t]
-            if len(still) < len(decoder.rows):
-                decoder.keep(still)
-            decoder.advance(token)
-        return None
+    def _sequence(self, max_new_tokens: int) -> PMixEDSequence:
+        return PMixEDSequence(self, max_new_tokens)
 
     def generation(self, released: list[Token], stopped: str | None) -> Generation:
         out = super().generation(released, stopped)
@@ -222,3 +195,37 @@ class PMixED(StreamingPredictor):
             self._charge_one()
             out[t] = mixed[token_ids[t + 1]]
         return Scores(out, need)
+
+
+class PMixEDSequence:
+    """Private tokens, each charged (one query) before it is released.
+
+    The Poisson subsets of every step are drawn up front: they are data-independent
+    randomness, so this changes nothing in the output distribution, but adapters that no
+    step samples are never evaluated, and each row leaves the KV cache after its last use.
+    """
+
+    def __init__(self, predictor: PMixED, max_new_tokens: int) -> None:
+        n, q = predictor.engine.n_adapters, predictor.config.sample_rate
+        self.predictor, self.max_new_tokens, self.t = predictor, max_new_tokens, 0
+        self.subsets = [sample_subset(predictor.rng, n, q).tolist() for _ in range(max_new_tokens)]
+        self.last_use = {a: t for t, s in enumerate(self.subsets) for a in s}
+        self.rows = [-1, *sorted(self.last_use)]
+        self.done = False
+        self.stopped: str | None = None
+
+    def choose(self, log_probs: torch.Tensor) -> Token | None:
+        p, t = self.predictor, self.t
+        position = {a: i for i, a in enumerate(self.rows)}
+        sampled = log_probs[[position[a] for a in self.subsets[t]]]
+        mix = pmixed_mixture(sampled, log_probs[0], p.config.alpha, p.radius)
+        token = sample(mix.log_probs, p.rng)
+        try:
+            p._charge_one()
+        except BudgetExceededError as exc:
+            self.done, self.stopped = True, str(exc)
+            return None
+        self.done = token == p.tokenizer.eos_token_id or t == self.max_new_tokens - 1
+        self.rows = [a for a in self.rows if a < 0 or self.last_use[a] > t]
+        self.t += 1
+        return Token(token, True)  # released only now that its cost is committed

@@ -20,6 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 
 from privlm.errors import PrivlmError
+from privlm.predict.engine import CachedDecoder, EnsembleEngine
 from privlm.predict.sampling import check_ancestral
 from privlm.randomness import PrivacyRandomness
 
@@ -79,6 +80,53 @@ class TokenStream(Iterator[Token]):
         self._tokens.close()
 
 
+class Sequence(Protocol):
+    """One generation as a state machine, so that a driver decides where its forward passes
+    run: alone (:func:`drive`, with a :class:`CachedDecoder`) or batched with other
+    requests' (:class:`privlm.predict.batching.DecodeBatch`, the service's scheduler).
+
+    The driver evaluates the next-token log-probabilities of ``rows`` (engine rows, −1 the
+    public model) after the context and hands them to :meth:`choose`, which returns the
+    released token, charged first, or None when the mechanism stops (``stopped`` says why).
+    After a token, ``rows`` may have shrunk (a subsequence: rows no later step needs) and
+    ``done`` says whether the generation is over."""
+
+    rows: list[int]
+    done: bool
+    stopped: str | None
+
+    def choose(self, log_probs: torch.Tensor) -> Token | None: ...
+
+
+def kept_positions(before: list[int], after: list[int]) -> list[int]:
+    """Positions in ``before`` of the rows of ``after`` (a subsequence of it).
+
+    >>> kept_positions([-1, 2, 5, 7], [-1, 5])
+    [0, 2]
+    """
+    position = {row: i for i, row in enumerate(before)}
+    return [position[row] for row in after]
+
+
+def drive(
+    engine: EnsembleEngine, ids: list[int], seq: Sequence, reserve: int
+) -> Generator[Token, None, str | None]:
+    """Run ``seq`` alone with its own KV cache: each token is computed and charged only when
+    the consumer asks for it. Returns why a private mechanism stopped early (or None)."""
+    decoder = CachedDecoder(engine, ids, seq.rows, reserve)
+    while True:
+        token = seq.choose(decoder.last)
+        if token is None:
+            return seq.stopped
+        yield token
+        if seq.done:
+            return seq.stopped
+        before = decoder.rows.tolist()
+        if len(seq.rows) < len(before):
+            decoder.keep(kept_positions(before, seq.rows))
+        decoder.advance(token.id)
+
+
 @runtime_checkable
 class Predictor(Protocol):
     """What the CLI and the service need from any way of answering a prompt.
@@ -95,6 +143,8 @@ class Predictor(Protocol):
 
     def stream(self, prompt_ids: list[int], max_new_tokens: int) -> TokenStream: ...
 
+    def sequence(self, prompt_ids: list[int], max_new_tokens: int) -> Sequence: ...
+
     def generate(self, prompt: str, max_new_tokens: int = 32, **sampling: Any) -> Generation: ...
 
     def score(self, token_ids: list[int]) -> Scores: ...
@@ -105,24 +155,33 @@ class Predictor(Protocol):
 
 
 class StreamingPredictor:
-    """``stream`` and ``generate`` for predictors that implement ``_tokens`` (a generator of
-    released tokens that returns why it stopped early, or None)."""
+    """``stream``, ``sequence`` and ``generate`` for predictors that implement
+    ``_sequence`` (one generation as a :class:`Sequence`)."""
 
     mechanism: str
     tokenizer: Any
+    engine: EnsembleEngine
 
     def stream(self, prompt_ids: list[int], max_new_tokens: int) -> TokenStream:
         """Up to ``max_new_tokens`` tokens after ``prompt_ids``, computed as they are asked
         for; :meth:`check_can_start` refuses at once what could release nothing."""
+        seq = self.sequence(prompt_ids, max_new_tokens)
+        return TokenStream(drive(self.engine, prompt_ids, seq, max_new_tokens))
+
+    def sequence(self, prompt_ids: list[int], max_new_tokens: int) -> Sequence:
+        """One generation of up to ``max_new_tokens`` tokens, for a driver to run (refused at
+        once, by :meth:`check_can_start`, when it could release nothing)."""
         if max_new_tokens < 1:
             raise PrivlmError("max_new_tokens must be at least 1")
+        if not prompt_ids:
+            raise PrivlmError("the prompt must have at least one token")
         self.check_can_start()
-        return TokenStream(self._tokens(prompt_ids, max_new_tokens))
+        return self._sequence(max_new_tokens)
 
     def check_can_start(self) -> None:
         """Raise (with the reason) when a stream could release nothing; by default never."""
 
-    def _tokens(self, ids: list[int], max_new_tokens: int) -> Generator[Token, None, str | None]:
+    def _sequence(self, max_new_tokens: int) -> Sequence:
         raise NotImplementedError
 
     def prompt_ids(self, prompt: str) -> list[int]:

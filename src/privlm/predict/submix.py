@@ -9,7 +9,6 @@ this and every later query is answered by the public model alone, and the caller
 
 from __future__ import annotations
 
-from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +18,7 @@ from transformers import PreTrainedTokenizerBase
 from privlm.accounting import Budget, Charge, PrivacyLedger, RdpCurve, charge_together
 from privlm.config import setting
 from privlm.errors import BudgetExceededError, PrivlmError
-from privlm.predict.engine import CachedDecoder, EnsembleEngine, upcast_log_softmax
+from privlm.predict.engine import EnsembleEngine, upcast_log_softmax
 from privlm.predict.protocol import Generation, Scores, StreamingPredictor, Token
 from privlm.predict.sampling import sample
 from privlm.predict.submix_rule import submix_step
@@ -168,19 +167,11 @@ class SubMix(StreamingPredictor):
             out[t] = lp[0, token_ids[t + 1]].double()
         return Scores(out, private)
 
-    def _tokens(self, ids: list[int], max_new_tokens: int) -> Generator[Token, None, str | None]:
-        """Private tokens (every part charged first) until STOP, then the public model's
-        (``Token.private`` False)."""
-        decoder = CachedDecoder(
-            self.engine, ids, [-1, *range(self.engine.n_adapters)], max_new_tokens
-        )
-        log_probs = decoder.last
-        for t in range(max_new_tokens):
-            token, was_private = self._query(log_probs)
-            yield Token(token, was_private)
-            if token == self.tokenizer.eos_token_id or t == max_new_tokens - 1:
-                break
-            log_probs = decoder.advance(token)
+    def _sequence(self, max_new_tokens: int) -> SubMixSequence:
+        return SubMixSequence(self, max_new_tokens)
+
+    def stop_note(self) -> str | None:
+        """Why later tokens come from the public model (None before STOP)."""
         stop = self.ledgers[0].flag(STOP_FLAG)
         return (
             None if stop is None else f"STOP: {stop}; later tokens come from the public model only"
@@ -192,3 +183,23 @@ class SubMix(StreamingPredictor):
         out.epsilon_spent, out.queries_used = max(spent), self.ledgers[0].count()
         out.extra["part_spent"] = spent
         return out
+
+
+class SubMixSequence:
+    """Private tokens (every part charged first) until STOP, then the public model's
+    (``Token.private`` False)."""
+
+    def __init__(self, predictor: SubMix, max_new_tokens: int) -> None:
+        self.predictor, self.left = predictor, max_new_tokens
+        self.rows = [-1, *range(predictor.engine.n_adapters)]
+        self.done = False
+        self.stopped: str | None = None
+
+    def choose(self, log_probs: torch.Tensor) -> Token:
+        p = self.predictor
+        token, was_private = p._query(log_probs)
+        self.left -= 1
+        self.done = token == p.tokenizer.eos_token_id or self.left == 0
+        if self.done:
+            self.stopped = p.stop_note()
+        return Token(token, was_private)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any
@@ -30,7 +30,8 @@ from privlm.perturb.mechanisms import DEFAULT_CLIP
 from privlm.perturb.vocabulary import DEFAULT_VOCABULARY, load_glove
 from privlm.service import datasets as ds_api
 from privlm.service import jobs as jobs_api
-from privlm.service.api_errors import ApiError, not_found
+from privlm.service.admission import SchedulerLimits
+from privlm.service.api_errors import ApiError, SafeJSONResponse, not_found
 from privlm.service.auth import Db, Me, MeBriefly
 from privlm.service.db import (
     Dataset,
@@ -68,6 +69,7 @@ class ServiceSettings:
     max_body_bytes: int = 1 << 20
     max_upload_bytes: int = 20 << 20
     vocabulary: int = DEFAULT_VOCABULARY
+    scheduling: SchedulerLimits = field(default_factory=SchedulerLimits)
 
 
 class JobRequest(BaseModel):
@@ -83,8 +85,11 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     sessions = session_factory(engine)
     ledgers = ledger_url(settings.db_url, settings.data_dir)
     ledger_engine = durable_engine(ledgers)  # one pool for the datasets' ledgers
-    runtime = DeploymentRuntime(ledgers)
-    app = FastAPI(title="privlm", version="1", docs_url="/docs", redoc_url=None)
+    runtime = DeploymentRuntime(ledgers, settings.scheduling)
+    app = FastAPI(
+        title="privlm", version="1", docs_url="/docs", redoc_url=None,
+        default_response_class=SafeJSONResponse,
+    )  # fmt: skip
     app.state.settings, app.state.engine, app.state.runtime = settings, engine, runtime
     app.state.sessions = sessions
 
@@ -92,18 +97,23 @@ def create_app(settings: ServiceSettings) -> FastAPI:
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return JSONResponse(exc.body(), exc.status)
+        return SafeJSONResponse(exc.body(), exc.status, headers=exc.headers)
+
+    @app.exception_handler(UnicodeError)
+    async def _unencodable(_: Request, exc: UnicodeError) -> JSONResponse:
+        message = "the request holds text that cannot be encoded as UTF-8 (a lone surrogate)"
+        return SafeJSONResponse({"error": {"type": "invalid_request", "message": message}}, 400)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc'][1:]) or 'body'}: {e['msg']}" for e in exc.errors()
         )
-        return JSONResponse({"error": {"type": "invalid_request", "message": problems}}, 400)
+        return SafeJSONResponse({"error": {"type": "invalid_request", "message": problems}}, 400)
 
     @app.exception_handler(PrivlmError)
     async def _privlm(_: Request, exc: PrivlmError) -> JSONResponse:
-        return JSONResponse({"error": {"type": "invalid_request", "message": str(exc)}}, 400)
+        return SafeJSONResponse({"error": {"type": "invalid_request", "message": str(exc)}}, 400)
 
     @app.exception_handler(Exception)
     async def _internal(_: Request, exc: Exception) -> JSONResponse:
@@ -149,7 +159,8 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         return Response(blob, media_type="application/octet-stream")
 
     @app.get("/v1/health")
-    def health() -> dict[str, Any]:
+    async def health() -> dict[str, Any]:
+        """A coroutine on the event loop: it never waits for a thread, or for generation."""
         return {"status": "ok", "model": settings.model}
 
     # -- datasets ------------------------------------------------------------------------------

@@ -3,17 +3,17 @@ adapter, behind an OpenAI-style completions call.
 
 Every private token is charged to the deployment's ledger (``deployment-<id>``, in the
 service database) in a committed transaction before it is released; generation for one
-deployment is serialised by a lock, so its ledger sees one query at a time. When the budget
-is spent a request is refused (:class:`BudgetExhausted`, HTTP 429), or, if the deployment
-was created with ``fallback``, answered by the public model and flagged as such.
+deployment runs on its scheduler's one thread (:mod:`privlm.service.scheduler`), so its
+ledger sees one query at a time. When the budget is spent a request is refused (HTTP 429),
+or, if the deployment was created with ``fallback``, answered by the public model and
+flagged as such (:mod:`privlm.service.release`).
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Generator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,31 +21,19 @@ from pydantic import BaseModel, Field
 
 from privlm.accounting import Charge, PrivacyLedger, RdpCurve
 from privlm.config import request_field
-from privlm.errors import BudgetExceededError, PrivlmError
+from privlm.errors import PrivlmError
 from privlm.models.pool import ModelPool
 from privlm.predict.engine import EnsembleEngine
 from privlm.predict.factory import build_predictor, mechanism_defaults, submix_config
 from privlm.predict.loading import load_ensemble
 from privlm.predict.plain import PlainPredictor
 from privlm.predict.pmixed import PMixEDConfig
-from privlm.predict.protocol import Predictor, Token
+from privlm.predict.protocol import Predictor
+from privlm.service.admission import SchedulerLimits, TenantGate
 from privlm.service.db import Deployment, Job
 from privlm.service.jobs import guarantee
+from privlm.service.scheduler import DeploymentScheduler
 from privlm.service.strict import STRICT_BODY
-
-MAX_TOKENS = 256
-
-
-class BudgetExhausted(PrivlmError):
-    """The deployment's privacy budget is spent and it has no public fallback."""
-
-
-class DeploymentBusy(PrivlmError):
-    """Another request held the deployment longer than a request may wait for it."""
-
-
-LOCK_WAIT_S = 120.0
-
 
 LEGACY_BOUND = "jensen"  # what deployments stored without a bound were reserved with
 
@@ -96,122 +84,16 @@ class DeploymentParams(BaseModel):
         return int(self.rdp_order)
 
 
-class Release:
-    """One completion, released token by token (issue 13 §4).
-
-    Iterating yields each released token's text (possibly empty while a multi-byte character
-    is incomplete); a private token is yielded only after its charge is committed. The
-    deployment's lock is held from the first token to the last, or until :meth:`close`, so
-    its ledger sees one query at a time. The first ``next`` raises :class:`BudgetExhausted`
-    when nothing can be released: ask for it before sending a response.
-    """
-
-    def __init__(self, deployment: LoadedDeployment, prompt_ids: list[int], max_tokens: int):
-        if not (1 <= max_tokens <= MAX_TOKENS):
-            raise PrivlmError(f"max_tokens must be between 1 and {MAX_TOKENS}")
-        self.deployment, self.max_tokens = deployment, max_tokens
-        self.prompt_tokens = len(prompt_ids)
-        self.tokens: list[Token] = []
-        self.fallback, self.finish_reason = False, "length"
-        self.note: str | None = None
-        self._text = ""
-        self._pieces = self._run(prompt_ids)
-
-    def __iter__(self) -> Release:
-        return self
-
-    def __next__(self) -> str:
-        return next(self._pieces)
-
-    def close(self) -> None:
-        """Stop: nothing more is generated or charged; the lock is released."""
-        self._pieces.close()
-
-    def _piece(self, token: Token) -> str:
-        """The text ``token`` adds, held back while it ends in an incomplete character."""
-        self.tokens.append(token)
-        text: str = self.deployment.tokenizer.decode(
-            [t.id for t in self.tokens], skip_special_tokens=True
-        )
-        if text.endswith("\ufffd") and len(self.tokens) < self.max_tokens:
-            return ""
-        piece, self._text = text[len(self._text) :], text
-        return piece
-
-    def _run(self, ids: list[int]) -> Generator[str, None, None]:
-        dep = self.deployment
-        if not dep.lock.acquire(timeout=LOCK_WAIT_S):
-            raise DeploymentBusy(
-                f"deployment {dep.row.id} answered other requests for {LOCK_WAIT_S:g}s; retry"
-            )
-        try:
-            yield from self._answer(ids)
-        finally:
-            dep.lock.release()
-
-    def _answer(self, ids: list[int]) -> Generator[str, None, None]:
-        dep = self.deployment
-        predictor = dep.predictor
-        self.note = predictor.budget().get("note") if not predictor.charges_tokens else None
-        if predictor.exhausted():
-            yield from self._fallback(ids)
-            return
-        try:
-            stream = predictor.stream(ids, self.max_tokens)
-        except BudgetExceededError:
-            yield from self._fallback(ids)
-            return
-        truncated = False
-        try:
-            for token in stream:
-                if predictor.charges_tokens and not token.private and not dep.row.fallback:
-                    truncated = True  # SubMix after STOP: only the tokens it charged leave
-                    break
-                yield self._piece(token)
-        finally:
-            stream.close()
-        if not self.tokens:  # stopped before its first private token
-            yield from self._fallback(ids)
-            return
-        self.fallback = predictor.charges_tokens and any(not t.private for t in self.tokens)
-        if truncated:
-            self.note = "the private budget ran out (STOP): only the tokens charged leave"
-        elif stream.stopped is not None:
-            self.note = stream.stopped
-        self.finish_reason = self._finish(truncated or stream.stopped is not None)
-
-    def _ended(self) -> bool:
-        return bool(self.tokens) and self.tokens[-1].id == self.deployment.tokenizer.eos_token_id
-
-    def _finish(self, stopped: bool) -> str:
-        if self._ended():
-            return "stop"
-        return "budget_exhausted" if stopped and len(self.tokens) < self.max_tokens else "length"
-
-    def _fallback(self, ids: list[int]) -> Generator[str, None, None]:
-        """The public model's answer, flagged, when the deployment allows it; else refuse."""
-        dep = self.deployment
-        if not dep.row.fallback:
-            raise BudgetExhausted(
-                f"the privacy budget of deployment {dep.row.id} is spent ({dep.spent_text()}); "
-                "no further private tokens can be released"
-            )
-        self.fallback = True
-        self.note = "the privacy budget is spent: this answer comes from the public model alone"
-        for token in dep.public.stream(ids, self.max_tokens):
-            yield self._piece(token)
-        self.finish_reason = self._finish(False)
-
-
 @dataclass
 class LoadedDeployment:
     """A deployment ready to answer: its predictor (PMixED, SubMix or a DP adapter, behind
-    one interface), the public model for a fallback, and the lock that serialises it."""
+    one interface), the public model for a fallback, and the scheduler that generates for it
+    (one thread: its ledger sees one query at a time)."""
 
     row: Deployment
     predictor: Predictor
     public: Predictor
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    scheduler: DeploymentScheduler
 
     @property
     def tokenizer(self) -> Any:
@@ -238,18 +120,20 @@ class LoadedDeployment:
             f"{b['budget']['delta']:g}"
         )
 
-    def release(self, prompt: str | list[int], max_tokens: int) -> Release:
-        """A completion of ``prompt`` (text, or token ids from a chat template), released
-        token by token as it is iterated."""
-        ids = self.predictor.prompt_ids(prompt) if isinstance(prompt, str) else prompt
-        return Release(self, ids, max_tokens)
+    @property
+    def context_tokens(self) -> int:
+        """The most tokens a prompt and its completion may have together."""
+        config = self.scheduler.batch.engine.model.config
+        return int(getattr(config, "max_position_embeddings", 2048))
 
 
 class DeploymentRuntime:
     """Loaded deployments, kept in memory; each is loaded on its first request."""
 
-    def __init__(self, ledger_url: str) -> None:
+    def __init__(self, ledger_url: str, limits: SchedulerLimits | None = None) -> None:
         self.ledger_url = ledger_url
+        self.limits = limits or SchedulerLimits()
+        self.gate = TenantGate(self.limits.tenant_max)
         self._loaded: dict[str, LoadedDeployment] = {}
         self._lock = threading.Lock()
         self.models = ModelPool()  # one copy of each public model, shared by deployments
@@ -257,13 +141,16 @@ class DeploymentRuntime:
     def get(self, row: Deployment, job: Job) -> LoadedDeployment:
         with self._lock:
             if row.id not in self._loaded:
-                self._loaded[row.id] = load_deployment(row, job, self.ledger_url, self.models)
+                self._loaded[row.id] = load_deployment(
+                    row, job, self.ledger_url, self.models, (self.limits, self.gate)
+                )
             return self._loaded[row.id]
 
 
 def load_deployment(
-    row: Deployment, job: Job, ledger_url: str, models: ModelPool | None = None
-) -> LoadedDeployment:
+    row: Deployment, job: Job, ledger_url: str, models: ModelPool | None = None,
+    scheduling: tuple[SchedulerLimits, TenantGate] | None = None,
+) -> LoadedDeployment:  # fmt: skip
     """A deployment ready to answer, its public model taken from ``models`` (the serve
     --device policy) so that deployments of one model share its weights."""
     models = models if models is not None else ModelPool()
@@ -285,7 +172,10 @@ def load_deployment(
         facts = {k: statement.get(k) for k in keys if k in statement}
         predictor = PlainPredictor(engine, lm.tokenizer, [0], "adapter", facts)
     public = PlainPredictor(engine, lm.tokenizer, [-1], "public")
-    return LoadedDeployment(row, predictor, public)
+    limits, gate = scheduling or (SchedulerLimits(), TenantGate(SchedulerLimits().tenant_max))
+    return LoadedDeployment(
+        row, predictor, public, DeploymentScheduler(row.id, engine, limits, gate)
+    )
 
 
 def deployment_bound(params: dict[str, Any]) -> str:

@@ -10,9 +10,11 @@ refused with the reason. ``stop`` works: stopping is post-processing and costs n
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Generator, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,18 +23,13 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
-from privlm.service.api_errors import ApiError, invalid
+from privlm.service.admission import Overloaded
+from privlm.service.api_errors import ApiError, invalid, require_encodable
 from privlm.service.auth import MeBriefly
 from privlm.service.db import Tenant, new_id
-from privlm.service.deployments import (
-    MAX_TOKENS,
-    BudgetExhausted,
-    DeploymentBusy,
-    LoadedDeployment,
-    Release,
-)
+from privlm.service.deployments import LoadedDeployment
 from privlm.service.openai_fields import check_fields
-from privlm.service.stop_text import StopText
+from privlm.service.release import MAX_TOKENS, Completion, Event, Finished, Piece, Refused
 from privlm.service.strict import STRICT_OPENAI_BODY
 
 MAX_PROMPT_CHARS = 20_000
@@ -80,17 +77,17 @@ def completion_prompt(req: CompletionRequest) -> str:
         raise invalid("send one prompt per request")
     if len(prompts[0]) > MAX_PROMPT_CHARS:
         raise invalid(f"the prompt is limited to {MAX_PROMPT_CHARS:,} characters")
-    return prompts[0]
+    return require_encodable(prompts[0], "the prompt")
 
 
 def message_text(m: ChatMessage) -> str:
     if isinstance(m.content, str):
-        return m.content
+        return require_encodable(m.content, "a message")
     parts = []
     for part in m.content:
         if part.get("type") != "text" or not isinstance(part.get("text"), str):
             raise invalid("message content parts must be text ({'type': 'text', 'text': ...})")
-        parts.append(part["text"])
+        parts.append(require_encodable(part["text"], "a message"))
     return "".join(parts)
 
 
@@ -125,66 +122,42 @@ def stop_strings(stop: str | list[str] | None) -> list[str]:
     stops = [stop] if isinstance(stop, str) else list(stop or [])
     if len(stops) > 4 or any(not s or len(s) > 256 for s in stops):
         raise invalid("stop takes up to 4 non-empty strings of at most 256 characters")
-    return stops
+    return [require_encodable(s, "a stop string") for s in stops]
 
 
-# -- one answer, as text pieces -----------------------------------------------------------------
+# -- one answer, as events from the deployment's scheduler ----------------------------------------
 
 
-@dataclass
-class Answer:
-    """A release seen through ``stop`` (strings, and end-of-turn tokens for chat)."""
+class Channel:
+    """Events of one completion, from the scheduler thread to this request's event loop.
+    Waiting on it holds no thread."""
 
-    release: Release
-    stop: StopText
-    stop_ids: set[int]
-    finish_reason: str | None = None
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.queue: asyncio.Queue[Event] = asyncio.Queue()
 
-    def pieces(self) -> Generator[str, None, None]:
-        """Text as it is released; ends (and stops generating) at a stop."""
-        try:
-            for piece in self.release:
-                if self.release.tokens and self.release.tokens[-1].id in self.stop_ids:
-                    self.finish_reason = "stop"
-                    break
-                text = self.stop.feed(piece)
-                if text:
-                    yield text
-                if self.stop.hit:
-                    self.finish_reason = "stop"
-                    break
-            else:
-                self.finish_reason = self.release.finish_reason
-                tail = self.stop.flush()
-                if tail:
-                    yield tail
-        finally:
-            self.release.close()
+    def put(self, event: Event) -> None:
+        """Called on the scheduler thread."""
+        with contextlib.suppress(RuntimeError):  # a closed loop: the client is gone
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, event)
 
-    def usage(self) -> dict[str, int]:
-        n, p = len(self.release.tokens), self.release.prompt_tokens
-        return {"prompt_tokens": p, "completion_tokens": n, "total_tokens": p + n}
-
-    def privlm(self) -> dict[str, Any]:
-        r = self.release
-        private = sum(t.private for t in r.tokens)
-        return {
-            "private_tokens": private, "public_tokens": len(r.tokens) - private,
-            "fallback": r.fallback, "note": r.note,
-        }  # fmt: skip
+    async def get(self, timeout: float) -> Event:
+        return await asyncio.wait_for(self.queue.get(), timeout)
 
 
-def first_piece(pieces: Iterator[str], dep: LoadedDeployment) -> str | None:
-    """The first piece, computed before any response is sent, so that a request that can
-    release nothing gets a 429 (or 503) rather than an empty stream."""
-    try:
-        return next(pieces)
-    except StopIteration:
-        return None
-    except BudgetExhausted as exc:
-        raise ApiError(429, "budget_exhausted", str(exc), budget=dep.budget()) from None
-    except DeploymentBusy as exc:
-        raise ApiError(503, "busy", str(exc)) from None
+def refusal(event: Refused) -> ApiError:
+    return ApiError(event.status, event.kind, event.message, **event.extra)
+
+
+def check_prompt_length(n_prompt: int, max_tokens: int, dep: LoadedDeployment) -> None:
+    """A prompt may take the model's context less the tokens asked for (issue 16 §1)."""
+    room = dep.context_tokens - max_tokens
+    if n_prompt > room:
+        raise invalid(
+            f"the prompt has {n_prompt:,} tokens; this deployment's model takes "
+            f"{dep.context_tokens:,} tokens in all, so with max_tokens={max_tokens} a prompt may "
+            f"have at most {max(room, 0):,}"
+        )
 
 
 # -- response formats ---------------------------------------------------------------------------
@@ -212,13 +185,23 @@ COMPLETION = Format("text_completion", "text_completion", chat=False)
 CHAT = Format("chat.completion", "chat.completion.chunk", chat=True)
 
 
-def whole(fmt: Format, model: str, answer: Answer, first: str | None) -> dict[str, Any]:
-    text = (first or "") + "".join(answer.pieces())
+async def collect(channel: Channel, first: Event, timeout: float) -> tuple[str, Finished]:
+    """All the text of a completion and its end."""
+    parts, event = [], first
+    while not isinstance(event, Finished):
+        if isinstance(event, Refused):  # an internal error after the first token
+            raise refusal(event)
+        parts.append(event.text)
+        event = await channel.get(timeout)
+    return "".join(parts), event
+
+
+def whole(fmt: Format, model: str, text: str, end: Finished) -> dict[str, Any]:
     return {
         "id": new_id("chatcmpl" if fmt.chat else "cmpl"), "object": fmt.object,
         "created": int(time.time()), "model": model,
-        "choices": [fmt.choice(text, answer.finish_reason, delta=False)],
-        "usage": answer.usage(), "privlm": answer.privlm(),
+        "choices": [fmt.choice(text, end.finish_reason, delta=False)],
+        "usage": end.usage, "privlm": end.privlm,
     }  # fmt: skip
 
 
@@ -227,71 +210,99 @@ def event(data: dict[str, Any] | str) -> str:
 
 
 async def sse(
-    fmt: Format, model: str, answer: Answer, pieces: Generator[str, None, None], first: str | None,
-    usage: bool,
+    fmt: Format, model: str, channel: Channel, first: Event, completion: Completion,
+    usage: bool, timeout: float,
 ) -> AsyncIterator[str]:  # fmt: skip
     """Server-sent events: one per released piece, then the finish, usage and [DONE].
 
-    Each next piece is computed in a worker thread only when the previous one was handed to
-    the server; a disconnect cancels this generator, and ``finally`` stops generation (the
-    deployment's lock is released, nothing further is charged)."""
+    A disconnect cancels this generator, and ``finally`` cancels the completion: the
+    scheduler stops it at its next step, and nothing further is charged."""
     head = {"id": new_id("chatcmpl" if fmt.chat else "cmpl"), "object": fmt.chunk_object,
             "created": int(time.time()), "model": model}  # fmt: skip
     try:
-        text, opened = first, False
-        while text is not None:
-            if text or (fmt.chat and not opened):
-                yield event(
-                    {**head, "choices": [fmt.choice(text, None, delta=True, first=not opened)]}
-                )
+        item, opened = first, False
+        while isinstance(item, Piece):
+            if item.text or (fmt.chat and not opened):
+                choice = fmt.choice(item.text, None, delta=True, first=not opened)
+                yield event({**head, "choices": [choice]})
                 opened = True
-            text = await run_in_threadpool(next, pieces, None)
-        last = {**head, "choices": [fmt.choice("", answer.finish_reason, delta=True)]}
-        yield event({**last, "privlm": answer.privlm()})
+            item = await channel.get(timeout)
+        if isinstance(item, Refused):
+            yield event({"error": {"type": item.kind, "message": item.message}})
+            return
+        last = {**head, "choices": [fmt.choice("", item.finish_reason, delta=True)]}
+        yield event({**last, "privlm": item.privlm})
         if usage:
-            yield event({**head, "choices": [], "usage": answer.usage()})
+            yield event({**head, "choices": [], "usage": item.usage})
         yield event("[DONE]")
     except Exception as exc:  # after the headers: report in the stream, never the content
         yield event({"error": {"type": "internal_error", "message": type(exc).__name__}})
     finally:
-        pieces.close()
+        completion.cancelled = True  # a no-op once it is over
 
 
-def respond(
-    fmt: Format, req: GenerationRequest, dep: LoadedDeployment, prompt: str | list[int],
-    stop_ids: set[int],
-) -> Any:  # fmt: skip
-    """Release an answer to ``prompt`` as one JSON body or as a stream of events."""
-    max_tokens = req.max_tokens or 16
+def max_tokens_of(req: GenerationRequest) -> int:
     if isinstance(req, ChatRequest) and req.max_completion_tokens is not None:
-        max_tokens = req.max_completion_tokens
-    release = dep.release(prompt, max_tokens)
-    answer = Answer(release, StopText(stop_strings(req.stop)), stop_ids)
-    pieces = answer.pieces()
-    first = first_piece(pieces, dep)
-    if not req.stream:
-        return whole(fmt, req.model, answer, first)
+        return req.max_completion_tokens
+    return req.max_tokens or 16
+
+
+async def respond(
+    fmt: Format, req: GenerationRequest, dep: LoadedDeployment, ids: list[int],
+    stop_ids: set[int], me: Tenant,
+) -> Any:  # fmt: skip
+    """Queue the completion on the deployment's scheduler, and answer with one JSON body
+    or a stream of events. The first event is awaited before any response is sent, so a
+    request that can release nothing gets its error status (429 budget, 503 full)."""
+    max_tokens, deadline_s = max_tokens_of(req), dep.scheduler.limits.deadline_s
+    check_prompt_length(len(ids), max_tokens, dep)
+    channel = Channel()
+    completion = Completion(
+        dep, ids, max_tokens, stops=stop_strings(req.stop), stop_ids=stop_ids, emit=channel.put,
+        tenant=me.id, deadline_s=deadline_s,
+    )  # fmt: skip
+    try:
+        dep.scheduler.submit(completion)
+    except Overloaded as exc:
+        kind = "rate_limited" if exc.status == 429 else "overloaded"
+        raise ApiError(
+            exc.status, kind, exc.message, headers={"Retry-After": str(exc.retry_after)}
+        ) from None
+    timeout = deadline_s + 60  # the scheduler ends every completion by its deadline
+    try:
+        first = await channel.get(timeout)
+        if isinstance(first, Refused):
+            raise refusal(first)
+        if not req.stream:
+            text, end = await collect(channel, first, timeout)
+            return whole(fmt, req.model, text, end)
+    except BaseException:
+        completion.cancelled = True
+        raise
     usage = bool(req.stream_options and req.stream_options.include_usage)
     return StreamingResponse(
-        sse(fmt, req.model, answer, pieces, first, usage),
+        sse(fmt, req.model, channel, first, completion, usage, timeout),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
 
 
 def mount_openai(app: FastAPI, loaded: Callable[[Tenant, str], LoadedDeployment]) -> None:
-    """Add the two OpenAI generation endpoints; ``loaded`` finds the caller's deployment."""
+    """Add the two OpenAI generation endpoints; ``loaded`` finds the caller's deployment.
+    They are coroutines: a request waiting for its tokens holds no thread."""
 
     @app.post("/v1/completions", response_model=None)
-    def completions(req: CompletionRequest, me: MeBriefly) -> Any:
+    async def completions(req: CompletionRequest, me: MeBriefly) -> Any:
         check_fields(req, chat=False)
         prompt = completion_prompt(req)
-        dep = loaded(me, req.model)
-        return respond(COMPLETION, req, dep, prompt, set())
+        dep = await run_in_threadpool(loaded, me, req.model)
+        ids = await run_in_threadpool(dep.predictor.prompt_ids, prompt)
+        return await respond(COMPLETION, req, dep, ids, set(), me)
 
     @app.post("/v1/chat/completions", response_model=None)
-    def chat_completions(req: ChatRequest, me: MeBriefly) -> Any:
+    async def chat_completions(req: ChatRequest, me: MeBriefly) -> Any:
         check_fields(req, chat=True)
-        dep = loaded(me, req.model)
-        prompt = chat_prompt(req, dep.tokenizer)
-        return respond(CHAT, req, dep, prompt, end_of_turn_ids(dep.tokenizer))
+        dep = await run_in_threadpool(loaded, me, req.model)
+        ids = await run_in_threadpool(chat_prompt, req, dep.tokenizer)
+        stop_ids = end_of_turn_ids(dep.tokenizer)
+        return await respond(CHAT, req, dep, ids, stop_ids, me)

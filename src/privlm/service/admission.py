@@ -1,0 +1,67 @@
+"""Admission control for generation (issue 16 §1): how much the service takes on, and each
+tenant's cap on completions in flight. Light to import (the CLI's ``serve`` options come
+from :class:`SchedulerLimits`)."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from privlm.config import check_settings, setting
+
+
+@dataclass(frozen=True)
+class SchedulerLimits:
+    """How much generation the service takes on; ``privlm serve`` exposes each field."""
+
+    max_batch: int = setting(16, "completions decoded together per deployment", ge=1, le=256)
+    max_queue: int = setting(64, "completions waiting per deployment (then 503)", ge=0, le=10_000)
+    tenant_max: int = setting(
+        32, "completions a tenant may have queued or running, all deployments (then 429)",
+        ge=1, le=10_000,
+    )  # fmt: skip
+    deadline_s: float = setting(
+        120.0, "seconds a completion may take, waiting included, before it ends", gt=0, le=3600
+    )
+
+    def __post_init__(self) -> None:
+        check_settings(self)
+
+
+class Overloaded(Exception):
+    """A completion that cannot be taken on now: answer ``status`` with ``Retry-After``."""
+
+    def __init__(self, status: int, message: str, retry_after: int = 1) -> None:
+        super().__init__(message)
+        self.status, self.message, self.retry_after = status, message, retry_after
+
+
+class TenantGate:
+    """Each tenant's completions in flight, capped."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self._counts: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def enter(self, tenant: str) -> None:
+        with self._lock:
+            n = self._counts.get(tenant, 0)
+            if n >= self.cap:
+                raise Overloaded(
+                    429, f"this API key's tenant already has {n} completions queued or running "
+                    f"(the cap is {self.cap}); retry when one has finished",
+                )  # fmt: skip
+            self._counts[tenant] = n + 1
+
+    def leave(self, tenant: str) -> None:
+        with self._lock:
+            n = self._counts.get(tenant, 0) - 1
+            if n > 0:
+                self._counts[tenant] = n
+            else:
+                self._counts.pop(tenant, None)
+
+    def in_flight(self, tenant: str) -> int:
+        with self._lock:
+            return self._counts.get(tenant, 0)

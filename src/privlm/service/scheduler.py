@@ -1,0 +1,149 @@
+"""Generation off the request threads: a scheduler per deployment, with admission control
+(issue 16 §1).
+
+Each deployment has one scheduler thread and a bounded queue. A request that cannot be
+queued is refused at once, 503 with ``Retry-After``; a tenant over its cap of completions in
+flight (queued or running, all deployments together) gets 429 with ``Retry-After``. Waiting
+costs a request nothing but a queue entry: the HTTP side awaits events, holding no thread.
+
+The scheduler decodes up to ``max_batch`` completions together
+(:class:`~privlm.predict.batching.DecodeBatch`): one forward pass per step for all of them.
+After each pass it visits the completions in admission order, and each one's mechanism
+samples, charges (durably) and only then releases its token: the charges of one step are
+made in that deterministic order, each before its token is sent.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+
+from privlm.predict.batching import DecodeBatch, Slot
+from privlm.predict.engine import EnsembleEngine
+from privlm.predict.protocol import Sequence
+from privlm.service.admission import Overloaded, SchedulerLimits, TenantGate
+from privlm.service.release import Completion, Refused
+
+log = logging.getLogger("privlm.service.scheduler")
+
+
+class DeploymentScheduler:
+    """The one thread that generates for a deployment; see the module's docstring."""
+
+    def __init__(
+        self, name: str, engine: EnsembleEngine, limits: SchedulerLimits, gate: TenantGate
+    ) -> None:
+        self.name, self.limits, self.gate = name, limits, gate
+        self.batch = DecodeBatch(engine)
+        self.owners: dict[int, Completion] = {}  # id(slot) → its completion
+        self.pending: deque[Completion] = deque()
+        self.rejoin: deque[Completion] = deque()  # switching to the public fallback
+        self.wake = threading.Condition()
+        self.thread = threading.Thread(target=self._run, name=f"generate-{name}", daemon=True)
+        self.thread.start()
+
+    def submit(self, c: Completion) -> None:
+        """Queue ``c`` or refuse at once (:class:`Overloaded`)."""
+        with self.wake:
+            if len(self.pending) >= self.limits.max_queue:
+                raise Overloaded(
+                    503, f"deployment {self.name} has {len(self.pending)} completions waiting "
+                    "(its queue is full); retry shortly",
+                )  # fmt: skip
+            self.gate.enter(c.tenant)
+            self.pending.append(c)
+            self.wake.notify()
+
+    def load(self) -> dict[str, int]:
+        with self.wake:
+            return {"running": len(self.batch), "queued": len(self.pending)}
+
+    # -- the thread --------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self.wake:
+                while not self.pending and not self.rejoin and not len(self.batch):
+                    self.wake.wait()
+            try:
+                self._admit()
+                self._choose()
+                self.batch.step()
+            except Exception as exc:  # a failed forward pass: fail what was running
+                log.error("generation failed on %s: %s", self.name, type(exc).__name__)
+                for slot in list(self.batch.slots):
+                    c = self._drop(slot)
+                    c.fail(exc)
+                    self._finish(c)
+                self.batch = DecodeBatch(self.batch.engine)
+
+    def _admit(self) -> None:
+        """Fallback switches first, then the queue, up to ``max_batch``."""
+        while self.rejoin:
+            c = self.rejoin.popleft()
+            self._join(c, c.open_fallback())
+        while len(self.batch) < self.limits.max_batch:
+            with self.wake:
+                if not self.pending:
+                    return
+                c = self.pending.popleft()
+            if c.cancelled:
+                self._finish(c)
+            elif time.monotonic() > c.deadline:
+                c.emit(Refused(503, "timeout", "the request waited past its deadline; retry"))
+                self._finish(c)
+            else:
+                self._join(c, self._open(c))
+
+    def _open(self, c: Completion) -> Sequence | None:
+        try:
+            return c.open()
+        except Exception as exc:
+            c.fail(exc)
+            return None
+
+    def _join(self, c: Completion, seq: Sequence | None) -> None:
+        if seq is None:
+            self._finish(c)
+            return
+        try:
+            slot = self.batch.add(c.ids, seq, c.max_tokens)
+        except Exception as exc:
+            c.fail(exc)
+            self._finish(c)
+            return
+        self.owners[id(slot)] = c
+
+    def _choose(self) -> None:
+        """Each completion in admission order: its token chosen, charged, then sent."""
+        for slot in list(self.batch.slots):
+            c = self.owners[id(slot)]
+            if c.cancelled:
+                self._finish(self._drop(slot))
+                continue
+            if time.monotonic() > c.deadline:
+                c.expire()
+                self._finish(self._drop(slot))
+                continue
+            try:
+                action = c.take(slot.seq.choose(slot.last), slot.seq)
+            except Exception as exc:
+                self._drop(slot).fail(exc)
+                self._finish(c)
+                continue
+            if action == "next":
+                slot.pending = c.tokens[-1].id
+            elif action == "fallback":
+                self._drop(slot)
+                self.rejoin.append(c)
+            else:
+                self._finish(self._drop(slot))
+
+    def _drop(self, slot: Slot) -> Completion:
+        self.batch.remove(slot)
+        return self.owners.pop(id(slot))
+
+    def _finish(self, c: Completion) -> None:
+        self.gate.leave(c.tenant)
