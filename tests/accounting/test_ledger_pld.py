@@ -181,3 +181,30 @@ def test_a_ledger_written_before_events_opens_and_reports_the_same_epsilon(tmp_p
     # a PLD charge added to the old ledger composes with everything it already held
     after = led.charge(dpsgd_charge(2.0, 0.01, 500, "prv"))
     assert expected["epsilon"] < after.epsilon and led.verify()
+
+
+@pytest.mark.parametrize("accountant", ["rdp", "prv"])
+def test_what_one_tagged_job_spent_is_its_charges_composed_alone(tmp_path, accountant):
+    """Issue 16 §3: a job's ε is its own charges, not the dataset's running total: equal to
+    a fresh ledger holding only that job's charges, and to dp-accounting's composition."""
+    shared = PrivacyLedger(tmp_path / "l.db", "dataset", Budget(50.0, DELTA))
+    mine = [dpsgd_charge(1.1, 0.01, 500, accountant), dpsgd_charge(0.9, 0.02, 200, accountant)]
+    other = dpsgd_charge(0.8, 0.05, 300, accountant)
+    shared.tagged(job="a").charge(mine[0])
+    shared.tagged(job="b").charge(other)
+    shared.tagged(job="a").charge(mine[1])
+    shared.charge(Charge("reservation", epsilon=0.5, params={"job": "a", "deployment": "d"}))
+    alone = PrivacyLedger(tmp_path / "alone.db", "a", Budget(50.0, DELTA))
+    for c in mine:
+        alone.charge(c)
+    got = shared.spent_by(lambda r: r.params.get("job") == "a" and "deployment" not in r.params)
+    assert got.epsilon == pytest.approx(alone.spent().epsilon, rel=1e-12)
+    assert got.epsilon < shared.spent().epsilon
+    assert [r.params.get("job") for r in shared.charges()] == ["a", "b", "a", "a"]
+    acc = rdp_privacy_accountant.RdpAccountant(list(DEFAULT_ORDERS))
+    for c in mine:
+        acc.compose(c.event.to_dp_event())
+    if accountant == "rdp":  # dp-accounting's RDP conversion is looser than Balle's
+        assert got.epsilon <= acc.get_epsilon(DELTA) + 1e-9
+    else:
+        assert got.epsilon == pytest.approx(pld_epsilon(tuple(c.event for c in mine), DELTA))

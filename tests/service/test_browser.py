@@ -4,7 +4,9 @@ perturbed in the browser and only the perturbed text reaches the server (issue 6
 from __future__ import annotations
 
 import json
+import re
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -238,3 +240,140 @@ def test_the_server_refuses_columns_no_job_uses(server):
     message = err.value.read().decode()
     assert "'email'" in message and "used by no job" in message
     assert "someone@example.org" not in message
+
+
+# -- issue 16 §4: the page does the whole job ------------------------------------------------
+
+SHOTS = Path(__file__).resolve().parents[2] / "build" / "test-output" / "screenshots"
+NOTES = "\n".join(
+    f"patient {i} was seen on monday and feels {'better' if i % 2 else 'worse'} today"
+    for i in range(24)
+)
+
+
+def shot(page, name: str) -> None:
+    """A full-page screenshot in the test output (build/, never the repository)."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+@pytest.fixture(scope="module")
+def working_server(tmp_path_factory):
+    srv = LiveServer(tmp_path_factory.mktemp("browser-flow")).start()  # with its job worker
+    yield srv
+    srv.stop()
+
+
+def launch(p):
+    if not shutil.which(CHROMIUM):
+        pytest.fail("Debian's chromium is needed (make test installs it)")
+    return p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+
+
+def test_feedback_wrong_key_empty_budget_one_upload_and_warnings(server, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    key = server.tenant("feedback-tenant")
+    src = tmp_path / "notes.txt"
+    src.write_text(NOTES + "\n")
+    with sync_playwright() as p:
+        browser = launch(p)
+        page = browser.new_page()
+        page.goto(server.url + "/")
+        page.fill("#api-key", "plk_not-a-real-key")
+        page.click("#save-key")
+        page.wait_for_selector("#key-status:has-text('not valid')")
+        shot(page, "wrong-key")
+        page.fill("#api-key", key)
+        page.click("#save-key")
+        page.wait_for_selector("#key-status:has-text('key accepted')")
+        page.set_input_files("#file", str(src))
+        page.fill("#epsilon", "300")
+        page.click("#perturb")
+        page.wait_for_selector("#perturb-status:has-text('done')", timeout=60_000)
+        warnings = page.inner_text("#warnings")
+        assert "names included" in warnings and "no meaningful promise" in warnings
+        page.fill("#budget-epsilon", "")
+        page.click("#upload")
+        page.wait_for_selector("#upload-status:has-text('enter the dataset')")
+        shot(page, "empty-budget")
+        page.fill("#budget-epsilon", "6")
+        page.click("#upload")
+        page.wait_for_selector("#upload-status:has-text('stored as')", timeout=60_000)
+        assert page.is_disabled("#upload")
+        page.click("#upload", force=True)  # a second click sends nothing
+        page.wait_for_selector("#datasets tbody tr")
+        shot(page, "uploaded-once")
+        rows = page.inner_text("#datasets tbody")
+        browser.close()
+    with server.client(key) as c:
+        mine = c.get("/v1/datasets").json()["data"]
+    assert len(mine) == 1 and mine[0]["budget"]["epsilon"] == 6.0  # one upload, one dataset
+    assert mine[0]["id"] in rows
+
+
+def test_a_newcomer_goes_from_the_page_to_a_private_completion(working_server, tmp_path):
+    """Perturb and upload, train an ensemble, deploy it with PMixED, complete a prompt in the
+    playground and watch the budget fall; then cancel a job and download an artefact."""
+    from playwright.sync_api import sync_playwright
+
+    srv = working_server
+    key = srv.tenant("newcomer")
+    src = tmp_path / "notes.txt"
+    src.write_text(NOTES + "\n")
+    with sync_playwright() as p:
+        browser = launch(p)
+        page = browser.new_page(accept_downloads=True)
+        page.goto(srv.url + "/")
+        page.fill("#api-key", key)
+        page.click("#save-key")
+        page.wait_for_selector("#key-status:has-text('key accepted')")
+        page.set_input_files("#file", str(src))
+        page.click("#perturb")
+        page.wait_for_selector("#perturb-status:has-text('done')", timeout=60_000)
+        page.fill("#budget-epsilon", "50")
+        page.click("#upload")
+        page.wait_for_selector("#upload-status:has-text('stored as')", timeout=60_000)
+        page.wait_for_selector("#job-dataset option", state="attached")
+        page.select_option("#job-kind", "ensemble")
+        page.fill("#job-parts", "2")
+        page.click("#submit-job")
+        page.wait_for_selector("#job-status:has-text('queued')")
+        page.wait_for_selector("#jobs tbody td:has-text('succeeded')", timeout=240_000)
+        shot(page, "ensemble-trained")
+        page.wait_for_selector("#dep-job option", state="attached")
+        page.fill("#dep-epsilon", "8")
+        page.fill("#dep-queries", "64")
+        page.click("#deploy")
+        page.wait_for_selector("#deploy-status:has-text('deployed')", timeout=60_000)
+        page.wait_for_selector("#play-deployment option", state="attached")
+        page.fill("#play-tokens", "4")
+        page.click("#play")
+        page.wait_for_selector("#play-budget:has-text('After')", timeout=120_000)
+        shot(page, "playground")
+        budget = page.inner_text("#play-budget")
+        output = page.inner_text("#play-output")
+        # cancel a long job from the page, and download a finished DP artefact
+        with srv.client(key) as c:
+            ds = c.get("/v1/datasets").json()["data"][0]["id"]
+            r = c.post("/v1/jobs", json={"kind": "dpsgd", "dataset_id": ds,
+                       "params": {"epsilon": 1, "epochs": 100, "block_size": 16}})  # fmt: skip
+            assert r.status_code == 201, r.text
+            long = r.json()
+        page.wait_for_selector(f"#job-{long['id']} button:has-text('Cancel')", timeout=30_000)
+        page.click(f"#job-{long['id']} button:has-text('Cancel')")
+        page.wait_for_selector(f"#job-{long['id']} td:has-text('cancelled')", timeout=120_000)
+        shot(page, "cancelled")
+        with srv.client(key) as c:
+            r = c.post("/v1/jobs", json={"kind": "dpsgd", "dataset_id": ds,
+                       "params": {"epsilon": 1, "block_size": 16}})  # fmt: skip
+            assert r.status_code == 201, r.text
+            quick = r.json()
+        page.wait_for_selector(f"#job-{quick['id']} button:has-text('Download')", timeout=240_000)
+        with page.expect_download() as info:
+            page.click(f"#job-{quick['id']} button:has-text('Download')")
+        assert info.value.suggested_filename == f"{quick['id']}.zip"
+        browser.close()
+    assert output.startswith("The patient was")
+    left = [int(n) for n in re.findall(r"(\d+) of 64 private tokens left", budget)]
+    assert len(left) == 2 and left[0] == 64 and left[1] < 64  # it fell with each token

@@ -106,18 +106,17 @@ def test_dpsgd_job_charges_the_dataset_and_serves_its_adapter(service):
         service, "acme", "dpsgd", ds["id"], epsilon=2.0, batch_size=8, physical_batch_size=4,
         block_size=16,
     )  # fmt: skip
+    # queued together, each fits at submission; together they do not
+    j2 = submit(service, "acme", "dpsgd", ds["id"], epsilon=4.9, batch_size=8, block_size=16)
     run_queue(service)
     done = job(service, "acme", j["id"])
     assert done["status"] == "succeeded", done
     ledger = PrivacyLedger(service.ledgers, f"dataset-{ds['id']}")
     assert ledger.count() == 1 and done["epsilon"]["spent"] == pytest.approx(ledger.spent().epsilon)
     assert done["epsilon"]["spent"] <= 2.0 + 1e-9
-    # a second run that would exceed the dataset's budget is refused before training
-    j2 = submit(service, "acme", "dpsgd", ds["id"], epsilon=5.0, batch_size=8, block_size=16)
-    run_queue(service)
-    failed = job(service, "acme", j2["id"])
+    failed = job(service, "acme", j2["id"])  # refused before training, by the ledger
     assert failed["status"] == "failed" and "refused before training" in failed["error"]
-    assert ledger.count() == 1
+    assert ledger.count() == 1 and failed["epsilon"]["spent"] == 0.0  # its own: nothing
     r = service.client.get(f"/v1/jobs/{j['id']}/artifact", headers=service.auth("acme"))
     assert r.status_code == 200 and r.headers["content-type"] == "application/zip"
     import io

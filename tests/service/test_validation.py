@@ -118,3 +118,103 @@ def test_the_access_log_never_writes_a_query_string(service, caplog):
         service.client.get("/v1/datasets?limit=5", headers=service.auth("acme"))
     [line] = [rec.getMessage() for rec in caplog.records if rec.name == "privlm.service.access"]
     assert line == "GET /v1/datasets 200"
+
+
+def test_an_epsilon_above_the_datasets_remaining_budget_is_refused_at_submission(service):
+    ds = service.upload("acme", budget_epsilon=4).json()
+    body = {"kind": "dpsgd", "dataset_id": ds["id"], "params": {"epsilon": 5}}
+    r = post_json(service, "/v1/jobs", body)
+    assert_names(r, "params.epsilon")
+    assert "what is left of the dataset's budget (ε 4 of 4" in r.json()["error"]["message"]
+    body["params"]["epsilon"] = 3
+    assert post_json(service, "/v1/jobs", body).status_code == 201
+
+
+def raw_json(service, path, text, tenant="acme"):
+    return service.client.post(
+        path, headers={**service.auth(tenant), "content-type": "application/json"},
+        content=text.encode(),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "path,text,says",
+    [
+        ("/v1/completions", '{"model": "dep_x", "prompt": "hi \\ud800 there"}', "the prompt"),
+        ("/v1/chat/completions",
+         '{"model": "dep_x", "messages": [{"role": "user", "content": "a\\udfff"}]}',
+         "a message"),
+        ("/v1/completions", '{"model": "dep_x", "prompt": "hi", "stop": "\\ud800"}',
+         "a stop string"),
+    ],
+)  # fmt: skip
+def test_a_lone_surrogate_is_a_400_not_a_500(service, path, text, says):
+    r = raw_json(service, path, text)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["type"] == "invalid_request" and says in r.text
+    assert "lone surrogate" in r.text
+
+
+def test_an_error_that_names_unencodable_text_is_still_sent(service):
+    """An error naming what it was given, which holds a lone surrogate (UTF-8 cannot encode
+    it), goes out as JSON with ASCII escapes instead of failing with a 500."""
+    from privlm.service.api_errors import SafeJSONResponse, not_found
+
+    body = json.loads(SafeJSONResponse(not_found("deployment", "dep_\ud800").body()).body)
+    assert body["error"]["message"] == "no deployment 'dep_\\ud800' for this tenant"
+    assert json.loads(SafeJSONResponse({"m": "a\ud800"}).body) == {"m": "a\ud800"}
+    r = raw_json(service, "/v1/completions", '{"model": "dep_\\ud800", "prompt": "hi"}')
+    assert r.status_code in (400, 404) and "error" in r.json()
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+@pytest.mark.parametrize(
+    "field,value,why",
+    [("logprobs", 3, "log-probabilities"), ("logprobs", True, "log-probabilities"),
+     ("top_logprobs", 2, "log-probabilities"), ("logit_bias", {"50256": -100}, "logit bias")],
+)  # fmt: skip
+def test_logprobs_and_logit_bias_are_refused_with_the_reason(service, path, field, value, why):
+    body = {"model": "dep_x", field: value}
+    body |= (
+        {"prompt": "hi"}
+        if path == "/v1/completions"
+        else {"messages": [{"role": "user", "content": "hi"}]}
+    )
+    r = post_json(service, path, body)
+    assert_names(r, field)
+    assert why in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    "method,path,status",
+    [("GET", "/v1/nothing-here", 404), ("PUT", "/v1/health", 405),
+     ("GET", "/v1/datasets", 401), ("GET", "/v1/jobs/job_missing", 404),
+     ("POST", "/v1/jobs", 400)],
+)  # fmt: skip
+def test_every_error_has_the_documented_shape(service, method, path, status):
+    headers = {} if status == 401 else service.auth("acme")
+    r = service.client.request(method, path, headers=headers)
+    assert r.status_code == status
+    body = r.json()
+    assert set(body) == {"error"} and {"type", "message"} <= set(body["error"])
+
+
+def test_an_upload_without_a_valid_key_is_refused_before_its_body_is_read(service):
+    """The ASGI app is called directly: reading the body would raise."""
+    import asyncio
+
+    async def never_read():
+        raise AssertionError("the body was read")
+
+    for headers in ([], [(b"authorization", b"Bearer plk_not-a-key")]):
+        sent: list[dict] = []
+
+        async def send(message, sent=sent):
+            sent.append(message)
+
+        scope = {"type": "http", "method": "POST", "path": "/v1/datasets", "headers": headers,
+                 "query_string": b"", "http_version": "1.1", "scheme": "http",
+                 "server": ("test", 80), "client": ("test", 1), "root_path": ""}  # fmt: skip
+        asyncio.run(service.state.asgi(scope, never_read, send))
+        assert sent[0]["status"] == 401
+        assert json.loads(sent[1]["body"])["error"]["type"] == "unauthorized"

@@ -34,10 +34,11 @@ crash leaves either the whole charge or none of it.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -274,6 +275,7 @@ class PrivacyLedger:
         orders: tuple[float, ...] = DEFAULT_ORDERS,
     ) -> None:
         self.name = name
+        self.tags: dict[str, str] = {}
         self._engine = target if isinstance(target, Engine) else durable_engine(target)
         _ensure_schema(self._engine)
         with self._engine.begin() as conn:
@@ -324,6 +326,13 @@ class PrivacyLedger:
         :func:`charge_together` can charge several of them in one transaction."""
         engine = durable_engine(target)
         return [cls(engine, n, budget, orders) for n in names]
+
+    def tagged(self, **tags: str) -> PrivacyLedger:
+        """The same ledger, writing ``tags`` into the params of every charge made through it
+        (the service tags a job's charges with the job's id, to report what it spent)."""
+        view = copy.copy(self)
+        view.tags = {**self.tags, **tags}
+        return view
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -508,7 +517,7 @@ class PrivacyLedger:
                 f"over its budget of {self.budget.describe()}; nothing was recorded"
             )
         new_rdp = rdp if extra is None else rdp + extra
-        params = dict(charge.params)
+        params = {**dict(charge.params), **self.tags}
         if charge.event is not None:
             params.update(dp_event=charge.event.to_dict(), composed_by=charge.compose)
         conn.execute(
@@ -573,13 +582,33 @@ class PrivacyLedger:
 
     # -- export -----------------------------------------------------------------------------
 
-    def verify(self) -> bool:
-        """Whether the running totals equal the sum of the recorded charges."""
-        records = self.charges()
+    def spent_by(self, where: Callable[[ChargeRecord], bool], delta: float | None = None) -> Spent:
+        """ε at δ of the recorded charges that ``where`` selects, composed as this ledger
+        composes them (RDP; the PLD group where it is tighter): e.g. what one job spent of a
+        dataset's budget."""
+        d = self.budget.delta if delta is None else check_delta(delta)
+        records = [r for r in self.charges() if where(r)]
+        rdp, ae, ad = self._sums(records)
+        composed = [r for r in records if r.params.get("composed_by") == "pld"]
+        pld = None
+        if composed:
+            events = tuple(MechanismEvent.from_dict(r.params["dp_event"]) for r in composed)
+            seqs = {r.seq for r in composed}
+            pld = PldPart(events, self._sums([r for r in records if r.seq not in seqs])[0])
+        return self._epsilon(rdp, ae, ad, d, pld)
+
+    def _sums(self, records: list[ChargeRecord]) -> tuple[NDArray[np.float64], float, float]:
+        """The RDP curve, ε and δ of ``records`` added up."""
         rdp = np.zeros(len(self.orders))
         for r in records:
             if r.rdp is not None:
                 rdp = rdp + np.asarray(r.rdp, dtype=np.float64)
+        return rdp, sum(r.epsilon for r in records), sum(r.delta for r in records)
+
+    def verify(self) -> bool:
+        """Whether the running totals equal the sum of the recorded charges."""
+        records = self.charges()
+        rdp, eps, dlt = self._sums(records)
         with self._engine.connect() as conn:
             t_rdp, ae, ad, n = self._totals(conn)
             pld = self._pld_part(conn)
@@ -587,8 +616,8 @@ class PrivacyLedger:
             self._pld_part_matches(records, pld)
             and n == len(records)
             and bool(np.allclose(rdp, t_rdp, rtol=1e-12, atol=0.0))
-            and math.isclose(ae, sum(r.epsilon for r in records), rel_tol=1e-12, abs_tol=1e-15)
-            and math.isclose(ad, sum(r.delta for r in records), rel_tol=1e-12, abs_tol=1e-18)
+            and math.isclose(ae, eps, rel_tol=1e-12, abs_tol=1e-15)
+            and math.isclose(ad, dlt, rel_tol=1e-12, abs_tol=1e-18)
         )
 
     def _pld_part_matches(self, records: list[ChargeRecord], pld: PldPart | None) -> bool:
@@ -598,10 +627,7 @@ class PrivacyLedger:
         if pld is None:
             return not composed
         events = tuple(MechanismEvent.from_dict(r.params["dp_event"]) for r in composed)
-        rest = np.zeros(len(self.orders))
-        for r in records:
-            if r.rdp is not None and r.params.get("composed_by") != "pld":
-                rest = rest + np.asarray(r.rdp, dtype=np.float64)
+        rest = self._sums([r for r in records if r.params.get("composed_by") != "pld"])[0]
         return events == pld.events and bool(np.allclose(rest, pld.rdp_rest, rtol=1e-12, atol=0))
 
     def to_json(self) -> dict[str, Any]:

@@ -23,8 +23,9 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from privlm.accounting.ledger import durable_engine
+from privlm.accounting.ledger import PrivacyLedger, durable_engine
 from privlm.errors import BudgetExceededError, PrivlmError
 from privlm.perturb.mechanisms import DEFAULT_CLIP
 from privlm.perturb.vocabulary import DEFAULT_VOCABULARY, load_glove
@@ -41,6 +42,7 @@ from privlm.service.db import (
     ledger_url,
     make_engine,
     new_id,
+    now,
     session_factory,
 )
 from privlm.service.deployments import (
@@ -52,10 +54,11 @@ from privlm.service.deployments import (
     deployment_guarantee,
     reserve_on_dataset,
 )
+from privlm.service.keys import tenant_for_key
 from privlm.service.limits import BodySizeLimit
 from privlm.service.openai_api import mount_openai
 from privlm.service.strict import STRICT_BODY
-from privlm.service.url_keys import AccessLog, KeysNotInUrls
+from privlm.service.url_keys import AccessLog, KeyBeforeBody, KeysNotInUrls
 
 STATIC = Path(__file__).with_name("static")
 log = logging.getLogger("privlm.service")
@@ -79,6 +82,18 @@ class JobRequest(BaseModel):
     params: dict[str, Any] = Field(default_factory=dict)
 
 
+def check_fits_remaining(epsilon: float, ledger: PrivacyLedger) -> None:
+    """Refuse at submission a job whose ε exceeds what is left of the dataset's budget."""
+    left = ledger.remaining()
+    if epsilon > left:
+        raise ApiError(
+            400, "invalid_request",
+            f"params.epsilon: {epsilon:g} is more than what is left of the dataset's budget "
+            f"(ε {left:.4g} of {ledger.budget.epsilon:g} at δ {ledger.budget.delta:g}); "
+            "ask for at most that",
+        )  # fmt: skip
+
+
 def create_app(settings: ServiceSettings) -> FastAPI:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     engine = make_engine(settings.db_url)
@@ -98,6 +113,12 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
         return SafeJSONResponse(exc.body(), exc.status, headers=exc.headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        body = {"error": {"type": kind, "message": str(exc.detail)}}
+        return SafeJSONResponse(body, exc.status_code, headers=exc.headers)
 
     @app.exception_handler(UnicodeError)
     async def _unencodable(_: Request, exc: UnicodeError) -> JSONResponse:
@@ -233,6 +254,8 @@ def create_app(settings: ServiceSettings) -> FastAPI:
             jobs_api.check_task_data(params, dataset, public)
         params["model"] = settings.model
         planned = params.get("epsilon") if req.kind in ("dpsgd", "jft", "prompt-dpsgd") else None
+        if planned is not None:
+            check_fits_remaining(planned, jobs_api.dataset_ledger(ledger_engine, dataset))
         job = Job(
             id=new_id("job"), tenant_id=me.id, kind=req.kind, dataset_id=req.dataset_id,
             params=json.dumps(params), status="queued", epsilon_planned=planned,
@@ -251,6 +274,23 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     def get_job(job_id: str, s: Db, me: Me) -> dict[str, Any]:
         return jobs_api.describe(own(s, Job, job_id, me, "job"))
 
+    @app.post("/v1/jobs/{job_id}/cancel")
+    def cancel_job(job_id: str, s: Db, me: Me) -> dict[str, Any]:
+        """A queued job is dropped; a running one stops at its next step, writes no
+        artefact, and keeps any charge already made."""
+        job = own(s, Job, job_id, me, "job")
+        if job.status == "queued":
+            job.status, job.finished_at = "cancelled", now()
+            jobs_api.add_event(job, "cancelled before it started: nothing was charged")
+        elif job.status == "running":
+            if not job.cancel_requested:
+                job.cancel_requested = True
+                jobs_api.add_event(job, "cancel requested: it stops at its next step")
+        else:
+            raise ApiError(409, "conflict", f"job {job.id} has already {job.status}")
+        s.flush()
+        return jobs_api.describe(job)
+
     @app.get("/v1/jobs/{job_id}/artifact")
     def artifact(job_id: str, s: Db, me: Me) -> Response:
         """The released artefact of a DP job as a zip: the adapter or student prompt with its
@@ -265,7 +305,8 @@ def create_app(settings: ServiceSettings) -> FastAPI:
             )  # fmt: skip
         if job.status != "succeeded":
             raise ApiError(409, "conflict", f"job {job.id} has not succeeded (status {job.status})")
-        blob = jobs_api.zip_artifact(Path(job.output_dir))
+        model = json.loads(job.params).get("model") or settings.model
+        blob = jobs_api.zip_artifact(Path(job.output_dir), model, settings.data_dir)
         return Response(
             blob, media_type="application/zip",
             headers={"Content-Disposition": f'attachment; filename="{job.id}.zip"'},
@@ -365,7 +406,13 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     limited = BodySizeLimit(
         app, settings.max_body_bytes, settings.max_upload_bytes, ("/v1/datasets",)
     )
-    wrapped = AccessLog(KeysNotInUrls(limited))
+
+    def known(key: str) -> bool:
+        with sessions.begin() as s:
+            return tenant_for_key(s, key) is not None
+
+    gated = KeyBeforeBody(limited, known, ("/v1/datasets",))
+    wrapped = AccessLog(KeysNotInUrls(gated))
     app.state.asgi = wrapped
     return app
 

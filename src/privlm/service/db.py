@@ -81,7 +81,9 @@ class Job(Base):
     kind: Mapped[str] = mapped_column(String(20))
     dataset_id: Mapped[str] = mapped_column(String(40))
     params: Mapped[str] = mapped_column(Text)  # JSON
+    # queued → running → succeeded | failed | cancelled (a queued job may be cancelled too)
     status: Mapped[str] = mapped_column(String(12), default="queued", index=True)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     stage: Mapped[str] = mapped_column(String(80), default="")
     steps_done: Mapped[int] = mapped_column(Integer, default=0)
     steps_total: Mapped[int | None] = mapped_column(Integer, nullable=True)
@@ -130,7 +132,10 @@ def ledger_url(db_url: str, data_dir: Path) -> str:
 
 
 # columns added after a table was first created: (table, column, DDL type and default)
-ADDED_COLUMNS = [("datasets", "require_dp", "BOOLEAN NOT NULL DEFAULT FALSE")]
+ADDED_COLUMNS = [
+    ("datasets", "require_dp", "BOOLEAN NOT NULL DEFAULT FALSE"),
+    ("jobs", "cancel_requested", "BOOLEAN NOT NULL DEFAULT FALSE"),
+]
 
 
 def make_engine(url: str) -> Engine:

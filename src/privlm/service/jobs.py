@@ -24,7 +24,7 @@ from privlm.errors import DataError, PrivlmError
 from privlm.prompting.pate_pipeline import PromptPateConfig
 from privlm.prompting.prompt_dpsgd import PromptDpSgdConfig
 from privlm.service.datasets import load_records
-from privlm.service.db import Dataset, Job
+from privlm.service.db import Dataset, Job, now
 from privlm.service.strict import STRICT_BODY
 from privlm.training.dpsgd import DpSgdConfig
 from privlm.training.ensemble import EnsembleConfig
@@ -198,6 +198,28 @@ def dataset_ledger(url: str | Engine, ds: Dataset) -> PrivacyLedger:
     return PrivacyLedger(url, f"dataset-{ds.id}", Budget(ds.budget_epsilon, ds.budget_delta))
 
 
+def job_ledger(ctx: JobContext) -> PrivacyLedger:
+    """The dataset's ledger, tagging each charge with the job that made it."""
+    return dataset_ledger(ctx.ledger_url, ctx.dataset).tagged(job=ctx.job.id)
+
+
+def job_epsilon(ledger: PrivacyLedger, job_id: str) -> float:
+    """What one job charged to its dataset's budget (ε at the budget's δ): its own charges
+    composed, not the dataset's running total (issue 16 §3)."""
+    own = ledger.spent_by(lambda r: r.params.get("job") == job_id and "deployment" not in r.params)
+    return own.epsilon
+
+
+def add_event(job: Job, what: str) -> None:
+    events = json.loads(job.events or "[]")
+    events.append({"at": now().isoformat() + "Z", "what": what})
+    job.events = json.dumps(events[-50:])
+
+
+class JobCancelled(Exception):
+    """The job's owner cancelled it: it stops at its next step and writes no artefact."""
+
+
 @dataclass
 class JobContext:
     """What a runner gets: the job, its dataset(s), where to write, and the database."""
@@ -227,12 +249,12 @@ def run_dpsgd(ctx: JobContext) -> dict[str, Any]:
     from privlm.training.dpsgd import train_dpsgd
 
     p = json.loads(ctx.job.params)
-    ledger = dataset_ledger(ctx.ledger_url, ctx.dataset)
+    ledger = job_ledger(ctx)
     st = train_dpsgd(
         ctx.model, load_records(ctx.dataset), ctx.out_dir,
         _dpsgd_config(p, ctx.dataset.budget_delta), progress=True, ledger=ledger,
     )  # fmt: skip
-    return {"statement": st.to_dict(), "epsilon_spent": ledger.spent().epsilon}
+    return {"statement": st.to_dict(), "epsilon_spent": job_epsilon(ledger, ctx.job.id)}
 
 
 def run_jft(ctx: JobContext) -> dict[str, Any]:
@@ -240,7 +262,7 @@ def run_jft(ctx: JobContext) -> dict[str, Any]:
     from privlm.training.lora_finetune import LoraTrainingConfig
 
     p = json.loads(ctx.job.params)
-    ledger = dataset_ledger(ctx.ledger_url, ctx.dataset)
+    ledger = job_ledger(ctx)
     cfg = JftConfig(
         detector=p["detector"],
         phase1_training=LoraTrainingConfig(
@@ -252,7 +274,7 @@ def run_jft(ctx: JobContext) -> dict[str, Any]:
         ctx.model, load_records(ctx.dataset), ctx.out_dir, cfg,
         phase1_dir=ctx.out_dir.with_name(ctx.out_dir.name + "-phase1"), ledger=ledger,
     )  # fmt: skip
-    return {"statement": st.to_dict(), "epsilon_spent": ledger.spent().epsilon}
+    return {"statement": st.to_dict(), "epsilon_spent": job_epsilon(ledger, ctx.job.id)}
 
 
 def run_ensemble(ctx: JobContext) -> dict[str, Any]:
@@ -281,7 +303,7 @@ def run_pate(ctx: JobContext) -> dict[str, Any]:
     task = job_task(p)
     private = task_records(ctx.dataset, task, "private")
     public = task_records(ctx.public_dataset, task, "public")
-    ledger = dataset_ledger(ctx.ledger_url, ctx.dataset)
+    ledger = job_ledger(ctx)
     cfg = PromptPateConfig(
         teachers=p["teachers"], threshold=p["threshold"], sigma_threshold=p["sigma_threshold"],
         sigma=p["sigma"], epsilon=ctx.dataset.budget_epsilon, delta=ctx.dataset.budget_delta,
@@ -294,7 +316,7 @@ def run_pate(ctx: JobContext) -> dict[str, Any]:
     )  # fmt: skip
     out = res.to_dict()
     out.pop("student", None)  # the student prompt is the artefact in out_dir
-    return {**out, "task": task.name, "epsilon_spent": ledger.spent().epsilon}
+    return {**out, "task": task.name, "epsilon_spent": job_epsilon(ledger, ctx.job.id)}
 
 
 def run_prompt_dpsgd(ctx: JobContext) -> dict[str, Any]:
@@ -303,7 +325,7 @@ def run_prompt_dpsgd(ctx: JobContext) -> dict[str, Any]:
 
     p = json.loads(ctx.job.params)
     task = job_task(p)
-    ledger = dataset_ledger(ctx.ledger_url, ctx.dataset)
+    ledger = job_ledger(ctx)
     cfg = PromptDpSgdConfig(
         kind=p["prompt_kind"], virtual_tokens=p["virtual_tokens"], target_epsilon=p["epsilon"],
         delta=ctx.dataset.budget_delta, epochs=p["epochs"], batch_size=p["batch_size"],
@@ -313,7 +335,10 @@ def run_prompt_dpsgd(ctx: JobContext) -> dict[str, Any]:
         ctx.model, task, task_records(ctx.dataset, task, "private"), ctx.out_dir, cfg,
         ledger=ledger,
     )  # fmt: skip
-    return {"statement": st.to_dict(), "task": task.name, "epsilon_spent": ledger.spent().epsilon}
+    return {
+        "statement": st.to_dict(), "task": task.name,
+        "epsilon_spent": job_epsilon(ledger, ctx.job.id),
+    }  # fmt: skip
 
 
 RUNNERS: dict[str, Runner] = {
@@ -325,16 +350,51 @@ RUNNERS: dict[str, Runner] = {
 }
 
 
-def zip_artifact(out_dir: Path) -> bytes:
-    """The output directory as a zip (adapter or student prompt, and privacy statement)."""
+TEXT_SUFFIXES = (".json", ".md", ".txt", ".yaml", ".yml")
+
+
+def server_roots(data_dir: Path) -> list[str]:
+    """Server directories an artefact must not reveal: the data directory, the model cache
+    and the home directory (longest first, so the most specific is replaced)."""
+    from privlm.settings import cache_dir
+
+    roots = {str(data_dir.resolve()), str(data_dir), str(cache_dir()), str(Path.home())}
+    return sorted((r for r in roots if len(r) > 1), key=len, reverse=True)
+
+
+def scrub(text: str, roots: list[str]) -> str:
+    """``text`` with every server directory replaced by ``<server>``.
+
+    >>> scrub("base_model: /srv/privlm/cache/models/tiny", ["/srv/privlm/cache", "/srv"])
+    'base_model: <server>/models/tiny'
+    """
+    for root in roots:
+        text = text.replace(root, "<server>")
+    return text
+
+
+def zip_artifact(out_dir: Path, model: str, data_dir: Path) -> bytes:
+    """The output directory as a zip (adapter or student prompt, and privacy statement),
+    revealing no server path (issue 16 §3): PEFT writes the base model's local directory
+    into ``adapter_config.json`` and its model card; they name ``model`` instead."""
     import io
     import zipfile
 
+    roots = server_roots(data_dir)
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
         for f in sorted(out_dir.rglob("*")):
-            if f.is_file():
-                z.write(f, f.relative_to(out_dir))
+            if not f.is_file():
+                continue
+            name = f.relative_to(out_dir).as_posix()
+            if f.name == "adapter_config.json":
+                config = json.loads(f.read_text())
+                config["base_model_name_or_path"] = model
+                z.writestr(name, scrub(json.dumps(config, indent=2), roots))
+            elif f.suffix in TEXT_SUFFIXES:
+                z.writestr(name, scrub(f.read_text(errors="replace"), roots))
+            else:
+                z.write(f, name)
     return buf.getvalue()
 
 
@@ -369,20 +429,49 @@ def check_dataset_policy(kind: str, ds: Dataset) -> None:
         )
 
 
+def progress(job: Job) -> dict[str, Any]:
+    """Steps done of total, time elapsed, and (while running) an estimate of the time left
+    from the pace so far."""
+    elapsed = None
+    if job.started_at is not None:
+        elapsed = ((job.finished_at or now()) - job.started_at).total_seconds()
+    eta = None
+    if job.status == "running" and elapsed is not None and 0 < job.percent < 100:
+        eta = elapsed * (100.0 - job.percent) / job.percent
+    return {
+        "percent": round(job.percent, 2), "stage": job.stage,
+        "steps_done": job.steps_done, "steps_total": job.steps_total,
+        "elapsed_s": None if elapsed is None else round(elapsed, 1),
+        "eta_s": None if eta is None else round(eta, 1),
+    }  # fmt: skip
+
+
+def public_params(job: Job) -> dict[str, Any]:
+    """A job's parameters as its owner sees them: a model given as a server directory is
+    shown by its name only."""
+    params: dict[str, Any] = json.loads(job.params)
+    model = params.get("model")
+    if isinstance(model, str) and Path(model).is_absolute():
+        params["model"] = Path(model).name
+    return params
+
+
 def describe(job: Job) -> dict[str, Any]:
     return {
         "id": job.id,
         "kind": job.kind,
         "dataset_id": job.dataset_id,
-        "params": json.loads(job.params),
+        "params": public_params(job),
         "status": job.status,
         "stage": job.stage,
-        "progress": {
-            "percent": round(job.percent, 2),
-            "steps_done": job.steps_done,
-            "steps_total": job.steps_total,
+        "progress": progress(job),
+        "cancel_requested": bool(job.cancel_requested),
+        "epsilon": {
+            "planned": job.epsilon_planned,
+            "spent": job.epsilon_spent,
+            "spent_means": "what this job charged to its dataset's budget (the dataset's "
+            "running total is shown on the dataset)",
         },
-        "epsilon": {"planned": job.epsilon_planned, "spent": job.epsilon_spent},
         "guarantee": guarantee(job),
         "error": job.error,
         "attempts": job.attempts,

@@ -295,6 +295,7 @@ def mount_openai(app: FastAPI, loaded: Callable[[Tenant, str], LoadedDeployment]
     async def completions(req: CompletionRequest, me: MeBriefly) -> Any:
         check_fields(req, chat=False)
         prompt = completion_prompt(req)
+        stop_strings(req.stop)  # every check of the request before any work
         dep = await run_in_threadpool(loaded, me, req.model)
         ids = await run_in_threadpool(dep.predictor.prompt_ids, prompt)
         return await respond(COMPLETION, req, dep, ids, set(), me)
@@ -302,6 +303,9 @@ def mount_openai(app: FastAPI, loaded: Callable[[Tenant, str], LoadedDeployment]
     @app.post("/v1/chat/completions", response_model=None)
     async def chat_completions(req: ChatRequest, me: MeBriefly) -> Any:
         check_fields(req, chat=True)
+        for m in req.messages:
+            message_text(m)
+        stop_strings(req.stop)  # every check of the request before any work
         dep = await run_in_threadpool(loaded, me, req.model)
         ids = await run_in_threadpool(chat_prompt, req, dep.tokenizer)
         stop_ids = end_of_turn_ids(dep.tokenizer)

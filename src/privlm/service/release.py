@@ -79,6 +79,7 @@ class Completion:
         self.note: str | None = None
         self.cancelled = False
         self.over = False
+        self.on_over: Callable[[], None] | None = None  # the scheduler's: frees its place
         self._text = ""
 
     # -- which sequence answers --------------------------------------------------------------
@@ -187,7 +188,7 @@ class Completion:
         n, p = len(self.tokens), len(self.ids)
         if self.deployment.predictor.charges_tokens and private < n:
             self.fallback = True  # public tokens in a private answer: SubMix after STOP
-        self.over = True
+        self.close()
         self.emit(
             Finished(
                 reason,
@@ -198,8 +199,16 @@ class Completion:
         )  # fmt: skip
 
     def _end_refused(self, refusal: Refused) -> None:
-        self.over = True
+        self.close()
         self.emit(refusal)
+
+    def close(self) -> None:
+        """Over: its place (queue, tenant's cap) is freed, once, before the client hears the
+        end, so a client that sends its next request at once finds the place free."""
+        if not self.over:
+            self.over = True
+            if self.on_over is not None:
+                self.on_over()
 
     def fail(self, exc: BaseException) -> None:
         """An internal error: reported by type, never with the content."""

@@ -53,6 +53,7 @@ class DeploymentScheduler:
                     "(its queue is full); retry shortly",
                 )  # fmt: skip
             self.gate.enter(c.tenant)
+            c.on_over = lambda: self.gate.leave(c.tenant)
             self.pending.append(c)
             self.wake.notify()
 
@@ -146,4 +147,4 @@ class DeploymentScheduler:
         return self.owners.pop(id(slot))
 
     def _finish(self, c: Completion) -> None:
-        self.gate.leave(c.tenant)
+        c.close()  # frees the tenant's place if the completion did not end by itself

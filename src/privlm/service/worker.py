@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import sys
 import threading
@@ -28,7 +29,16 @@ from sqlalchemy.orm import Session, sessionmaker
 from privlm.errors import PrivlmError
 from privlm.progress import watch
 from privlm.service.db import Dataset, Job, ledger_url, make_engine, now, session_factory
-from privlm.service.jobs import RUNNERS, JobContext, dataset_ledger
+from privlm.service.jobs import (
+    RUNNERS,
+    JobCancelled,
+    JobContext,
+    add_event,
+    dataset_ledger,
+    job_epsilon,
+    scrub,
+    server_roots,
+)
 from privlm.service.storage import job_dir
 
 MAX_ATTEMPTS = 3
@@ -47,12 +57,6 @@ def _pid_alive(pid: int | None) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def add_event(job: Job, what: str) -> None:
-    events = json.loads(job.events or "[]")
-    events.append({"at": now().isoformat() + "Z", "what": what})
-    job.events = json.dumps(events[-50:])
 
 
 class Worker:
@@ -86,7 +90,10 @@ class Worker:
                     continue
                 touched.append(job.id)
                 job.worker_pid = job.worker_host = None
-                if job.attempts >= MAX_ATTEMPTS:
+                if job.cancel_requested:
+                    job.status, job.finished_at = "cancelled", now()
+                    add_event(job, f"cancelled (its worker is gone: {why})")
+                elif job.attempts >= MAX_ATTEMPTS:
                     job.status, job.finished_at = "failed", now()
                     job.error = f"interrupted {job.attempts} times ({why}); giving up"
                     add_event(job, f"failed: {job.error}")
@@ -156,6 +163,8 @@ class Worker:
                     .where(Job.id == job_id)
                     .values(stage=desc[:80], steps_done=done, steps_total=total, percent=percent)
                 )
+                if s.scalar(select(Job.cancel_requested).where(Job.id == job_id)):
+                    raise JobCancelled(f"job {job_id} was cancelled")  # stops at this step
 
         return listener
 
@@ -182,6 +191,9 @@ class Worker:
             with watch(self._progress_listener(job_id, job.kind)):
                 result = RUNNERS[job.kind](ctx)
             status, error = "succeeded", None
+        except JobCancelled:
+            status, error, result = "cancelled", None, {}
+            shutil.rmtree(out.parent, ignore_errors=True)  # no artefact, partial or whole
         except PrivlmError as exc:
             status, error, result = "failed", str(exc), {}
         except Exception as exc:  # a bug: keep the type, not a message that may quote data
@@ -196,6 +208,7 @@ class Worker:
         with self.sessions.begin() as s:
             job = s.get(Job, job_id)
             assert job is not None
+            error = None if error is None else scrub(error, server_roots(self.root))
             job.status, job.error, job.finished_at = status, error, now()
             job.worker_pid = None
             if status == "succeeded":
@@ -203,8 +216,8 @@ class Worker:
                 job.output_dir = str(out)
             if ds is not None and job.kind != "ensemble":
                 spent = result.get("epsilon_spent")
-                if spent is None:  # failed runs: read what the ledger holds
-                    spent = dataset_ledger(self.ledger_url, ds).spent().epsilon
+                if spent is None:  # failed or cancelled: what this job had charged
+                    spent = job_epsilon(dataset_ledger(self.ledger_url, ds), job.id)
                 job.epsilon_spent = spent
             add_event(job, status if error is None else f"{status}: {error}")
         if status == "succeeded":

@@ -1,5 +1,5 @@
 /* The privlm page: perturb a file locally (perturb.js), upload only the perturbed text,
- * start jobs and watch their progress. */
+ * start and cancel jobs, download artefacts, deploy, and try private completions. */
 (function () {
   "use strict";
   var P = window.PrivlmPerturb;
@@ -11,7 +11,11 @@
     opts.headers = Object.assign({ Authorization: "Bearer " + state.key }, opts.headers || {});
     return fetch(path, opts).then(function (r) {
       return r.json().then(function (body) {
-        if (!r.ok) throw new Error((body.error && body.error.message) || r.statusText);
+        if (!r.ok) {
+          var e = new Error((body.error && body.error.message) || r.statusText);
+          e.status = r.status;
+          throw e;
+        }
         return body;
       });
     });
@@ -190,6 +194,7 @@
         p.perWord.metric_epsilon.toPrecision(4) + " per unit distance" : "; σ = " + p.perWord.sigma.toPrecision(4));
       $("g-record").textContent = fmt(p.perRecord);
       $("g-doc").textContent = fmt(p.perFile);
+      showWarnings(p);
       $("guarantee").hidden = false;
       showColumns(p);
       $("preview").hidden = false;
@@ -197,6 +202,28 @@
       $("upload").disabled = false;
       status("perturb-status", "done: " + p.originals.length + " records perturbed in this browser");
     }).catch(function (e) { status("perturb-status", e.message, true); });
+  }
+
+  /* Plain-words warnings where the figures promise little (issue 16 §4). */
+  function showWarnings(p) {
+    var list = $("warnings"), out = [];
+    list.innerHTML = "";
+    if (p.perWord.epsilon >= 50) {
+      out.push("At ε = " + (+p.perWord.epsilon).toPrecision(3) + " per word most words come " +
+        "through unchanged, names included: a Gaussian mechanism at ε = 300 kept first names " +
+        "and surnames. Lower ε, or do not count on this step to hide names.");
+    }
+    if (p.perRecord.epsilon > 10) {
+      out.push("Per record, ε = " + (+p.perRecord.epsilon).toPrecision(4) + ": local " +
+        "perturbation makes no meaningful promise about a record at this level. The DP " +
+        "training you run on this dataset, with its own ε, is what protects each record.");
+    } else if (p.perFile.epsilon > 10) {
+      out.push("For the whole file, ε = " + (+p.perFile.epsilon).toPrecision(4) + ": the file " +
+        "as a whole is not protected by the perturbation; each record is (ε above).");
+    }
+    out.forEach(function (text) {
+      var li = document.createElement("li"); li.textContent = text; list.appendChild(li);
+    });
   }
 
   function fillColumnChoice(select, columns, none) {
@@ -246,14 +273,23 @@
         if (labelCol) tr.insertCell().textContent = records[i].label;
         if (userCol) tr.insertCell().textContent = records[i].user_id;
       }
-      $("upload").disabled = false;
-      status("upload-status", "");
+      $("upload").disabled = state.uploaded === p;  // a file is uploaded once
+      if (state.uploaded !== p) status("upload-status", "");
     }).catch(function (e) { $("upload").disabled = true; status("upload-status", e.message, true); });
+  }
+
+  function budgetEpsilon() {
+    var raw = $("budget-epsilon").value.trim(), eps = Number(raw);
+    if (raw === "" || !isFinite(eps) || eps <= 0) {
+      throw new Error("enter the dataset's budget ε, a number above 0 (nothing was uploaded)");
+    }
+    return raw;
   }
 
   function onUpload() {
     var p = state.perturbed;
-    if (!p) return;
+    if (!p || state.uploaded === p) return;
+    try { budgetEpsilon(); } catch (e) { status("upload-status", e.message, true); return; }
     $("upload").disabled = true;  // one click, one upload
     buildUpload(p, $("label-column").value, $("user-column").value).then(function (records) {
       return upload(p, serialise(p.kind, records));
@@ -264,7 +300,7 @@
     var form = new FormData();
     form.append("file", new Blob([body], { type: "text/plain" }), p.name);
     form.append("name", $("ds-name").value);
-    form.append("budget_epsilon", $("budget-epsilon").value);
+    form.append("budget_epsilon", budgetEpsilon());
     form.append("budget_delta", $("budget-delta").value);
     form.append("require_dp", $("require-dp").checked ? "true" : "false");
     form.append("perturbation", JSON.stringify({
@@ -273,45 +309,145 @@
     }));
     status("upload-status", "uploading…");
     return api("/v1/datasets", { method: "POST", body: form }).then(function (ds) {
+      state.uploaded = p;  // stays disabled until another file is perturbed
       status("upload-status", "stored as " + ds.id + " (" + ds.records + " records)");
       refresh();
     });
   }
 
+  function num(x, digits) { return x === null || x === undefined ? "–" : (+x).toPrecision(digits || 4); }
+
+  function option(select, value, text) {
+    var o = document.createElement("option"); o.value = value; o.textContent = text;
+    select.appendChild(o); return o;
+  }
+
+  function button(text, onClick) {
+    var b = document.createElement("button"); b.textContent = text;
+    b.addEventListener("click", onClick); return b;
+  }
+
+  function seconds(s) {
+    if (s === null || s === undefined) return "";
+    return s < 90 ? Math.round(s) + " s" : Math.round(s / 60) + " min";
+  }
+
   function refresh() {
     if (!state.key) return;
-    api("/v1/datasets").then(function (r) {
-      var sel = $("job-dataset"), keep = sel.value;
-      sel.innerHTML = "";
-      r.data.forEach(function (d) {
-        var o = document.createElement("option");
-        o.value = d.id; o.textContent = d.name + " (" + d.records + " records)";
-        sel.appendChild(o);
-      });
-      if (keep) sel.value = keep;
-    }).catch(function () {});
-    api("/v1/jobs").then(function (r) {
-      var body = $("jobs").tBodies[0];
-      body.innerHTML = "";
-      r.data.slice().reverse().forEach(function (j) {
-        var tr = body.insertRow();
-        tr.insertCell().textContent = j.id;
-        tr.insertCell().textContent = j.kind;
-        tr.insertCell().textContent = j.status + (j.error ? ": " + j.error : "");
-        var cell = tr.insertCell(), bar = document.createElement("span"), fill = document.createElement("span");
-        bar.className = "bar"; fill.style.width = j.progress.percent + "%"; bar.appendChild(fill);
-        cell.appendChild(bar);
-        cell.appendChild(document.createTextNode(" " + j.progress.percent.toFixed(0) + "% " + (j.stage || "")));
-        tr.insertCell().textContent = j.epsilon.spent === null ? "–" : (+j.epsilon.spent).toPrecision(4);
-        tr.insertCell().textContent = j.guarantee.kind === "SDP"
-          ? "selective DP (SDP) under '" + j.guarantee.policy + "'; not DP" : j.guarantee.kind;
-      });
-    }).catch(function () {});
+    api("/v1/datasets").then(renderDatasets).catch(function () {});
+    api("/v1/jobs").then(renderJobs).catch(function () {});
+    api("/v1/deployments").then(renderDeployments).catch(function () {});
+  }
+
+  function renderDatasets(r) {
+    var sel = $("job-dataset"), keep = sel.value, body = $("datasets").tBodies[0];
+    sel.innerHTML = ""; body.innerHTML = "";
+    r.data.forEach(function (d) {
+      option(sel, d.id, d.name + " (" + d.records + " records)");
+      var tr = body.insertRow(), b = d.budget;
+      tr.insertCell().textContent = d.name + " (" + d.id + ")";
+      tr.insertCell().textContent = d.records;
+      tr.insertCell().textContent = num(b.epsilon) + " at δ " + b.delta;
+      tr.insertCell().textContent = b.spent ? num(b.spent.epsilon) : "–";
+      tr.insertCell().textContent = b.remaining ? num(b.remaining.epsilon) : "–";
+    });
+    if (keep) sel.value = keep;
+  }
+
+  function progressCell(cell, j) {
+    var bar = document.createElement("span"), fill = document.createElement("span"), p = j.progress;
+    bar.className = "bar"; fill.style.width = p.percent + "%"; bar.appendChild(fill);
+    cell.appendChild(bar);
+    var text = " " + p.percent.toFixed(0) + "%";
+    if (p.steps_total) text += " (" + p.steps_done + " of " + p.steps_total + " steps)";
+    if (p.elapsed_s !== null) text += ", " + seconds(p.elapsed_s) + " elapsed";
+    if (p.eta_s !== null) text += ", about " + seconds(p.eta_s) + " left";
+    cell.appendChild(document.createTextNode(text + (p.stage ? " · " + p.stage : "")));
+  }
+
+  function renderJobs(r) {
+    var body = $("jobs").tBodies[0], sel = $("dep-job"), keep = sel.value;
+    body.innerHTML = ""; sel.innerHTML = "";
+    r.data.slice().reverse().forEach(function (j) {
+      var tr = body.insertRow();
+      tr.id = "job-" + j.id;
+      tr.insertCell().textContent = j.id;
+      tr.insertCell().textContent = j.kind;
+      tr.insertCell().textContent = j.status + (j.cancel_requested && j.status === "running" ? " (cancelling)" : "") +
+        (j.error ? ": " + j.error : "");
+      progressCell(tr.insertCell(), j);
+      tr.insertCell().textContent = num(j.epsilon.spent);
+      tr.insertCell().textContent = j.guarantee.kind === "SDP"
+        ? "selective DP (SDP) under '" + j.guarantee.policy + "'; not DP" : j.guarantee.kind;
+      var actions = tr.insertCell();
+      if (j.status === "queued" || j.status === "running") {
+        actions.appendChild(button("Cancel", function () { cancelJob(j.id); }));
+      }
+      if (j.status === "succeeded" && j.kind !== "ensemble") {
+        actions.appendChild(button("Download", function () { download(j.id); }));
+      }
+      if (j.status === "succeeded" && j.kind !== "pate" && j.kind !== "prompt-dpsgd") {
+        var mech = j.kind === "ensemble" ? j.params.protocol : "adapter";
+        option(sel, j.id, j.id + " (" + j.kind + " → " + mech + ")").dataset.mechanism = mech;
+      }
+    });
+    if (keep) sel.value = keep;
+  }
+
+  function renderDeployments(r) {
+    var body = $("deployments").tBodies[0], sel = $("play-deployment"), keep = sel.value;
+    body.innerHTML = ""; sel.innerHTML = "";
+    r.data.forEach(function (d) {
+      var tr = body.insertRow();
+      tr.insertCell().textContent = d.id;
+      tr.insertCell().textContent = d.mechanism;
+      tr.insertCell().textContent = d.guarantee.text;
+      var left = tr.insertCell();
+      api("/v1/deployments/" + d.id + "/budget").then(function (b) { left.textContent = budgetText(b); })
+        .catch(function () {});
+      option(sel, d.id, d.id + " (" + d.mechanism + ")");
+    });
+    if (keep) sel.value = keep;
+  }
+
+  function budgetText(b) {
+    if (b.per_token_cost === 0) return "free: its tokens are post-processing of a DP release";
+    if (b.spent.rdp_epsilon !== undefined) {
+      return "RDP ε " + num(b.spent.rdp_epsilon) + " spent of " + num(b.budget.rdp_epsilon) +
+        " per part (order " + b.budget.order + ")" + (b.exhausted ? "; spent (STOP)" : "");
+    }
+    return "ε " + num(b.spent.epsilon) + " spent of " + num(b.budget.epsilon) + "; " +
+      b.queries.left + " of " + b.queries.total + " private tokens left";
+  }
+
+  function cancelJob(id) {
+    api("/v1/jobs/" + id + "/cancel", { method: "POST" })
+      .then(function (j) { status("job-status", j.status === "cancelled" ? "cancelled " + id : "cancelling " + id + ": it stops at its next step"); refresh(); })
+      .catch(function (e) { status("job-status", e.message, true); });
+  }
+
+  function download(id) {
+    fetch("/v1/jobs/" + id + "/artifact", { headers: { Authorization: "Bearer " + state.key } })
+      .then(function (r) {
+        if (!r.ok) return r.json().then(function (b) { throw new Error(b.error.message); });
+        return r.blob();
+      }).then(function (blob) {
+        var a = document.createElement("a");
+        a.href = URL.createObjectURL(blob); a.download = id + ".zip";
+        document.body.appendChild(a); a.click(); a.remove();
+        status("job-status", "downloaded " + id + ".zip");
+      }).catch(function (e) { status("job-status", e.message, true); });
   }
 
   function onSubmitJob() {
     var kind = $("job-kind").value, params = {};
-    if (kind !== "ensemble") params.epsilon = parseFloat($("job-epsilon").value);
+    if (kind === "ensemble") params.parts = parseInt($("job-parts").value, 10);
+    else {
+      var raw = $("job-epsilon").value.trim();
+      if (raw === "" || !(Number(raw) > 0)) { status("job-status", "enter the job's target ε, a number above 0", true); return; }
+      params.epsilon = Number(raw);
+    }
+    if (!$("job-dataset").value) { status("job-status", "upload a dataset first", true); return; }
     api("/v1/jobs", {
       method: "POST", headers: { "Content-Type": "application/json" },
       body: JSON.stringify({ kind: kind, dataset_id: $("job-dataset").value, params: params }),
@@ -319,12 +455,57 @@
       .catch(function (e) { status("job-status", e.message, true); });
   }
 
+  function onDeploy() {
+    var sel = $("dep-job"), chosen = sel.options[sel.selectedIndex];
+    if (!chosen) { status("deploy-status", "no finished job to deploy yet", true); return; }
+    var body = { job_id: chosen.value, mechanism: chosen.dataset.mechanism };
+    if (body.mechanism !== "adapter") body.queries = parseInt($("dep-queries").value, 10);
+    if (body.mechanism === "pmixed") {
+      var raw = $("dep-epsilon").value.trim();
+      if (raw === "" || !(Number(raw) > 0)) { status("deploy-status", "enter ε, a number above 0", true); return; }
+      body.epsilon = Number(raw);
+    }
+    api("/v1/deployments", {
+      method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
+    }).then(function (d) { status("deploy-status", "deployed " + d.id); refresh(); })
+      .catch(function (e) { status("deploy-status", e.message, true); });
+  }
+
+  function onPlay() {
+    var dep = $("play-deployment").value;
+    if (!dep) { status("play-status", "deploy a job first", true); return; }
+    var before;
+    status("play-status", "generating…");
+    api("/v1/deployments/" + dep + "/budget").then(function (b) {
+      before = b;
+      return api("/v1/completions", {
+        method: "POST", headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ model: dep, prompt: $("play-prompt").value,
+                               max_tokens: parseInt($("play-tokens").value, 10) }),
+      });
+    }).then(function (c) {
+      $("play-output").textContent = $("play-prompt").value + c.choices[0].text;
+      status("play-status", c.usage.completion_tokens + " tokens (" + c.privlm.private_tokens +
+        " private" + (c.privlm.fallback ? ", from the public model: budget spent" : "") + ")");
+      return api("/v1/deployments/" + dep + "/budget");
+    }).then(function (after) {
+      $("play-budget").textContent = "Budget before: " + budgetText(before) + ". After: " + budgetText(after) + ".";
+      refresh();
+    }).catch(function (e) { status("play-status", e.message, true); });
+  }
+
   $("api-key").value = state.key;
   $("save-key").addEventListener("click", function () {
     state.key = $("api-key").value.trim();
     sessionStorage.setItem("privlm-key", state.key);
-    status("key-status", state.key ? "key set" : "");
-    refresh();
+    if (!state.key) { status("key-status", "enter an API key", true); return; }
+    status("key-status", "checking…");
+    api("/v1/datasets").then(function () {
+      status("key-status", "key accepted"); $("key-status").className = "ok"; refresh();
+    }).catch(function (e) {
+      status("key-status", e.status === 401 ? "this key is not valid (unknown or revoked): " +
+        "check it, or ask for a new one" : "could not check the key: " + e.message, true);
+    });
   });
   $("mechanism").addEventListener("change", function () { $("delta-label").hidden = $("mechanism").value !== "gaussian"; });
   $("file").addEventListener("change", function () { $("perturb").disabled = !$("file").files.length; $("upload").disabled = true; });
@@ -333,6 +514,12 @@
   $("label-column").addEventListener("change", renderLeaving);
   $("user-column").addEventListener("change", renderLeaving);
   $("submit-job").addEventListener("click", onSubmitJob);
+  $("job-kind").addEventListener("change", function () {
+    var ensemble = $("job-kind").value === "ensemble";
+    $("job-epsilon-label").hidden = ensemble; $("job-parts-label").hidden = !ensemble;
+  });
+  $("deploy").addEventListener("click", onDeploy);
+  $("play").addEventListener("click", onPlay);
   setInterval(refresh, 2000);
   refresh();
 })();
