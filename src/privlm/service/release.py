@@ -131,10 +131,12 @@ class Completion:
                 if token is not None
                 else seq.stopped
             )
+            self._send(self.stop.flush())
             self._end("budget_exhausted" if len(self.tokens) < self.max_tokens else "length")
             return "end"
         self.tokens.append(token)
-        if token.id in self.stop_ids:
+        if token.id in self.stop_ids:  # end of turn: held text was no stop string
+            self._send(self.stop.flush())
             self._end("stop")
             return "end"
         text = self.stop.feed(self._piece())
