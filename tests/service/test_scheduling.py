@@ -186,3 +186,24 @@ def test_health_answers_while_a_deployment_generates(service, ensemble_job):
         prober.join()
     assert all(r.status_code == 200 for r in rs)
     assert worst < 1.0  # in-process on a 2-core CI machine; bench_service measures < 100 ms
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+def test_stop_strings_work_through_the_scheduler(service, ensemble_job, path):
+    """Issue 16 §2: ``stop`` is honoured, never ignored (post-processing: no privacy cost)."""
+    dep = pmixed(service, ensemble_job)
+    stops = [" ", "e", "a", "t"]  # 32 random tokens almost surely hold one
+    body = {"model": dep, "max_tokens": 32, "stop": stops}
+    if path.endswith("chat/completions"):
+        body["messages"] = [{"role": "user", "content": "the patient"}]
+    else:
+        body["prompt"] = "the patient"
+    r = service.client.post(path, headers=service.auth("acme"), json=body)
+    if r.status_code == 400:  # the tiny model's tokenizer may lack a chat template
+        assert "chat template" in r.json()["error"]["message"]
+        return
+    assert r.status_code == 200, r.text
+    choice = r.json()["choices"][0]
+    text = choice.get("text", (choice.get("message") or {}).get("content", ""))
+    assert choice["finish_reason"] == "stop"
+    assert not any(s in text for s in stops)

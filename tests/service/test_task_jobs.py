@@ -111,11 +111,23 @@ def test_data_that_does_not_fit_the_task_is_refused_at_submission(service):
 
 def test_a_prompt_dpsgd_job_over_the_dataset_budget_is_refused_and_releases_nothing(service):
     private = upload(service, private_jsonl(), budget_epsilon=2)
-    j = submit(service, "acme", "prompt-dpsgd", private, task_spec=SPEC, epsilon=4, epochs=1,
-               batch_size=8)  # fmt: skip
+    r = service.client.post(
+        "/v1/jobs", headers=service.auth("acme"),
+        json={"kind": "prompt-dpsgd", "dataset_id": private,
+              "params": {"task_spec": SPEC, "epsilon": 4, "epochs": 1, "batch_size": 8}},
+    )  # fmt: skip
+    assert r.status_code == 400 and "params.epsilon" in r.json()["error"]["message"]
+    # two that each fit at submission, but not together: the second is refused by the ledger
+    first, j = (
+        submit(service, "acme", "prompt-dpsgd", private, task_spec=SPEC, epsilon=1.9, epochs=1,
+               batch_size=8)
+        for _ in range(2)
+    )  # fmt: skip
     run_queue(service)
+    assert job(service, "acme", first["id"])["status"] == "succeeded"
     done = job(service, "acme", j["id"])
     assert done["status"] == "failed" and "budget" in done["error"], done
-    assert PrivacyLedger(service.ledgers, f"dataset-{private}").count() == 0
+    assert done["epsilon"]["spent"] == 0.0
+    assert PrivacyLedger(service.ledgers, f"dataset-{private}").count() == 1
     art = service.client.get(f"/v1/jobs/{j['id']}/artifact", headers=service.auth("acme"))
     assert art.status_code != 200

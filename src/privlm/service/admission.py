@@ -15,7 +15,7 @@ class SchedulerLimits:
     """How much generation the service takes on; ``privlm serve`` exposes each field."""
 
     max_batch: int = setting(16, "completions decoded together per deployment", ge=1, le=256)
-    max_queue: int = setting(64, "completions waiting per deployment (then 503)", ge=0, le=10_000)
+    max_queue: int = setting(64, "completions waiting per deployment (then 503)", ge=1, le=10_000)
     tenant_max: int = setting(
         32, "completions a tenant may have queued or running, all deployments (then 429)",
         ge=1, le=10_000,

@@ -84,7 +84,7 @@ class DeploymentScheduler:
         """Fallback switches first, then the queue, up to ``max_batch``."""
         while self.rejoin:
             c = self.rejoin.popleft()
-            self._join(c, c.open_fallback())
+            self._join(c, self._open(c, fallback=True))
         while len(self.batch) < self.limits.max_batch:
             with self.wake:
                 if not self.pending:
@@ -98,9 +98,10 @@ class DeploymentScheduler:
             else:
                 self._join(c, self._open(c))
 
-    def _open(self, c: Completion) -> Sequence | None:
+    def _open(self, c: Completion, fallback: bool = False) -> Sequence | None:
+        """The sequence that answers ``c`` (None, its end emitted, when none does)."""
         try:
-            return c.open()
+            return c.open_fallback() if fallback else c.open()
         except Exception as exc:
             c.fail(exc)
             return None
