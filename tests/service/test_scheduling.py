@@ -207,3 +207,26 @@ def test_stop_strings_work_through_the_scheduler(service, ensemble_job, path):
     text = choice.get("text", (choice.get("message") or {}).get("content", ""))
     assert choice["finish_reason"] == "stop"
     assert not any(s in text for s in stops)
+
+
+def test_a_failed_forward_pass_fails_its_completions_and_the_scheduler_goes_on(
+    service, ensemble_job
+):
+    dep = pmixed(service, ensemble_job)
+    sched = service.state.runtime._loaded[dep].scheduler
+    step = type(sched.batch).step
+
+    def broken(self):
+        raise RuntimeError("device lost")
+
+    type(sched.batch).step = broken
+    try:
+        r = complete(service, "acme", dep, 4)
+    finally:
+        type(sched.batch).step = step
+    assert r.status_code == 500 and r.json()["error"] == {
+        "type": "internal_error",
+        "message": "RuntimeError",
+    }  # the type only, never a message
+    assert complete(service, "acme", dep, 2).status_code == 200
+    wait_until(lambda: service.state.runtime.gate.in_flight(held_tenant(service)) == 0)

@@ -74,8 +74,8 @@ class DeploymentScheduler:
                 self.batch.step()
             except Exception as exc:  # a failed forward pass: fail what was running
                 log.error("generation failed on %s: %s", self.name, type(exc).__name__)
-                for slot in list(self.batch.slots):
-                    c = self._drop(slot)
+                for slot in self.batch.slots:  # the batch itself is dropped, cache and all
+                    c = self.owners.pop(id(slot))
                     c.fail(exc)
                     self._finish(c)
                 self.batch = DecodeBatch(self.batch.engine)
