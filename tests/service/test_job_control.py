@@ -29,6 +29,7 @@ def test_a_queued_job_is_dropped(service):
     assert cancel(service, j["id"], "globex").status_code == 404  # another tenant's
     r = cancel(service, j["id"])
     assert r.status_code == 200 and r.json()["status"] == "cancelled"
+    assert r.json()["epsilon"]["spent"] == 0.0  # this job charged nothing
     assert run_queue(service) == 0  # the worker never sees it
     assert PrivacyLedger(service.ledgers, f"dataset-{ds['id']}").count() == 0
     again = cancel(service, j["id"])

@@ -281,6 +281,7 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         job = own(s, Job, job_id, me, "job")
         if job.status == "queued":
             job.status, job.finished_at = "cancelled", now()
+            job.epsilon_spent = None if job.kind == "ensemble" else 0.0
             jobs_api.add_event(job, "cancelled before it started: nothing was charged")
         elif job.status == "running":
             if not job.cancel_requested:

@@ -394,20 +394,26 @@
     if (keep) sel.value = keep;
   }
 
+  /* The budget is read for the deployment chosen in the playground only: reading one loads
+   * the deployment on the server, which the page should not do for every row every 2 s. */
   function renderDeployments(r) {
     var body = $("deployments").tBodies[0], sel = $("play-deployment"), keep = sel.value;
     body.innerHTML = ""; sel.innerHTML = "";
+    var cells = {};
     r.data.forEach(function (d) {
       var tr = body.insertRow();
       tr.insertCell().textContent = d.id;
       tr.insertCell().textContent = d.mechanism;
       tr.insertCell().textContent = d.guarantee.text;
-      var left = tr.insertCell();
-      api("/v1/deployments/" + d.id + "/budget").then(function (b) { left.textContent = budgetText(b); })
-        .catch(function () {});
+      cells[d.id] = tr.insertCell();
+      cells[d.id].textContent = "choose it in the playground to see";
       option(sel, d.id, d.id + " (" + d.mechanism + ")");
     });
     if (keep) sel.value = keep;
+    if (sel.value && cells[sel.value]) {
+      api("/v1/deployments/" + sel.value + "/budget")
+        .then(function (b) { cells[sel.value].textContent = budgetText(b); }).catch(function () {});
+    }
   }
 
   function budgetText(b) {
@@ -520,6 +526,7 @@
   });
   $("deploy").addEventListener("click", onDeploy);
   $("play").addEventListener("click", onPlay);
+  $("play-deployment").addEventListener("change", refresh);
   setInterval(refresh, 2000);
   refresh();
 })();
