@@ -113,7 +113,7 @@ def test_one_tenant_flooding_a_deployment_does_not_stall_another(live):
     def flood(_: int) -> None:
         with srv.client(key) as c:
             r = c.post(
-                "/v1/completions", json={"model": dep, "prompt": "the fox", "max_tokens": 24}
+                "/v1/completions", json={"model": dep, "prompt": "the fox", "max_tokens": 12}
             )
             statuses.append(r.status_code)
             if r.status_code == 429:
@@ -185,7 +185,7 @@ def test_sigkill_mid_generation_leaves_a_consistent_ledger(live):
 def test_sigkill_mid_job_resumes_it(live):
     srv, key, _ = live
     with srv.client(key) as c:
-        job = ensemble(c, upload(c), parts=4, block_size=32, max_blocks=40, epochs=2)
+        job = ensemble(c, upload(c), parts=4, block_size=32, max_blocks=20, epochs=2)
         deadline = time.monotonic() + 300
         manifest = None
         while time.monotonic() < deadline:
