@@ -193,6 +193,33 @@ def test_a_client_that_disconnects_stops_generation(served, monkeypatch):
     assert c.usage.completion_tokens == 1
 
 
+def test_a_client_that_gives_up_on_a_whole_answer_stops_generation(served, monkeypatch):
+    """Not streaming: the client's read times out after 1 s (about 20 of 200 slowed tokens),
+    it hangs up, and the ledger stops growing: no budget is spent on an answer nobody
+    receives (an OpenAI client's retry would otherwise pay for the same answer twice)."""
+    charge = PMixED._charge_one
+
+    def slow_charge(self):
+        time.sleep(0.05)
+        charge(self)
+
+    monkeypatch.setattr(PMixED, "_charge_one", slow_charge)
+    before = served.charged(served.dep)
+    body = {"model": served.dep, "prompt": "the patient", "max_tokens": 200}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(
+            f"{served.url}/v1/completions", json=body, timeout=httpx.Timeout(30, read=1.0),
+            headers={"Authorization": f"Bearer {served.key}"},
+        )  # fmt: skip
+    time.sleep(1.0)
+    stopped_at = served.charged(served.dep) - before
+    time.sleep(1.0)
+    assert served.charged(served.dep) - before == stopped_at  # nothing more is charged
+    assert 1 <= stopped_at < 100, stopped_at
+    c = served.client(timeout=30).completions.create(model=served.dep, prompt="x", max_tokens=1)
+    assert c.usage.completion_tokens == 1
+
+
 def test_budget_exhaustion_is_a_429_with_the_reason(served):
     dep = served.deploy(served.job, mechanism="pmixed", epsilon=8, queries=3)
     client = served.client()

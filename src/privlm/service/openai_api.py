@@ -1,8 +1,9 @@
 """OpenAI-compatible generation: ``POST /v1/completions`` and ``POST /v1/chat/completions``,
 each with ``stream: true`` as server-sent events (issue 13 §4).
 
-Every token is charged before it is sent: a stream is driven by the client, one token per
-event, so a client that disconnects stops generation, and what was charged stays charged.
+Every token is charged before it is sent (the deployment's scheduler charges, then emits). A
+client that disconnects, streaming or not, cancels its completion: the scheduler stops it at
+its next step, and what was charged stays charged.
 Nothing a client sends is silently ignored (:mod:`privlm.service.openai_fields`): a field that
 would change what is released (log-probabilities, logit bias, a seed, other decoding) is
 refused with the reason. ``stop`` works: stopping is post-processing and costs nothing.
@@ -18,7 +19,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
@@ -145,6 +146,30 @@ class Channel:
         return await asyncio.wait_for(self.queue.get(), timeout)
 
 
+class ClientGone(Exception):
+    """The client disconnected before its answer was complete."""
+
+
+async def disconnected(request: Request) -> None:
+    """Returns when the client disconnects; its body has been read already, so the next
+    message the server has for this request is ``http.disconnect``."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def unless_gone(work: Any, gone: asyncio.Future[None]) -> Any:
+    """``await work``, or :class:`ClientGone` if the client disconnects first."""
+    task = asyncio.ensure_future(work)
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not task.done():
+            task.cancel()
+    if task.cancelled():
+        raise ClientGone
+    return task.result()
+
+
 def refusal(event: Refused) -> ApiError:
     return ApiError(event.status, event.kind, event.message, **event.extra)
 
@@ -249,11 +274,15 @@ def max_tokens_of(req: GenerationRequest) -> int:
 
 async def respond(
     fmt: Format, req: GenerationRequest, dep: LoadedDeployment, ids: list[int],
-    stop_ids: set[int], me: Tenant,
+    stop_ids: set[int], me: Tenant, request: Request,
 ) -> Any:  # fmt: skip
     """Queue the completion on the deployment's scheduler, and answer with one JSON body
     or a stream of events. The first event is awaited before any response is sent, so a
-    request that can release nothing gets its error status (429 budget, 503 full)."""
+    request that can release nothing gets its error status (429 budget, 503 full).
+
+    A client that disconnects while it waits (queued, or for a whole answer) cancels its
+    completion, so its budget is not spent on tokens nobody receives; a stream watches for
+    the disconnect itself (:func:`sse`)."""
     max_tokens, deadline_s = max_tokens_of(req), dep.scheduler.limits.deadline_s
     check_prompt_length(len(ids), max_tokens, dep)
     channel = Channel()
@@ -269,16 +298,22 @@ async def respond(
             exc.status, kind, exc.message, headers={"Retry-After": str(exc.retry_after)}
         ) from None
     timeout = deadline_s + 60  # the scheduler ends every completion by its deadline
+    gone = asyncio.ensure_future(disconnected(request))
     try:
-        first = await channel.get(timeout)
+        first = await unless_gone(channel.get(timeout), gone)
         if isinstance(first, Refused):
             raise refusal(first)
         if not req.stream:
-            text, end = await collect(channel, first, timeout)
+            text, end = await unless_gone(collect(channel, first, timeout), gone)
             return whole(fmt, req.model, text, end)
+    except ClientGone:
+        completion.cancelled = True
+        return Response(status_code=499)  # nobody reads it: nginx's "client closed request"
     except BaseException:
         completion.cancelled = True
         raise
+    finally:
+        gone.cancel()  # a stream's response listens for the disconnect itself
     usage = bool(req.stream_options and req.stream_options.include_usage)
     return StreamingResponse(
         sse(fmt, req.model, channel, first, completion, usage, timeout),
@@ -292,16 +327,16 @@ def mount_openai(app: FastAPI, loaded: Callable[[Tenant, str], LoadedDeployment]
     They are coroutines: a request waiting for its tokens holds no thread."""
 
     @app.post("/v1/completions", response_model=None)
-    async def completions(req: CompletionRequest, me: MeBriefly) -> Any:
+    async def completions(req: CompletionRequest, me: MeBriefly, request: Request) -> Any:
         check_fields(req, chat=False)
         prompt = completion_prompt(req)
         stop_strings(req.stop)  # every check of the request before any work
         dep = await run_in_threadpool(loaded, me, req.model)
         ids = await run_in_threadpool(dep.predictor.prompt_ids, prompt)
-        return await respond(COMPLETION, req, dep, ids, set(), me)
+        return await respond(COMPLETION, req, dep, ids, set(), me, request)
 
     @app.post("/v1/chat/completions", response_model=None)
-    async def chat_completions(req: ChatRequest, me: MeBriefly) -> Any:
+    async def chat_completions(req: ChatRequest, me: MeBriefly, request: Request) -> Any:
         check_fields(req, chat=True)
         for m in req.messages:
             message_text(m)
@@ -309,4 +344,4 @@ def mount_openai(app: FastAPI, loaded: Callable[[Tenant, str], LoadedDeployment]
         dep = await run_in_threadpool(loaded, me, req.model)
         ids = await run_in_threadpool(chat_prompt, req, dep.tokenizer)
         stop_ids = end_of_turn_ids(dep.tokenizer)
-        return await respond(CHAT, req, dep, ids, stop_ids, me)
+        return await respond(CHAT, req, dep, ids, stop_ids, me, request)
