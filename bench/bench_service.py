@@ -8,11 +8,17 @@ completions from 1, 8 and 32 concurrent clients, twice:
 Throughout, another client polls ``/v1/health``; its latency is recorded. The library floor,
 ``PMixED.generate`` in-process charging a SQLite ledger per token, is measured too.
 
+A long prompt, twice: one client streams a completion while another sends a prompt of
+``--long-tokens`` tokens, prefilled whole (``--prefill-chunk 65536``, the path before chunking)
+or in chunks between decoding steps (the default). The streaming client's longest wait between
+two pieces is recorded.
+
 The ensemble is trained by the service itself (an ``ensemble`` job on WikiText-2 records).
 
 Usage (from the repository root, which holds tests/service/live.py):
     PYTHONPATH=. python bench/bench_service.py [--parts 4] [--tokens 16] [--per-client 2]
-Writes bench/results/service.json.
+        [--long-tokens 6000] [--only throughput|long-prompt]
+Writes bench/results/service.json (``--only`` updates its own part of it).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +45,7 @@ RESULTS = Path(__file__).parent / "results"
 PROMPT = "The history of the city begins in the early medieval period, when"
 QUERIES = 1_000_000
 MODES = {"serialised": ("--max-batch", "1"), "batched": ()}
+PREFILL_MODES = {"whole": ("--prefill-chunk", "65536"), "chunked": ()}
 
 
 def train(
@@ -123,6 +131,64 @@ def load(srv: LiveServer, key: str, dep: str, clients: int, args: argparse.Names
             "health": probe.summary()}  # fmt: skip
 
 
+def long_prompt(srv: LiveServer, key: str, dep: str, args: argparse.Namespace) -> dict:
+    """One client streams 64 tokens; after its 4th piece another client sends a prompt of
+    ``long_tokens`` tokens for one token. The stream's gaps while that prompt is in."""
+    import httpx
+
+    stamps: list[float] = []
+    long_span: list[float] = []
+    prompt_tokens: list[int] = []
+
+    def send_long() -> None:
+        with srv.client(key, timeout=3600) as c:
+            t = time.perf_counter()
+            prompt = " ".join(["a"] * args.long_tokens)  # " a" is one token
+            r = c.post("/v1/completions", json={"model": dep, "prompt": prompt, "max_tokens": 1})
+            assert r.status_code == 200, r.text
+            long_span.extend([t, time.perf_counter()])
+            prompt_tokens.append(r.json()["usage"]["prompt_tokens"])
+
+    body = {"model": dep, "prompt": PROMPT, "max_tokens": 64, "stream": True}
+    sender = threading.Thread(target=send_long)
+    with httpx.stream(
+        "POST", f"{srv.url}/v1/completions", json=body, timeout=3600,
+        headers={"Authorization": f"Bearer {key}"},
+    ) as r:  # fmt: skip
+        for line in r.iter_lines():
+            if line.startswith("data: {") and json.loads(line[6:])["choices"][0]["text"]:
+                stamps.append(time.perf_counter())
+                if len(stamps) == 4:
+                    sender.start()
+    sender.join()
+    start, end = long_span
+    during = [b - a for a, b in pairwise(stamps) if b > start and a < end]
+    return {"prompt_tokens": prompt_tokens[0], "long_request_s": end - start, "stream_pieces_during": len(during),
+            "stream_longest_gap_s": max(during, default=end - start),
+            "stream_gaps_during_s": [round(g, 3) for g in during]}  # fmt: skip
+
+
+def run_long_prompt(root: Path, key: str, dep: str, args: argparse.Namespace) -> dict:
+    out: dict[str, Any] = {"long_tokens": args.long_tokens}
+    for mode, flags in PREFILL_MODES.items():
+        srv = LiveServer(root / "svc", worker=False, model="smollm2-135m", extra=flags).start()
+        try:
+            with srv.client(key) as c:  # load the deployment before timing
+                c.post("/v1/completions", json={"model": dep, "prompt": "x", "max_tokens": 1})
+            out[mode] = run = long_prompt(srv, key, dep, args)
+            print(f"{mode:>8} prefill of {args.long_tokens} tokens: {run['long_request_s']:.1f} s;"
+                  f" the stream's longest gap {run['stream_longest_gap_s']:.1f} s, "
+                  f"{run['stream_pieces_during']} pieces meanwhile")  # fmt: skip
+        finally:
+            srv.stop()
+    out["longest_gap_whole_vs_chunked"] = (
+        out["whole"]["stream_longest_gap_s"] / out["chunked"]["stream_longest_gap_s"]
+    )
+    print(f"the stream's longest gap: whole prefill {out['longest_gap_whole_vs_chunked']:.1f}× "
+          "the chunked one")  # fmt: skip
+    return out
+
+
 def library_ms_per_token(output_dir: Path, root: Path, args: argparse.Namespace) -> float:
     lm, engine, _ = load_ensemble(output_dir)
     led = PrivacyLedger(root / "baseline-ledger.db", "bench", Budget(100, 1e-5))
@@ -143,16 +209,35 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=16)
     ap.add_argument("--per-client", type=int, default=2)
     ap.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
+    ap.add_argument("--long-tokens", type=int, default=6000)
+    ap.add_argument("--only", choices=["throughput", "long-prompt"])
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="privlm-bench-service-"))
-    out: dict[str, Any] = {"args": vars(args), "model": "smollm2-135m", "runs": {}}
+    path = RESULTS / "service.json"
+    out: dict[str, Any] = json.loads(path.read_text()) if args.only and path.exists() else {}
+    out["model"] = "smollm2-135m"
+    trained: dict[str, Any] = {}
     srv = LiveServer(root / "svc", model="smollm2-135m").start()
     try:
         key = srv.tenant("bench")
-        dep, job = train(srv, key, args, out)
-        print(f"ensemble job ({args.parts} adapters): {out['ensemble_job_seconds']:.0f} s")
+        dep, job = train(srv, key, args, trained)
+        print(f"ensemble job ({args.parts} adapters): {trained['ensemble_job_seconds']:.0f} s")
     finally:
         srv.stop()
+    if args.only != "long-prompt":
+        out.update({"args": vars(args), "runs": {}, **trained})
+        throughput(root, key, dep, job, args, out)
+    if args.only != "throughput":
+        out["long_prompt"] = run_long_prompt(root, key, dep, args)
+        out["long_prompt"]["command_args"] = vars(args)
+    RESULTS.mkdir(exist_ok=True)
+    path.write_text(json.dumps(out, indent=2))
+    print(f"wrote {path}")
+
+
+def throughput(
+    root: Path, key: str, dep: str, job: str, args: argparse.Namespace, out: dict[str, Any]
+) -> None:
     for mode, flags in MODES.items():
         srv = LiveServer(root / "svc", worker=False, model="smollm2-135m", extra=flags).start()
         try:
@@ -173,9 +258,6 @@ def main() -> None:
     output_dir = next((root / "svc" / "tenants").rglob(f"{job}/output"))
     out["library_ms_per_token"] = library_ms_per_token(output_dir, root, args)
     print(f"library floor (one request, in-process): {out['library_ms_per_token']:.1f} ms/token")
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "service.json").write_text(json.dumps(out, indent=2))
-    print(f"wrote {RESULTS / 'service.json'}")
 
 
 if __name__ == "__main__":

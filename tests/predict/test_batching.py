@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
+from transformers import DynamicCache
 
 from privlm.predict.batching import DecodeBatch
-from privlm.predict.engine import CachedDecoder
+from privlm.predict.engine import CachedDecoder, Prefill, upcast_log_softmax
 from privlm.predict.protocol import Token
 
 
@@ -70,3 +72,34 @@ def test_requests_joining_leaving_and_dropping_rows_see_their_own_distributions(
         assert len(seq.seen) == len(want)
         for got, ref in zip(seq.seen, want, strict=True):
             torch.testing.assert_close(got, ref, atol=1e-5, rtol=0)
+
+
+def test_a_prompt_prefilled_in_chunks_decodes_as_one_prefilled_whole(engine):
+    """Chunks of 1, 3 and 7 tokens against one pass over all 23, with every position's logits
+    (the pass before chunking and ``logits_to_keep``): the same next-token distribution, and
+    the same after two more tokens decoded on each cache."""
+    eng, _ = engine
+    prompt, rows = [(7 * i + 3) % 500 for i in range(23)], [-1, 0, 2]
+    ids = torch.tensor([prompt] * len(rows))
+    cache = DynamicCache()
+    logits, _ = eng.logits(ids, torch.tensor(rows), cache)
+    whole = upcast_log_softmax(logits[:, -1])
+    for chunk in (1, 3, 7):
+        prefill = Prefill(eng, prompt, rows)
+        passes = 0
+        while not prefill.finished:
+            assert prefill.last is None
+            taken = prefill.advance(chunk)
+            assert taken == min(chunk, 23 - chunk * passes)
+            passes += 1
+        assert passes == -(-23 // chunk)
+        torch.testing.assert_close(prefill.last, whole, atol=1e-5, rtol=0)
+    decoder = CachedDecoder(eng, prompt, rows)
+    for token in (11, 12):
+        ids = torch.full((len(rows), 1), token)
+        logits, _ = eng.logits(ids, torch.tensor(rows), cache)
+        torch.testing.assert_close(
+            decoder.advance(token), upcast_log_softmax(logits[:, -1]), atol=1e-5, rtol=0
+        )
+    with pytest.raises(ValueError, match="not yet prefilled"):
+        prefill.advance(1)

@@ -6,10 +6,13 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from itertools import pairwise
 
 import pytest
 
 from privlm.accounting import PrivacyLedger
+from privlm.predict.batching import DecodeBatch
+from privlm.predict.engine import Prefill
 from privlm.service.admission import SchedulerLimits, TenantGate
 from tests.service.conftest import complete, deploy
 
@@ -230,3 +233,85 @@ def test_a_failed_forward_pass_fails_its_completions_and_the_scheduler_goes_on(
     }  # the type only, never a message
     assert complete(service, "acme", dep, 2).status_code == 200
     wait_until(lambda: service.state.runtime.gate.in_flight(held_tenant(service)) == 0)
+
+
+def trace(monkeypatch, slow_prefill: float = 0.0) -> list[tuple[str, int]]:
+    """Every prefill pass ("prefill", prompt length) and decoding step ("step", completions
+    in the batch) in order, prefill passes slowed by ``slow_prefill`` seconds."""
+    log: list[tuple[str, int]] = []
+    advance, step = Prefill.advance, DecodeBatch.step
+
+    def logged_advance(self, tokens):
+        time.sleep(slow_prefill)
+        log.append(("prefill", len(self.prompt)))
+        return advance(self, tokens)
+
+    def logged_step(self):
+        log.append(("step", len(self)))
+        step(self)
+
+    monkeypatch.setattr(Prefill, "advance", logged_advance)
+    monkeypatch.setattr(DecodeBatch, "step", logged_step)
+    return log
+
+
+def test_a_long_prompt_is_prefilled_between_the_running_completions_steps(
+    service, ensemble_job, monkeypatch
+):
+    """With 16 prompt tokens per step, a prompt of about 300 tokens takes some 19 prefill
+    passes, and the completion already running gets a decoding step after each of them."""
+    limit(service, prefill_chunk=16)
+    dep = pmixed(service, ensemble_job)
+    log = trace(monkeypatch)
+    with ThreadPoolExecutor(2) as pool:
+        running = pool.submit(complete, service, "acme", dep, 120)
+        wait_until(lambda: ("step", 1) in log)
+        long = pool.submit(complete, service, "acme", dep, 1, prompt="word " * 300)
+        assert long.result().status_code == 200, long.result().text
+        assert running.result().status_code == 200
+    length = long.result().json()["usage"]["prompt_tokens"]
+    chunks = [i for i, e in enumerate(log) if e == ("prefill", length)]
+    assert len(chunks) == -(-length // 16) >= 18
+    between = [log[a + 1 : b] for a, b in pairwise(chunks)]
+    assert all(len(e) == 1 and e[0][0] == "step" for e in between), between  # one step each
+    if running.result().json()["choices"][0]["finish_reason"] == "length":  # 120 tokens:
+        assert all(e == [("step", 1)] for e in between)  # it was decoded at every one
+
+
+def test_a_prompt_still_prefilling_at_its_deadline_times_out_between_chunks(
+    service, ensemble_job, monkeypatch
+):
+    limit(service, prefill_chunk=16, deadline_s=1.0)
+    dep = pmixed(service, ensemble_job)
+    log = trace(monkeypatch, slow_prefill=0.05)  # 2,000 tokens: 125 passes, over 6 s
+    t = time.monotonic()
+    r = complete(service, "acme", dep, 4, prompt="word " * 1990)
+    assert r.status_code == 503 and r.json()["error"]["type"] == "timeout", r.text
+    assert time.monotonic() - t < 3.0
+    assert 5 < sum(e[0] == "prefill" for e in log) < 60
+    assert complete(service, "acme", dep, 2).status_code == 200  # the deployment is free
+
+
+def test_privlm_serve_passes_every_scheduling_option_by_name(tmp_path, monkeypatch):
+    import uvicorn
+    from typer.testing import CliRunner
+
+    import privlm.service.app as service_app
+    from privlm.cli import app
+    from privlm.models.placement import DEVICE_ENV, DTYPE_ENV
+
+    for name in (DEVICE_ENV, DTYPE_ENV):  # serve sets them for its worker; restored after
+        monkeypatch.setenv(name, "")
+    seen = {}
+    monkeypatch.setattr(service_app, "asgi_app", lambda settings: seen.setdefault("s", settings))
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **kw: None)
+    monkeypatch.setattr("privlm.cli.serve._log_access", lambda: None)  # leaves logging alone
+    args = ["--max-batch", "3", "--max-queue", "5", "--tenant-max", "2",
+            "--prefill-chunk", "64", "--deadline", "9"]  # fmt: skip
+    result = CliRunner().invoke(
+        app, ["serve", "--no-worker", "--device", "cpu", "--data-dir", str(tmp_path), *args]
+    )
+    assert result.exit_code == 0, result.output
+    assert seen["s"].scheduling == SchedulerLimits(
+        max_batch=3, max_queue=5, tenant_max=2, prefill_chunk=64, deadline_s=9.0
+    )

@@ -52,6 +52,7 @@ def serve(
     max_batch: int = option(SchedulerLimits, "max_batch"),
     max_queue: int = option(SchedulerLimits, "max_queue"),
     tenant_max: int = option(SchedulerLimits, "tenant_max"),
+    prefill_chunk: int = option(SchedulerLimits, "prefill_chunk"),
     deadline_s: float = option(SchedulerLimits, "deadline_s", "--deadline"),
 ) -> None:
     """Start the web service (FastAPI on uvicorn) and its job worker."""
@@ -70,7 +71,10 @@ def serve(
     settings = ServiceSettings(
         data_dir=data_dir.resolve(), db_url=url, model=model,
         max_upload_bytes=int(max_upload_mb * (1 << 20)),
-        scheduling=SchedulerLimits(max_batch, max_queue, tenant_max, deadline_s),
+        scheduling=SchedulerLimits(
+            max_batch=max_batch, max_queue=max_queue, tenant_max=tenant_max,
+            prefill_chunk=prefill_chunk, deadline_s=deadline_s,
+        ),
     )  # fmt: skip
     app_ = asgi_app(settings)  # creates the schema before the worker starts
     child = None

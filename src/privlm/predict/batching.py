@@ -16,7 +16,7 @@ import torch
 from transformers import DynamicCache
 
 from privlm.errors import PrivlmError
-from privlm.predict.engine import CachedDecoder, EnsembleEngine, upcast_log_softmax
+from privlm.predict.engine import EnsembleEngine, Prefill, upcast_log_softmax
 from privlm.predict.protocol import Sequence, kept_positions
 
 
@@ -32,11 +32,14 @@ class Slot:
     pending: int | None = None
 
 
-def _left_pad(t: torch.Tensor, n: int) -> torch.Tensor:
-    """(B, H, L, D) → (B, H, n + L, D), zeros in front."""
-    if n == 0:
-        return t
-    return torch.cat([t.new_zeros(t.shape[0], t.shape[1], n, t.shape[3]), t], dim=2)
+def _stack_right_aligned(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """(Ba, H, La, D) and (Bb, H, Lb, D) → (Ba + Bb, H, max(La, Lb), D), each right-aligned
+    with zeros in front: one copy of each, written into one new tensor."""
+    width = max(a.shape[2], b.shape[2])
+    out = a.new_zeros(a.shape[0] + b.shape[0], a.shape[1], width, a.shape[3])
+    out[: a.shape[0], :, width - a.shape[2] :] = a
+    out[a.shape[0] :, :, width - b.shape[2] :] = b
+    return out
 
 
 def _kv(cache: DynamicCache) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -48,6 +51,14 @@ def _kv(cache: DynamicCache) -> list[tuple[torch.Tensor, torch.Tensor]]:
             raise PrivlmError(f"cannot batch a {type(layer).__name__} cache across requests")
         out.append((keys, values))
     return out
+
+
+def _replace(cache: DynamicCache, layers: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """Put each layer's new (keys, values) into ``cache`` in place, as transformers'
+    ``batch_select_indices`` does: building a new ``DynamicCache`` from tensors would copy
+    them all once more (a long prompt's cache is hundreds of MB)."""
+    for layer, (keys, values) in zip(cache.layers, layers, strict=True):
+        layer.keys, layer.values = keys, values
 
 
 class DecodeBatch:
@@ -67,21 +78,24 @@ class DecodeBatch:
         return sum(len(s.rows) for s in self.slots)
 
     def add(self, ids: list[int], seq: Sequence, reserve: int) -> Slot:
-        """Prefill ``ids`` for ``seq``'s rows (a pass of its own) and join the batch."""
-        decoder = CachedDecoder(self.engine, ids, seq.rows, reserve)
-        slot = Slot(seq, list(seq.rows), len(ids), decoder.last)
-        own = _kv(decoder.cache)
+        """Prefill ``ids`` for ``seq``'s rows (passes of their own) and join the batch."""
+        return self.join(seq, Prefill(self.engine, ids, seq.rows, reserve).run())
+
+    def join(self, seq: Sequence, prefill: Prefill) -> Slot:
+        """``seq`` joins the batch with its finished prefill (its cache joins the stack)."""
+        if prefill.last is None or prefill.engine is not self.engine:
+            raise ValueError("only a finished prefill on this batch's engine can join it")
+        ids = prefill.prompt
+        slot = Slot(seq, prefill.rows.tolist(), len(ids), prefill.last)
         if self.cache is None:
-            self.cache, self.width = DynamicCache(own), len(ids)
+            self.cache, self.width = prefill.cache, len(ids)  # adopted, not copied
         else:
-            grow = max(len(ids) - self.width, 0)
-            pad = self.width + grow - len(ids)
             merged = [
-                (torch.cat([_left_pad(keys, grow), _left_pad(k, pad)]),
-                 torch.cat([_left_pad(values, grow), _left_pad(v, pad)]))
-                for (keys, values), (k, v) in zip(_kv(self.cache), own, strict=True)
+                (_stack_right_aligned(keys, k), _stack_right_aligned(values, v))
+                for (keys, values), (k, v) in zip(_kv(self.cache), _kv(prefill.cache), strict=True)
             ]  # fmt: skip
-            self.cache, self.width = DynamicCache(merged), self.width + grow
+            _replace(self.cache, merged)
+            self.width = max(self.width, len(ids))
         self.slots.append(slot)
         return slot
 
@@ -136,5 +150,5 @@ class DecodeBatch:
             return
         trim = self.width - max(s.length for s in self.slots if s.rows)
         idx = torch.tensor(index, device=self.engine.device)
-        layers = [(k[idx, :, trim:], v[idx, :, trim:]) for k, v in _kv(self.cache)]
-        self.cache, self.width = DynamicCache(layers), self.width - trim
+        _replace(self.cache, [(k[idx, :, trim:], v[idx, :, trim:]) for k, v in _kv(self.cache)])
+        self.width -= trim

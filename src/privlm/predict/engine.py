@@ -195,10 +195,14 @@ class EnsembleEngine:
         past_key_values: DynamicCache | None = None,
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
+        last_only: bool = False,
     ) -> tuple[torch.Tensor, DynamicCache | None]:
         """Logits (B, T, V) for batch rows that each use adapter ``rows[b]`` (−1: none).
         ``attention_mask`` and ``position_ids`` let rows of different lengths share one
-        left-padded cache (:mod:`privlm.predict.batching`)."""
+        left-padded cache (:mod:`privlm.predict.batching`). ``last_only``: the logits of the
+        last position alone, (B, 1, V); a prefill needs no others, and the output layer over
+        every position of a long prompt would cost T·V floats per row."""
+        keep = {"logits_to_keep": 1} if last_only else {}
         if rows.shape[0] != input_ids.shape[0]:
             raise ValueError("one adapter index per batch row")
         if int(rows.max()) >= self.n_adapters or int(rows.min()) < -1:
@@ -213,6 +217,7 @@ class EnsembleEngine:
                     attention_mask=None if attention_mask is None else attention_mask.to(device),
                     position_ids=None if position_ids is None else position_ids.to(device),
                     use_cache=past_key_values is not None,
+                    **keep,
                 )
             finally:
                 self.router.set(None, None)
@@ -226,14 +231,22 @@ class EnsembleEngine:
         return upcast_log_softmax(logits[:, -1])
 
 
-class CachedDecoder:
-    """Incremental decoding of one context for a fixed set of rows, with a KV cache."""
+PREFILL_CHUNK = 512  # prompt tokens per prefill pass
+
+
+class Prefill:
+    """A prompt's KV cache for ``rows``, built a chunk of tokens per forward pass.
+
+    Chunks let a long prompt be interleaved with other work and stopped between passes (the
+    service's scheduler, issue 16 §1); each pass computes the output layer for its last
+    position only. The result equals one pass over the whole prompt up to float rounding
+    (``tests/predict/test_batching.py``)."""
 
     def __init__(
         self, engine: EnsembleEngine, prompt: list[int], rows: list[int], reserve: int = 0
     ) -> None:
-        """Prefill ``prompt`` for ``rows``; ``reserve`` is how many tokens will follow, so a
-        KV cache that cannot hold them all is refused before any work."""
+        """``reserve`` is how many tokens will follow, so a KV cache that cannot hold them all
+        is refused before any work."""
         if not prompt:
             raise ValueError("the prompt must have at least one token")
         first = next(engine.model.parameters())
@@ -242,12 +255,48 @@ class CachedDecoder:
             first.device, f"a KV cache of {len(rows)} rows × {len(prompt) + reserve} tokens",
             "use a shorter prompt, fewer tokens, or a smaller sample rate q",
         )  # fmt: skip
-        self.engine = engine
+        self.engine, self.prompt = engine, prompt
         self.rows = torch.tensor(rows, dtype=torch.long)
         self.cache = DynamicCache()
-        ids = torch.tensor([prompt] * len(rows), dtype=torch.long)
-        logits, _ = engine.logits(ids, self.rows, self.cache)
-        self.last = upcast_log_softmax(logits[:, -1])
+        self.done = 0  # prompt tokens in the cache
+        self.last: torch.Tensor | None = None  # (rows, V) log-probs once the prompt is in
+
+    @property
+    def finished(self) -> bool:
+        return self.done == len(self.prompt)
+
+    def advance(self, tokens: int = PREFILL_CHUNK) -> int:
+        """Prefill up to ``tokens`` more prompt tokens in one pass; how many it took."""
+        if tokens < 1 or self.finished:
+            raise ValueError("advance takes at least one token of a prompt not yet prefilled")
+        part = self.prompt[self.done : self.done + tokens]
+        ids = torch.tensor([part] * len(self.rows), dtype=torch.long)
+        logits, _ = self.engine.logits(ids, self.rows, self.cache, last_only=True)
+        self.done += len(part)
+        if self.finished:
+            self.last = upcast_log_softmax(logits[:, -1])
+        return len(part)
+
+    def run(self, chunk: int = PREFILL_CHUNK) -> Prefill:
+        """The whole prompt, ``chunk`` tokens per pass."""
+        while not self.finished:
+            self.advance(chunk)
+        return self
+
+
+class CachedDecoder:
+    """Incremental decoding of one context for a fixed set of rows, with a KV cache."""
+
+    def __init__(
+        self, engine: EnsembleEngine, prompt: list[int], rows: list[int], reserve: int = 0
+    ) -> None:
+        """Prefill ``prompt`` for ``rows`` (:class:`Prefill`, a chunk per pass); ``reserve``
+        is how many tokens will follow, so a KV cache that cannot hold them all is refused
+        before any work."""
+        prefill = Prefill(engine, prompt, rows, reserve).run()
+        assert prefill.last is not None
+        self.engine, self.rows, self.cache = engine, prefill.rows, prefill.cache
+        self.last = prefill.last
 
     def keep(self, positions: list[int]) -> None:
         """Keep only the rows at ``positions`` (in their current order), cache included."""

@@ -20,6 +20,10 @@ class SchedulerLimits:
         32, "completions a tenant may have queued or running, all deployments (then 429)",
         ge=1, le=10_000,
     )  # fmt: skip
+    prefill_chunk: int = setting(
+        256, "prompt tokens prefilled per step, between the batch's decoding steps",
+        ge=16, le=65_536,
+    )  # fmt: skip
     deadline_s: float = setting(
         120.0, "seconds a completion may take, waiting included, before it ends", gt=0, le=3600
     )

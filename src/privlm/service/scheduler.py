@@ -8,9 +8,15 @@ costs a request nothing but a queue entry: the HTTP side awaits events, holding 
 
 The scheduler decodes up to ``max_batch`` completions together
 (:class:`~privlm.predict.batching.DecodeBatch`): one forward pass per step for all of them.
-After each pass it visits the completions in admission order, and each one's mechanism
+After each pass it visits the completions in the order they joined the batch (admission
+order, but a long prompt joins when its prefill ends), and each one's mechanism
 samples, charges (durably) and only then releases its token: the charges of one step are
 made in that deterministic order, each before its token is sent.
+
+A new completion's prompt is prefilled in chunks (:class:`~privlm.predict.engine.Prefill`),
+at most ``prefill_chunk`` prompt tokens between two decoding steps: a long prompt slows the
+completions already running but does not stop them, and it is cancelled or timed out between
+chunks like any other work.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import time
 from collections import deque
 
 from privlm.predict.batching import DecodeBatch, Slot
-from privlm.predict.engine import EnsembleEngine
+from privlm.predict.engine import EnsembleEngine, Prefill
 from privlm.predict.protocol import Sequence
 from privlm.service.admission import Overloaded, SchedulerLimits, TenantGate
 from privlm.service.release import Completion, Refused
@@ -40,6 +46,7 @@ class DeploymentScheduler:
         self.owners: dict[int, Completion] = {}  # id(slot) → its completion
         self.pending: deque[Completion] = deque()
         self.rejoin: deque[Completion] = deque()  # switching to the public fallback
+        self.prefilling: deque[tuple[Completion, Sequence, Prefill]] = deque()
         self.wake = threading.Condition()
         self.thread = threading.Thread(target=self._run, name=f"generate-{name}", daemon=True)
         self.thread.start()
@@ -59,17 +66,19 @@ class DeploymentScheduler:
 
     def load(self) -> dict[str, int]:
         with self.wake:
-            return {"running": len(self.batch), "queued": len(self.pending)}
+            running = len(self.batch) + len(self.prefilling)
+            return {"running": running, "queued": len(self.pending)}
 
     # -- the thread --------------------------------------------------------------------------
 
     def _run(self) -> None:
         while True:
             with self.wake:
-                while not self.pending and not self.rejoin and not len(self.batch):
+                while not (self.pending or self.rejoin or self.prefilling or len(self.batch)):
                     self.wake.wait()
             try:
                 self._admit()
+                self._prefill()
                 self._choose()
                 self.batch.step()
             except Exception as exc:  # a failed forward pass: fail what was running
@@ -81,11 +90,12 @@ class DeploymentScheduler:
                 self.batch = DecodeBatch(self.batch.engine)
 
     def _admit(self) -> None:
-        """Fallback switches first, then the queue, up to ``max_batch``."""
+        """Fallback switches first, then the queue, up to ``max_batch`` (prefilling or
+        decoding)."""
         while self.rejoin:
             c = self.rejoin.popleft()
-            self._join(c, self._open(c, fallback=True))
-        while len(self.batch) < self.limits.max_batch:
+            self._start(c, self._open(c, fallback=True), first=True)
+        while len(self.batch) + len(self.prefilling) < self.limits.max_batch:
             with self.wake:
                 if not self.pending:
                     return
@@ -96,7 +106,7 @@ class DeploymentScheduler:
                 c.emit(Refused(503, "timeout", "the request waited past its deadline; retry"))
                 self._finish(c)
             else:
-                self._join(c, self._open(c))
+                self._start(c, self._open(c))
 
     def _open(self, c: Completion, fallback: bool = False) -> Sequence | None:
         """The sequence that answers ``c`` (None, its end emitted, when none does)."""
@@ -106,20 +116,48 @@ class DeploymentScheduler:
             c.fail(exc)
             return None
 
-    def _join(self, c: Completion, seq: Sequence | None) -> None:
+    def _start(self, c: Completion, seq: Sequence | None, first: bool = False) -> None:
+        """Begin ``c``'s prefill (refused at once if its KV cache cannot fit)."""
         if seq is None:
             self._finish(c)
             return
         try:
-            slot = self.batch.add(c.ids, seq, c.max_tokens)
+            prefill = Prefill(self.batch.engine, c.ids, seq.rows, c.max_tokens)
         except Exception as exc:
             c.fail(exc)
             self._finish(c)
             return
-        self.owners[id(slot)] = c
+        if first:
+            self.prefilling.appendleft((c, seq, prefill))
+        else:
+            self.prefilling.append((c, seq, prefill))
+
+    def _prefill(self) -> None:
+        """Up to ``prefill_chunk`` prompt tokens, oldest prefill first; each finished one
+        joins the batch. A prefill's own failure fails its completion only."""
+        budget = self.limits.prefill_chunk
+        while self.prefilling and budget > 0:
+            c, seq, prefill = self.prefilling[0]
+            if c.cancelled or time.monotonic() > c.deadline:
+                self.prefilling.popleft()
+                if not c.cancelled:
+                    c.expire()
+                self._finish(c)
+                continue
+            try:
+                budget -= prefill.advance(budget)
+                slot = self.batch.join(seq, prefill) if prefill.finished else None
+            except Exception as exc:  # the batch is untouched: join changes it last
+                self.prefilling.popleft()
+                c.fail(exc)
+                self._finish(c)
+                continue
+            if slot is not None:
+                self.prefilling.popleft()
+                self.owners[id(slot)] = c
 
     def _choose(self) -> None:
-        """Each completion in admission order: its token chosen, charged, then sent."""
+        """Each completion in the order it joined: its token chosen, charged, then sent."""
         for slot in list(self.batch.slots):
             c = self.owners[id(slot)]
             if c.cancelled:
