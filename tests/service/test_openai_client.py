@@ -162,9 +162,9 @@ def test_a_streamed_token_is_sent_only_after_its_charge_is_committed(served):
     assert seen >= 1
 
 
-def test_a_client_that_disconnects_stops_generation(served, monkeypatch):
-    """With every query slowed to 50 ms, 200 tokens would take 10 s; the client leaves after
-    two pieces, and the ledger stops growing at once. The charges made stay."""
+@pytest.fixture
+def slow_charges(monkeypatch):
+    """Every query slowed to 50 ms: 200 tokens would take 10 s."""
     charge = PMixED._charge_one
 
     def slow_charge(self):
@@ -172,6 +172,22 @@ def test_a_client_that_disconnects_stops_generation(served, monkeypatch):
         charge(self)
 
     monkeypatch.setattr(PMixED, "_charge_one", slow_charge)
+
+
+def charges_stop_and_the_deployment_answers(served, before: int) -> int:
+    """The ledger stops growing once the client has gone (what it charged stays), and the
+    deployment answers the next request; how many charges the gone client's request made."""
+    time.sleep(1.0)
+    stopped_at = served.charged(served.dep) - before
+    time.sleep(1.0)
+    assert served.charged(served.dep) - before == stopped_at  # nothing more is charged
+    c = served.client(timeout=30).completions.create(model=served.dep, prompt="x", max_tokens=1)
+    assert c.usage.completion_tokens == 1
+    return stopped_at
+
+
+def test_a_client_that_disconnects_stops_generation(served, slow_charges):
+    """The client leaves a 200-token stream after two pieces."""
     before = served.charged(served.dep)
     body = {"model": served.dep, "prompt": "the patient", "max_tokens": 200, "stream": True}
     with httpx.stream(
@@ -183,27 +199,14 @@ def test_a_client_that_disconnects_stops_generation(served, monkeypatch):
             events += line.startswith("data: ")
             if events == 2:
                 break
-    time.sleep(1.0)
-    stopped_at = served.charged(served.dep) - before
-    time.sleep(1.0)
-    assert served.charged(served.dep) - before == stopped_at  # nothing more is charged
+    stopped_at = charges_stop_and_the_deployment_answers(served, before)
     assert 2 <= stopped_at < 10, stopped_at
-    # the deployment's lock was released: the next request is answered
-    c = served.client(timeout=30).completions.create(model=served.dep, prompt="x", max_tokens=1)
-    assert c.usage.completion_tokens == 1
 
 
-def test_a_client_that_gives_up_on_a_whole_answer_stops_generation(served, monkeypatch):
-    """Not streaming: the client's read times out after 1 s (about 20 of 200 slowed tokens),
-    it hangs up, and the ledger stops growing: no budget is spent on an answer nobody
-    receives (an OpenAI client's retry would otherwise pay for the same answer twice)."""
-    charge = PMixED._charge_one
-
-    def slow_charge(self):
-        time.sleep(0.05)
-        charge(self)
-
-    monkeypatch.setattr(PMixED, "_charge_one", slow_charge)
+def test_a_client_that_gives_up_on_a_whole_answer_stops_generation(served, slow_charges):
+    """Not streaming: the client's read times out after 1 s (about 20 of 200 tokens) and it
+    hangs up: no budget is spent on an answer nobody receives (an OpenAI client's retry
+    would otherwise pay for the same answer twice)."""
     before = served.charged(served.dep)
     body = {"model": served.dep, "prompt": "the patient", "max_tokens": 200}
     with pytest.raises(httpx.ReadTimeout):
@@ -211,13 +214,8 @@ def test_a_client_that_gives_up_on_a_whole_answer_stops_generation(served, monke
             f"{served.url}/v1/completions", json=body, timeout=httpx.Timeout(30, read=1.0),
             headers={"Authorization": f"Bearer {served.key}"},
         )  # fmt: skip
-    time.sleep(1.0)
-    stopped_at = served.charged(served.dep) - before
-    time.sleep(1.0)
-    assert served.charged(served.dep) - before == stopped_at  # nothing more is charged
+    stopped_at = charges_stop_and_the_deployment_answers(served, before)
     assert 1 <= stopped_at < 100, stopped_at
-    c = served.client(timeout=30).completions.create(model=served.dep, prompt="x", max_tokens=1)
-    assert c.usage.completion_tokens == 1
 
 
 def test_budget_exhaustion_is_a_429_with_the_reason(served):
