@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import CacheLayerMixin
 
 from privlm.errors import PrivlmError
 from privlm.predict.engine import EnsembleEngine, Prefill, upcast_log_softmax
@@ -58,6 +59,8 @@ def _replace(cache: DynamicCache, layers: list[tuple[torch.Tensor, torch.Tensor]
     ``batch_select_indices`` does: building a new ``DynamicCache`` from tensors would copy
     them all once more (a long prompt's cache is hundreds of MB)."""
     for layer, (keys, values) in zip(cache.layers, layers, strict=True):
+        if not isinstance(layer, CacheLayerMixin):
+            raise PrivlmError(f"cannot batch a {type(layer).__name__} cache across requests")
         layer.keys, layer.values = keys, values
 
 
