@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -16,7 +17,8 @@ from privlm.accounting.analysis import pmixed as pm
 from privlm.models import load_public_model
 from privlm.models.placement import resolve_placement
 from privlm.predict import PMixED, PMixEDConfig
-from privlm.predict.engine import CachedDecoder, EnsembleEngine
+from privlm.predict.batching import DecodeBatch
+from privlm.predict.engine import CachedDecoder, EnsembleEngine, Prefill
 from privlm.predict.submix_rule import submix_step
 from privlm.training import dpsgd as dp
 from privlm.training.lora_finetune import record_sequences
@@ -61,6 +63,26 @@ def test_the_kv_cache_decodes_on_the_gpu_as_a_full_forward_pass(adapter_dirs):
         dec.advance(token)
     full = gpu.log_probs([*CONTEXT, 11, 12, 13], [0, 2])
     torch.testing.assert_close(dec.last, full, atol=1e-5, rtol=1e-4)
+
+
+def test_chunked_prefill_and_batched_decoding_on_the_gpu_match_the_cpu(adapter_dirs):
+    """Two requests of different lengths prefilled in chunks of 2, stacked into one
+    left-padded cache on the GPU and decoded together (issue 16 §1): each row's next-token
+    distribution is the CPU's for its own context."""
+    gpu, _ = engine_on(adapter_dirs, DEVICE, "float32")
+    cpu, _ = engine_on(adapter_dirs, "cpu", "float32")
+    requests = [([*CONTEXT, 7, 8, 9], [-1, 0, 3]), (CONTEXT[:2], [-1, 2])]
+    batch = DecodeBatch(gpu)
+    for prompt, rows in requests:
+        batch.join(SimpleNamespace(rows=rows), Prefill(gpu, prompt, rows, 2).run(chunk=2))
+    for token in (11, 12):
+        for slot in batch.slots:
+            slot.pending = token
+        batch.step()
+    for slot, (prompt, rows) in zip(batch.slots, requests, strict=True):
+        assert slot.last.device.type == DEVICE and slot.last.dtype == torch.float64
+        want = cpu.log_probs([*prompt, 11, 12], rows)
+        torch.testing.assert_close(slot.last.cpu(), want, atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
