@@ -29,7 +29,9 @@ import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -131,6 +133,18 @@ def load(srv: LiveServer, key: str, dep: str, clients: int, args: argparse.Names
             "health": probe.summary()}  # fmt: skip
 
 
+@contextmanager
+def serving(root: Path, key: str, dep: str, flags: tuple[str, ...]) -> Iterator[LiveServer]:
+    """The service (no worker) started with ``flags``, the deployment loaded before timing."""
+    srv = LiveServer(root / "svc", worker=False, model="smollm2-135m", extra=flags).start()
+    try:
+        with srv.client(key) as c:
+            c.post("/v1/completions", json={"model": dep, "prompt": "x", "max_tokens": 1})
+        yield srv
+    finally:
+        srv.stop()
+
+
 def long_prompt(srv: LiveServer, key: str, dep: str, args: argparse.Namespace) -> dict:
     """One client streams 64 tokens; after its 4th piece another client sends a prompt of
     ``long_tokens`` tokens for one token. The stream's gaps while that prompt is in."""
@@ -171,16 +185,11 @@ def long_prompt(srv: LiveServer, key: str, dep: str, args: argparse.Namespace) -
 def run_long_prompt(root: Path, key: str, dep: str, args: argparse.Namespace) -> dict:
     out: dict[str, Any] = {"long_tokens": args.long_tokens}
     for mode, flags in PREFILL_MODES.items():
-        srv = LiveServer(root / "svc", worker=False, model="smollm2-135m", extra=flags).start()
-        try:
-            with srv.client(key) as c:  # load the deployment before timing
-                c.post("/v1/completions", json={"model": dep, "prompt": "x", "max_tokens": 1})
+        with serving(root, key, dep, flags) as srv:
             out[mode] = run = long_prompt(srv, key, dep, args)
             print(f"{mode:>8} prefill of {args.long_tokens} tokens: {run['long_request_s']:.1f} s;"
                   f" the stream's longest gap {run['stream_longest_gap_s']:.1f} s, "
                   f"{run['stream_pieces_during']} pieces meanwhile")  # fmt: skip
-        finally:
-            srv.stop()
     out["longest_gap_whole_vs_chunked"] = (
         out["whole"]["stream_longest_gap_s"] / out["chunked"]["stream_longest_gap_s"]
     )
@@ -239,17 +248,12 @@ def throughput(
     root: Path, key: str, dep: str, job: str, args: argparse.Namespace, out: dict[str, Any]
 ) -> None:
     for mode, flags in MODES.items():
-        srv = LiveServer(root / "svc", worker=False, model="smollm2-135m", extra=flags).start()
-        try:
-            with srv.client(key) as c:  # load the deployment before timing
-                c.post("/v1/completions", json={"model": dep, "prompt": "x", "max_tokens": 1})
+        with serving(root, key, dep, flags) as srv:
             for n in args.clients:
                 run = load(srv, key, dep, n, args)
                 out["runs"].setdefault(str(n), {})[mode] = run
                 print(f"{mode:>10}, {n:>2} clients: {run['tokens_per_s']:6.1f} tokens/s; "
                       f"health p99 {run['health']['p99_ms']:.0f} ms")  # fmt: skip
-        finally:
-            srv.stop()
     for n, runs in out["runs"].items():
         runs["batched_vs_serialised"] = (
             runs["batched"]["tokens_per_s"] / runs["serialised"]["tokens_per_s"]

@@ -58,7 +58,8 @@ def test_requests_joining_leaving_and_dropping_rows_see_their_own_distributions(
     for step in range(8):
         for i, (prompt, *_, joins) in enumerate(specs):
             if joins == step:
-                slots.append(batch.add(prompt, seqs[i], len(seqs[i].tokens)))
+                prefill = Prefill(eng, prompt, seqs[i].rows, len(seqs[i].tokens)).run()
+                slots.append(batch.join(seqs[i], prefill))
         for slot in list(slots):
             token = slot.seq.choose(slot.last)
             if slot.seq.done:

@@ -80,10 +80,6 @@ class DecodeBatch:
     def n_rows(self) -> int:
         return sum(len(s.rows) for s in self.slots)
 
-    def add(self, ids: list[int], seq: Sequence, reserve: int) -> Slot:
-        """Prefill ``ids`` for ``seq``'s rows (passes of their own) and join the batch."""
-        return self.join(seq, Prefill(self.engine, ids, seq.rows, reserve).run())
-
     def join(self, seq: Sequence, prefill: Prefill) -> Slot:
         """``seq`` joins the batch with its finished prefill (its cache joins the stack)."""
         if prefill.last is None or prefill.engine is not self.engine:
