@@ -120,3 +120,58 @@ def test_lazy_rows_give_exactly_the_distributions_of_a_full_recomputation(
         if t < len(gen.token_ids):
             context = [*context, gen.token_ids[t]]
     assert len(seen) == len(gen.token_ids)
+
+
+def _legacy_ledger(tmp_path, cfg: PMixEDConfig, n_models: int, tokens: int) -> PrivacyLedger:
+    """A ledger as a deployment under the per-part (expansion) bound left it: tokens charged
+    at the expansion radius, with the expansion curve, and no bound recorded."""
+    from privlm.accounting import Charge, RdpCurve
+
+    ledger = PrivacyLedger(tmp_path / "legacy.db", "old", Budget(cfg.epsilon, cfg.delta))
+    radius = analysis.solve_radius(
+        cfg.per_query_rdp, cfg.alpha, n_models, cfg.sample_rate, bound="expansion"
+    )
+    curve = RdpCurve.from_mapping(
+        analysis.query_rdp_curve(radius, cfg.alpha, n_models, cfg.sample_rate, "expansion")
+    )
+    for i in range(tokens):
+        ledger.charge(
+            Charge(
+                "pmixed", rdp=curve, params={"query": i + 1, "radius": radius, "q": cfg.sample_rate}
+            )
+        )
+    return ledger
+
+
+def test_tokens_released_under_the_per_part_bound_are_restated_per_unit(engine, tmp_path):
+    eng, tok = engine
+    cfg = PMixEDConfig(8.0, 1e-5, 3, 12, 0.03)
+    ledger = _legacy_ledger(tmp_path, cfg, eng.n_adapters, tokens=2)
+    fresh = cfg.query_cost(eng.n_adapters)[0]
+    pm = PMixED(eng, tok, ledger, cfg, seed=0)
+    restated = [c for c in ledger.charges() if c.mechanism == "pmixed-per-unit-restatement"]
+    assert len(restated) == 1 and restated[0].params["queries_restated"] == 2
+    assert pm.refusal is None and pm.radius < fresh and pm.queries_left() == 10
+    pm.generate("Hello", max_new_tokens=50)  # the rest of the budget, per unit
+    assert pm.queries_left() == 0 and ledger.spent().epsilon <= 8.0 * (1 + 1e-9)
+    sound = sum(
+        analysis.query_rdp(float(c.params["radius"]), 3, eng.n_adapters, 0.03)
+        for c in ledger.charges()
+        if c.mechanism == "pmixed"
+    )
+    assert sound <= rdp_budget_for(8.0, 1e-5, 3) * (1 + 1e-9)
+    again = PMixED(eng, tok, ledger, cfg, seed=0)  # restated once, not twice
+    assert sum(c.mechanism == "pmixed-per-unit-restatement" for c in ledger.charges()) == 1
+    assert again.exhausted()
+
+
+def test_a_deployment_that_overspent_per_unit_refuses_with_the_reason(engine, tmp_path):
+    eng, tok = engine
+    cfg = PMixEDConfig(8.0, 1e-5, 3, 12, 0.03)
+    ledger = _legacy_ledger(tmp_path, cfg, eng.n_adapters, tokens=12)
+    charges = ledger.count()
+    pm = PMixED(eng, tok, ledger, cfg, seed=0)
+    assert pm.exhausted() and "per-unit" in (pm.refusal or "")
+    with pytest.raises(BudgetExceededError, match="one member replaced"):
+        pm.generate("Hello", max_new_tokens=1)
+    assert ledger.count() == charges  # nothing more released or recorded

@@ -72,8 +72,8 @@ def test_exact_divergence_within_charged_cost_over_subsampling(vocab, n, eps, q,
     rng = np.random.default_rng(seed)
     p0 = random_pmf(rng, vocab, 2.0)
     models = [random_pmf(rng, vocab, 0.2) for _ in range(n)]
-    radius = pm.solve_radius(eps, ALPHA, n, q)
-    charged = pm.query_rdp(radius, ALPHA, n, q)
+    radius = pm.solve_radius(eps, ALPHA, n, q, bound="expansion")
+    charged = pm.query_rdp(radius, ALPHA, n, q, "expansion")
     assert charged <= eps
     full = pmixed_poisson_output(models, p0, ALPHA, radius, q)
     for i in range(n):
@@ -84,8 +84,8 @@ def test_exact_divergence_within_charged_cost_over_subsampling(vocab, n, eps, q,
 @pytest.mark.parametrize("q", [1.0, 0.5, 0.1])
 def test_adversarial_case_is_within_budget(q):
     p0, models = adversarial_case()
-    radius = pm.solve_radius(0.5, ALPHA, 2, q)
-    charged = pm.query_rdp(radius, ALPHA, 2, q)
+    radius = pm.solve_radius(0.5, ALPHA, 2, q, bound="expansion")
+    charged = pm.query_rdp(radius, ALPHA, 2, q, "expansion")
     full = pmixed_poisson_output(models, p0, ALPHA, radius, q)
     for i in range(2):
         without = pmixed_poisson_output(models[:i] + models[i + 1 :], p0, ALPHA, radius, q)
@@ -117,8 +117,8 @@ def test_sampling_with_replacement_breaks_the_bound():
     replacement: the exact divergence exceeds the cost the Poisson analysis charges."""
     p0, models = adversarial_case()
     q = 0.1
-    radius = pm.solve_radius(0.5, ALPHA, 2, q)
-    charged = pm.query_rdp(radius, ALPHA, 2, q)
+    radius = pm.solve_radius(0.5, ALPHA, 2, q, bound="expansion")
+    charged = pm.query_rdp(radius, ALPHA, 2, q, "expansion")
     poisson_full = pmixed_poisson_output(models, p0, ALPHA, radius, q)
     poisson_without = pmixed_poisson_output(models[1:], p0, ALPHA, radius, q)
     assert sym(poisson_full, poisson_without, ALPHA) <= charged

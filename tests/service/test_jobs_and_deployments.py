@@ -15,7 +15,8 @@ def test_pmixed_deployment_charges_every_token_then_refuses(service, ensemble_jo
     r = deploy(service, "acme", ensemble_job["id"], mechanism="pmixed", epsilon=8, queries=6)
     assert r.status_code == 201, r.text
     dep = r.json()["id"]
-    assert r.json()["params"]["bound"] == "expansion"  # stored: it runs with what it reserved
+    assert r.json()["params"]["bound"] == "replacement"  # per unit: one member replaced
+    assert "replaces one ensemble member" in r.json()["guarantee"]["text"]
     released = 0
     while True:
         r = complete(service, "acme", dep)
@@ -334,12 +335,29 @@ def test_the_service_never_passes_a_seed():
     assert cfg.seed is None
 
 
-def test_a_deployment_stored_before_bounds_existed_keeps_the_jensen_bound():
-    """Issue 15 §1: its budget was reserved with the Jensen curve, which the expansion's can
-    exceed at orders below α; it must keep running with that curve."""
+def test_a_deployment_reserved_per_part_is_restated_per_unit_on_its_dataset(service, ensemble_job):
+    """A deployment reserved under a per-part bound (stored before the per-unit bound, or
+    with no bound: Jensen's) is restated when it loads: its dataset's ledger is charged the
+    excess of its per-unit lifetime over what was reserved, once."""
+    from privlm.service.db import Deployment
     from privlm.service.deployments import DeploymentParams, deployment_bound
 
     legacy = {"job_id": "j", "mechanism": "pmixed", "epsilon": 8.0, "delta": 1e-5,
               "queries": 6, "alpha": 3.0, "sample_rate": 0.03, "beta": None, "fallback": False}  # fmt: skip
     assert deployment_bound(legacy) == "jensen"
-    assert deployment_bound(DeploymentParams(job_id="j").model_dump()) == "expansion"
+    assert deployment_bound(DeploymentParams(job_id="j").model_dump()) == "replacement"
+    r = deploy(service, "acme", ensemble_job["id"], mechanism="pmixed", bound="expansion")
+    assert r.status_code == 400 and "per part" in r.json()["error"]["message"]
+
+    dep = deploy(service, "acme", ensemble_job["id"], mechanism="pmixed", queries=6).json()["id"]
+    with service.state.sessions() as session:  # as a deployment made before the per-unit bound
+        row = session.get(Deployment, dep)
+        params = json.loads(row.params)
+        params.pop("bound")
+        row.params = json.dumps(params)
+        session.commit()
+    assert complete(service, "acme", dep, max_tokens=1).status_code == 200
+    dataset = PrivacyLedger(service.ledgers, f"dataset-{ensemble_job['dataset_id']}")
+    restated = [c for c in dataset.charges() if c.mechanism == "deployment-reservation-restatement"]
+    assert len(restated) == 1 and restated[0].params["deployment"] == dep
+    assert dataset.spent().epsilon <= dataset.budget.epsilon

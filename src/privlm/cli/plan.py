@@ -25,21 +25,14 @@ def plan_pmixed(
     bound: str = option(PMixEDConfig, "bound"),
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Per-query RDP budget, the RD-ball radius privlm uses, and per-subset-size figures."""
+    """Per-query RDP budget, the RD-ball radius privlm uses, and the relation it is for."""
     cfg = PMixEDConfig(epsilon, delta, alpha, queries, sample_rate, bound)
     per_query = cfg.per_query_rdp
     radius = analysis.solve_radius(per_query, alpha, ensemble_size, sample_rate, bound=bound)
-    other = "jensen" if bound == "expansion" else "expansion"
-    rows = [
-        {
-            "subset_size": m,
-            "loss_before_amplification": analysis.subset_rdp(radius, alpha, m, bound),
-            "paper_beta_at_realised_size": analysis.paper_realised_size_beta(
-                per_query, alpha, m, sample_rate
-            ),
-        }
-        for m in range(1, max_subset + 1)
-    ]
+    per_part = {
+        b: analysis.solve_radius(per_query, alpha, ensemble_size, sample_rate, bound=b)
+        for b in analysis.PER_PART_BOUNDS
+    }
     out = {
         "epsilon": epsilon,
         "delta": delta,
@@ -51,38 +44,43 @@ def plan_pmixed(
         "per_query_rdp_budget": per_query,
         "ball_order": analysis.ball_order(alpha),
         "bound": bound,
+        "relation": analysis.relation(bound),
+        "per_unit": analysis.is_per_unit(bound),
         "radius": radius,
-        f"radius_with_{other}_bound": analysis.solve_radius(
-            per_query, alpha, ensemble_size, sample_rate, bound=other
-        ),
+        "member_weight": analysis.replacement_weight(ensemble_size, sample_rate),
+        "per_part_radius_for_comparison": per_part,
         "per_query_rdp_charged": analysis.query_rdp(
             radius, alpha, ensemble_size, sample_rate, bound
         ),
         "paper_theorem51_beta_no_subsampling": analysis.paper_theorem51_beta(
             per_query, alpha, ensemble_size
         ),
-        "subset_sizes": rows,
+        "paper_beta_at_realised_size": {
+            m: analysis.paper_realised_size_beta(per_query, alpha, m, sample_rate)
+            for m in range(1, max_subset + 1)
+        },
     }
     if as_json:
         emit_json(out)
         return
+    scope = "per unit" if out["per_unit"] else "PER PART ONLY (not a per-unit guarantee)"
     typer.echo(
-        f"PMixED: (ε={epsilon:g}, δ={delta:g}) over T={queries} queries = RDP {out['rdp_budget']:.4g} at α={alpha}"
+        f"PMixED: (ε={epsilon:g}, δ={delta:g}) over T={queries} queries, {scope} = RDP "
+        f"{out['rdp_budget']:.4g} at α={alpha}"
     )
+    typer.echo(f"  neighbouring relation: {out['relation']}")
     typer.echo(
         f"  per-query RDP budget ε_G/T = {per_query:.4g}; charged per query {out['per_query_rdp_charged']:.4g}"
     )
     typer.echo(
-        f"  RD ball at order 2α = {2 * alpha}: radius ρ* = {radius:.4g} (N = {ensemble_size}, q = {sample_rate:g}, "
-        f"{bound} bound; the {other} bound gives {out[f'radius_with_{other}_bound']:.4g})"
+        f"  RD ball at order 2α = {2 * alpha}: radius ρ* = {radius:.4g} (N = {ensemble_size}, "
+        f"q = {sample_rate:g}, {bound} bound; one member's weight in a release "
+        f"w = {out['member_weight']:.4g})"
     )
     typer.echo(
-        "  subset size | loss before amplification at α | paper's β* at that size (not used)"
+        "  for comparison only, the paper's per-part relation (one member added or removed) "
+        "would allow "
+        + ", ".join(f"ρ = {r:.4g} ({b})" for b, r in per_part.items())
+        + "; privlm never charges a per-unit ledger with it"
     )
-    for r in rows:
-        typer.echo(
-            f"  {r['subset_size']:>11} | {r['loss_before_amplification']:>30.4g} | {r['paper_beta_at_realised_size']:.4g}"
-        )
-    typer.echo(
-        "  privlm's radius does not depend on the realised subset size: see docs/sharp_edges.md"
-    )
+    typer.echo("  see docs/sharp_edges.md, 'PMixED per unit'")

@@ -11,9 +11,11 @@ budget at α by Theorem C.3, and ρ* is chosen so one query costs at most that o
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from transformers import PreTrainedTokenizerBase
 
@@ -47,8 +49,9 @@ class PMixEDConfig:
     )
     bound: str = setting(
         analysis.DEFAULT_BOUND,
-        "PMixED: how a subset's loss is bounded from the ball: expansion (Eq. 12 at rate 1/m, "
-        "tighter) or jensen (Theorem 5.1's Jensen step, for comparison); both sound",
+        "PMixED: the per-query bound. replacement: per unit (one unit changes one member's "
+        "model), the only one charged to a ledger; expansion or jensen: the paper's per-part "
+        "relation (one member added or removed), for plan's comparisons only",
         choices=analysis.BOUNDS,
     )
 
@@ -83,6 +86,96 @@ class PMixEDConfig:
         return self.query_cost(n_models)[1].times(self.queries)
 
 
+CORRECTION = "pmixed-per-unit-restatement"
+
+
+def legacy_restatement(
+    ledger: PrivacyLedger, cfg: PMixEDConfig, n_models: int
+) -> tuple[str | None, float | None] | None:
+    """Restate a ledger's PMixED charges made under a per-part bound (or before bounds were
+    recorded) under the per-unit replacement bound, at the radius each query used.
+
+    Returns None when there is nothing to restate; otherwise (refusal, radius): the
+    difference is charged to the ledger durably (``pmixed-per-unit-restatement``), and the
+    radius spreads what is left of the RDP budget at α over the queries left. If the
+    difference does not fit the budget, or nothing is left, ``refusal`` says why."""
+    records = ledger.charges()
+    if any(r.mechanism == CORRECTION for r in records):
+        legacy = [r for r in records if r.mechanism == CORRECTION]
+        return _after_restatement(ledger, cfg, n_models, records, legacy[-1].params)
+    old = [
+        r for r in records
+        if r.mechanism == PMixED.mechanism and r.params.get("bound") != analysis.REPLACEMENT
+    ]  # fmt: skip
+    if not old:
+        return None
+    orders = [float(k) for k in range(2, cfg.alpha + 1)]
+    sound = np.zeros(len(orders))
+    recorded = np.zeros(len(orders))
+    for r in old:
+        q = float(r.params.get("q", cfg.sample_rate))
+        curve = analysis.query_rdp_curve(float(r.params["radius"]), cfg.alpha, n_models, q)
+        sound += np.array([curve[a] for a in orders])
+        stored = dict(zip(ledger.orders, r.rdp or (), strict=False))
+        recorded += np.array([stored.get(a, 0.0) for a in orders])  # absent: restate it all
+    extra = np.maximum(sound - recorded, 0.0)
+    params = {
+        "queries_restated": len(old),
+        "sound_rdp_at_alpha": float(sound[-1]),
+        "alpha": cfg.alpha,
+    }
+    try:
+        ledger.charge(
+            Charge(
+                CORRECTION,
+                rdp=RdpCurve(tuple(orders), tuple(float(x) for x in extra)),
+                unit="ensemble member (one part of the data)",
+                params=params,
+            )
+        )
+    except BudgetExceededError:
+        return (
+            f"refused: ledger {ledger.name!r} released {len(old)} PMixED tokens under the "
+            "per-part bound, which does not cover what one unit changes (one member "
+            "replaced); recomputed under the per-unit bound they cost more than the budget "
+            f"ε={cfg.epsilon} at δ={cfg.delta} (docs/sharp_edges.md), so no further private "
+            "tokens are released",
+            None,
+        )
+    return _after_restatement(ledger, cfg, n_models, ledger.charges(), params)
+
+
+def _after_restatement(
+    ledger: PrivacyLedger,
+    cfg: PMixEDConfig,
+    n_models: int,
+    records: list[Any],
+    params: Mapping[str, Any],
+) -> tuple[str | None, float | None]:
+    """The radius for the queries left once a ledger's legacy charges are restated."""
+    new_tokens = [
+        r for r in records
+        if r.mechanism == PMixED.mechanism and r.params.get("bound") == analysis.REPLACEMENT
+    ]  # fmt: skip
+    spent_at_alpha = float(params["sound_rdp_at_alpha"]) + sum(
+        analysis.query_rdp(float(r.params["radius"]), cfg.alpha, n_models, cfg.sample_rate)
+        for r in new_tokens
+    )
+    used = int(params["queries_restated"]) + len(new_tokens)
+    left_rdp = rdp_budget_for(cfg.epsilon, cfg.delta, cfg.alpha) - spent_at_alpha
+    if used >= cfg.queries or left_rdp <= 0:
+        return (
+            f"refused: ledger {ledger.name!r} has no per-unit budget left: its tokens released "
+            "under the per-part bound, recomputed under the per-unit bound (one member "
+            "replaced), use what remains (docs/sharp_edges.md)",
+            None,
+        )
+    radius = analysis.solve_radius(
+        left_rdp / (cfg.queries - used), cfg.alpha, n_models, cfg.sample_rate
+    )
+    return None, radius
+
+
 class PMixED(StreamingPredictor):
     """Private prediction over an ensemble of LoRA adapters. One ledger per deployment."""
 
@@ -99,17 +192,36 @@ class PMixED(StreamingPredictor):
     ) -> None:
         self.engine, self.tokenizer, self.ledger = engine, tokenizer, ledger
         self.config = cfg = config or PMixEDConfig()
+        analysis.check_per_unit(cfg.bound)  # a ledger is per unit: never a per-part charge
         if ledger.budget != Budget(cfg.epsilon, cfg.delta):
             raise PrivlmError(
                 f"ledger {ledger.name!r} has budget {ledger.budget.describe()}, not ε={cfg.epsilon} at δ={cfg.delta}"
             )
+        self.refusal: str | None = None
         self.radius, self.query_curve = cfg.query_cost(engine.n_adapters)
+        self._restate_legacy_charges()
         self.rng = as_randomness(seed)  # the OS CSPRNG unless a seed is given
+
+    def _restate_legacy_charges(self) -> None:
+        """Tokens released under a per-part bound (ledgers written before the per-unit bound)
+        are recomputed under it: the difference is charged durably, and the rest of the
+        budget is spread over the queries left, at the radius that fits. If the recomputed
+        spending does not fit the budget, every further token is refused, with the reason."""
+        restated = legacy_restatement(self.ledger, self.config, self.engine.n_adapters)
+        if restated is None:
+            return
+        self.refusal, radius = restated
+        if radius is not None:
+            self.radius = radius
+            curve = analysis.query_rdp_curve(
+                radius, self.config.alpha, self.engine.n_adapters, self.config.sample_rate
+            )
+            self.query_curve = RdpCurve.from_mapping(curve)
 
     # -- budget ------------------------------------------------------------------------------
 
     def queries_used(self) -> int:
-        return self.ledger.count()
+        return sum(1 for c in self.ledger.charges() if c.mechanism == self.mechanism)
 
     def queries_left(self) -> int:
         return max(self.config.queries - self.queries_used(), 0)
@@ -117,6 +229,8 @@ class PMixED(StreamingPredictor):
     def _charge_one(self) -> None:
         """Charge one query, durably, or refuse. Called before a token leaves."""
         used = self.queries_used()
+        if self.refusal is not None:
+            raise BudgetExceededError(self.refusal)
         if used >= self.config.queries:
             raise BudgetExceededError(
                 f"refused: all T={self.config.queries} private queries of ledger {self.ledger.name!r} "
@@ -127,7 +241,12 @@ class PMixED(StreamingPredictor):
                 self.mechanism,
                 rdp=self.query_curve,
                 unit="ensemble member (one part of the data)",
-                params={"query": used + 1, "radius": self.radius, "q": self.config.sample_rate},
+                params={
+                    "query": used + 1,
+                    "radius": self.radius,
+                    "q": self.config.sample_rate,
+                    "bound": self.config.bound,
+                },
             )
         )
 
@@ -142,7 +261,7 @@ class PMixED(StreamingPredictor):
         return mix.log_probs
 
     def exhausted(self) -> bool:
-        return self.queries_left() < 1
+        return self.queries_left() < 1 or self.refusal is not None
 
     def budget(self) -> dict[str, Any]:
         """(ε, δ) over all T queries: budget, spent, what is left, and the queries."""

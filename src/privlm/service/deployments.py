@@ -17,17 +17,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from pydantic import BaseModel, Field
 
 from privlm.accounting import Charge, PrivacyLedger, RdpCurve
+from privlm.accounting.analysis import pmixed as pmixed_analysis
+from privlm.accounting.analysis.pmixed import REPLACEMENT
 from privlm.config import request_field
-from privlm.errors import PrivlmError
+from privlm.errors import BudgetExceededError, PrivlmError
 from privlm.models.pool import ModelPool
 from privlm.predict.engine import EnsembleEngine
 from privlm.predict.factory import build_predictor, mechanism_defaults, submix_config
 from privlm.predict.loading import load_ensemble
 from privlm.predict.plain import PlainPredictor
-from privlm.predict.pmixed import PMixEDConfig
+from privlm.predict.pmixed import PMixED, PMixEDConfig
 from privlm.predict.protocol import Predictor
 from privlm.service.admission import SchedulerLimits, TenantGate
 from privlm.service.db import Deployment, Job
@@ -36,6 +39,7 @@ from privlm.service.scheduler import DeploymentScheduler
 from privlm.service.strict import STRICT_BODY
 
 LEGACY_BOUND = "jensen"  # what deployments stored without a bound were reserved with
+RESTATEMENT = "deployment-reservation-restatement"
 
 
 class DeploymentParams(BaseModel):
@@ -162,8 +166,9 @@ def load_deployment(
         predictor = build_predictor(
             row.mechanism, out, loaded, ledger_url, f"deployment-{row.id}", row.budget_epsilon,
             row.budget_delta, p["alpha"], p["queries"], p["sample_rate"], p["beta"], None,
-            bound=deployment_bound(p),
         )  # fmt: skip
+        if row.mechanism == "pmixed" and deployment_bound(p) != REPLACEMENT:
+            restate_reservation(ledger_url, job, row, predictor)
     else:
         statement = json.loads((out / "privacy.json").read_text())
         lm = models.get(json.loads(job.params)["model"])
@@ -179,10 +184,56 @@ def load_deployment(
 
 
 def deployment_bound(params: dict[str, Any]) -> str:
-    """The PMixED bound a deployment runs with: the one its budget was reserved with. A
-    deployment stored before issue 15 has none in its params and was reserved with Jensen's
-    curve, which the expansion's can exceed at orders below α (docs/sharp_edges.md)."""
+    """The PMixED bound a deployment's budget was reserved with. One stored without a bound
+    was reserved with Jensen's per-part curve; every deployment now answers under the
+    per-unit (replacement) bound, whatever it was reserved with (docs/sharp_edges.md)."""
     return str(params.get("bound", LEGACY_BOUND))
+
+
+def restate_reservation(ledger_url: str, job: Job, row: Deployment, predictor: Predictor) -> None:
+    """A deployment reserved under a per-part bound: its lifetime, restated per unit (the
+    tokens already released, restated by the PMixED predictor, plus the queries left at the
+    radius that fits), is compared with what its dataset's ledger reserved, and the excess
+    is charged there once, durably. If it does not fit, the deployment refuses every
+    further private token, saying why."""
+    if not isinstance(predictor, PMixED):
+        return
+    dataset = PrivacyLedger(ledger_url, f"dataset-{job.dataset_id}")
+    records = dataset.charges()
+    if any(r.mechanism == RESTATEMENT and r.params.get("deployment") == row.id for r in records):
+        return
+    reserved = [
+        r for r in records
+        if r.mechanism == "deployment-reservation" and r.params.get("deployment") == row.id
+    ]  # fmt: skip
+    orders = [float(k) for k in range(2, predictor.config.alpha + 1)]
+    spent = np.zeros(len(orders))
+    own = dict(enumerate(predictor.ledger.orders))
+    for r in predictor.ledger.charges():
+        stored = {own[i]: v for i, v in enumerate(r.rdp or ())}
+        spent += np.array([stored.get(a, 0.0) for a in orders])
+    left = predictor.queries_left() if predictor.refusal is None else 0
+    lifetime = spent + left * predictor.query_curve.at(orders)
+    before = np.zeros(len(orders))
+    for r in reserved:
+        stored = {dataset.orders[i]: v for i, v in enumerate(r.rdp or ())}
+        before += np.array([stored.get(a, 0.0) for a in orders])
+    extra = np.maximum(lifetime - before, 0.0)
+    try:
+        dataset.charge(
+            Charge(
+                RESTATEMENT,
+                rdp=RdpCurve(tuple(orders), tuple(float(x) for x in extra)),
+                unit="ensemble member (one part of the data)",
+                params={"deployment": row.id, "job": job.id, "bound": REPLACEMENT},
+            )
+        )
+    except BudgetExceededError:
+        predictor.refusal = (
+            f"refused: deployment {row.id} was reserved under the per-part PMixED bound; "
+            "restated per unit (one member replaced) its tokens no longer fit its dataset's "
+            "budget (docs/sharp_edges.md), so no further private tokens are released"
+        )
 
 
 def deployment_guarantee(row: Deployment, job: Job | None) -> dict[str, Any]:
@@ -190,8 +241,10 @@ def deployment_guarantee(row: Deployment, job: Job | None) -> dict[str, Any]:
     in Rényi DP at its order, a DP adapter's training ε, or a JFT adapter's SDP."""
     p = json.loads(row.params)
     if row.mechanism == "pmixed":
-        return {"kind": "DP", "text": f"({row.budget_epsilon:g}, {row.budget_delta:g})-DP "
-                "over all its private tokens, per unit of the dataset"}  # fmt: skip
+        return {"kind": "DP", "relation": pmixed_analysis.relation(REPLACEMENT),
+                "text": f"({row.budget_epsilon:g}, {row.budget_delta:g})-DP over all its "
+                "private tokens, per unit of the dataset (adding or removing one unit "
+                "replaces one ensemble member's model)"}  # fmt: skip
     if row.mechanism == "submix":
         return {"kind": "RDP", "order": p["alpha"], "rdp_epsilon": p["epsilon"],
                 "text": f"(α={p['alpha']:g}, ε={p['epsilon']:g})-Rényi DP per part"}  # fmt: skip
@@ -204,6 +257,7 @@ def check_config(p: DeploymentParams) -> None:
     """Refuse at creation a configuration the mechanism would refuse at the first token."""
     if p.mechanism == "pmixed":
         PMixEDConfig(p.eps, p.delta, p.order, p.queries, p.sample_rate, p.bound)
+        pmixed_analysis.check_per_unit(p.bound)
     elif p.mechanism == "submix":
         submix_config(p.eps, p.rdp_order, p.beta, p.queries, p.delta)
 
@@ -244,6 +298,7 @@ def reserve_on_dataset(ledger: PrivacyLedger, p: DeploymentParams, job: Job, dep
                 "delta": p.delta,
                 "queries": p.queries,
                 "alpha": p.alpha,
+                "bound": p.bound,
             },
         )
     )

@@ -51,6 +51,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy.special import logsumexp
 
 from privlm.accounting.analysis.poisson_amplification import poisson_subsampled_rdp
 from privlm.errors import AccountingError
@@ -74,8 +75,16 @@ def pairwise_bound(radius: float, order: int) -> float:
     return ((k - 0.5) / (k - 1.0) + 1.0) * radius
 
 
-BOUNDS = ("expansion", "jensen")
-DEFAULT_BOUND = "expansion"
+REPLACEMENT = "replacement"
+PER_UNIT_BOUNDS = (REPLACEMENT,)
+PER_PART_BOUNDS = ("expansion", "jensen")
+BOUNDS = PER_UNIT_BOUNDS + PER_PART_BOUNDS
+DEFAULT_BOUND = REPLACEMENT
+RELATIONS = {
+    REPLACEMENT: "per unit: one member's model replaced (one unit changes one part's data)",
+    "expansion": "per part: one member added or removed (the paper's relation, not per unit)",
+    "jensen": "per part: one member added or removed (the paper's relation, not per unit)",
+}
 
 
 def check_bound(bound: str) -> str:
@@ -84,10 +93,132 @@ def check_bound(bound: str) -> str:
     return bound
 
 
-def subset_rdp(radius: float, order: int, subset_size: int, bound: str = DEFAULT_BOUND) -> float:
+def relation(bound: str) -> str:
+    """The neighbouring relation a bound's curve is proved for (docs/sharp_edges.md)."""
+    return RELATIONS[check_bound(bound)]
+
+
+def is_per_unit(bound: str) -> bool:
+    """Whether a bound may be charged to a per-unit ledger or printed as per unit."""
+    return check_bound(bound) in PER_UNIT_BOUNDS
+
+
+def check_per_unit(bound: str) -> str:
+    """Refuse a per-part bound where a per-unit guarantee is charged or stated."""
+    if not is_per_unit(bound):
+        raise AccountingError(
+            f"the {bound!r} bound is proved for one ensemble member added or removed (per "
+            "part), not for what one unit of the data changes in privlm's fixed-size "
+            f"ensemble (one member replaced); a per-unit ledger is charged with "
+            f"{REPLACEMENT!r} only (docs/sharp_edges.md)"
+        )
+    return bound
+
+
+# -- the replace-one-member bound (per unit) -------------------------------------------------
+
+
+def replacement_pairwise_bound(radius: float, alpha: float) -> float:
+    """d*: bound on D_ℓ(X ‖ Z), both directions, for X, Z in the order-2α ball and every
+    integer 2 ≤ ℓ ≤ α: Mironov's weak triangle inequality (Proposition 11) through p₀ with
+    Hölder exponent p = (2α−1)/(2α−ℓ), which puts both orders at most 2α::
+
+        D_ℓ(X ‖ Z) ≤ 2α/(2α−1) · D_{pℓ}(X ‖ p₀) + D_{2α}(p₀ ‖ Z) ≤ (2α/(2α−1) + 1) · ρ
+    """
+    a = 2.0 * check_alpha(alpha)
+    return (a / (a - 1.0) + 1.0) * float(radius)
+
+
+def replacement_weight(n_models: int, sample_rate: float) -> float:
+    """w = E[1{i ∈ S}/|S|] = (1 − (1−q)^N)/N: the weight of one member's mollified model in
+    the released distribution, marginalised over the Poisson subset S."""
+    n, q = int(n_models), float(sample_rate)
+    if q >= 1.0:
+        return 1.0 / n
+    return float(-math.expm1(n * math.log1p(-q)) / n)
+
+
+def _log_expm1(x: float) -> float:
+    """log(e^x − 1) for x > 0, without overflow."""
+    if x <= 0:
+        return -math.inf
+    return x + math.log(-math.expm1(-x))
+
+
+def chi_square_bound(radius: float, max_order: float) -> float:
+    """A bound on χ²(X ‖ Z) = E_Z (X/Z − 1)² when D↔_M(X ‖ Z) ≤ r for every M ≤ max_order.
+
+    M = 2: e^r − 1. Any real M ≥ 3: with s = X/Z − 1 and φ_γ(t) = t^γ − 1 − γ(t − 1),
+    a·φ_M + b·φ_{1−M} − s² has value and first three derivatives 0 at t = 1 for
+    a = (M+1)/((2M−1)K), b = (M−2)/((2M−1)K), K = M(M−1)/2, and a positive fourth
+    derivative, so it is ≥ 0 (Taylor); taking expectations,
+    E s² ≤ (a + b)(e^{(M−1)r} − 1) = 2(e^{(M−1)r} − 1)/(M(M−1)). Each M gives a valid bound;
+    the least over a grid of M is returned."""
+    r = float(radius)
+    best = math.expm1(r)
+    if max_order >= 3:
+        for m in np.linspace(3.0, float(max_order), 64):
+            if (m - 1.0) * r < 700.0:
+                best = min(best, 2.0 * math.expm1((m - 1.0) * r) / (m * (m - 1.0)))
+    return best
+
+
+def _log_central_moment(j: int, r: float, max_order: float) -> float:
+    """log of a bound on E_Z|X/Z − 1|^j when D↔_M(X ‖ Z) ≤ r for M ≤ max_order (j ≤
+    max_order): the χ² bound for j = 2; for j ≥ 3, |s|^j ≤ (1+s)^j − 1 − js + s² on
+    s ≥ −1 gives E|s|^j ≤ (e^{(j−1)r} − 1) + χ²."""
+    log_chi2 = math.log(chi_square_bound(r, max_order)) if r > 0 else -math.inf
+    if j == 2:
+        return log_chi2
+    return float(np.logaddexp(_log_expm1((j - 1) * r), log_chi2))
+
+
+def replacement_rdp(
+    radius: float, order: int, n_models: int, sample_rate: float, alpha: float
+) -> float:
+    """ε_R(k): RDP at order k ≤ α of one PMixED query, one member replaced (per unit).
+
+    Marginalised over the Poisson subset, the release is P = (1−w)·A + w·X against
+    P' = (1−w)·A + w·Y (w of :func:`replacement_weight`; X, Y the old and new member, A the
+    rest, all in the order-2α ball). The binomial expansion of E_{P'}[(P/P')^k] (the first
+    order vanishes), Minkowski's inequality, and convexity over P' = c·p₀ + (1−c)·Z with
+    c = (1−q)^N give (docs/sharp_edges.md, "PMixED per unit")::
+
+        ε_R(k) = log(1 + Σ_{j=2..k} C(k,j) (2w)^j [c·μ_j(ρ) + (1−c)·μ_j(d*)]) / (k−1)
+
+    with μ_j the central-moment bounds of :func:`_log_central_moment`. Joint convexity
+    gives also ε_R(k) ≤ log(1 − w + w·e^{(k−1)d*})/(k−1); the smaller is returned.
+    """
+    k = int(order)
+    if not 2 <= k <= check_alpha(alpha):
+        raise AccountingError(f"the replacement bound holds at integer orders 2..α, got {order}")
+    if n_models < 1:
+        raise AccountingError("PMixED needs at least one model")
+    q = float(sample_rate)
+    w = replacement_weight(n_models, q)
+    d = replacement_pairwise_bound(radius, alpha)
+    log_c = n_models * math.log1p(-q) if q < 1.0 else -math.inf
+    log_1mc = math.log(-math.expm1(log_c)) if q < 1.0 else 0.0
+    terms = []
+    for j in range(2, k + 1):
+        public = log_c + _log_central_moment(j, radius, 2.0 * check_alpha(alpha))
+        members = log_1mc + _log_central_moment(j, d, check_alpha(alpha))
+        log_binom = math.lgamma(k + 1) - math.lgamma(j + 1) - math.lgamma(k - j + 1)
+        terms.append(log_binom + j * math.log(2.0 * w) + float(np.logaddexp(public, members)))
+    log_sum = float(logsumexp(terms))
+    expansion = (log_sum if log_sum > 700.0 else math.log1p(math.exp(log_sum))) / (k - 1)
+    log_1mw = math.log1p(-w) if w < 1.0 else -math.inf
+    convexity = float(np.logaddexp(log_1mw, math.log(w) + (k - 1) * d)) / (k - 1)
+    return float(min(expansion, convexity))
+
+
+def subset_rdp(radius: float, order: int, subset_size: int, bound: str = "expansion") -> float:
     """ε_m(k): RDP at order k of averaging m mollified models, one added or removed (module
-    docstring: Eq. 12 at rate 1/m on d(2..k), or Jensen's step of Theorem 5.1)."""
+    docstring: Eq. 12 at rate 1/m on d(2..k), or Jensen's step of Theorem 5.1). A per-part
+    (add/remove) quantity: the replacement bound does not go through subset sizes."""
     k, m = int(order), int(subset_size)
+    if check_bound(bound) == REPLACEMENT:
+        raise AccountingError("the replacement bound has no per-subset-size loss")
     if m <= 1:
         return float(radius)
     if check_bound(bound) == "expansion":
@@ -99,7 +230,7 @@ def subset_rdp(radius: float, order: int, subset_size: int, bound: str = DEFAULT
 
 
 def mechanism_rdp(
-    radius: float, order: int, n_models: int, sample_rate: float, bound: str = DEFAULT_BOUND
+    radius: float, order: int, n_models: int, sample_rate: float, bound: str = "expansion"
 ) -> float:
     """ε(k) of the (unsubsampled) mixture over every subset size it may meet."""
     if n_models < 1:
@@ -111,8 +242,13 @@ def mechanism_rdp(
 def query_rdp_curve(
     radius: float, alpha: float, n_models: int, sample_rate: float, bound: str = DEFAULT_BOUND
 ) -> dict[float, float]:
-    """Per-query RDP at integer orders 2..α after Poisson subsampling (Eq. 12)."""
+    """Per-query RDP at integer orders 2..α: per unit (``replacement``), or per part after
+    Poisson subsampling by Eq. 12 (``expansion``, ``jensen``)."""
     a = check_alpha(alpha)
+    if check_bound(bound) == REPLACEMENT:
+        return {
+            float(k): replacement_rdp(radius, k, n_models, sample_rate, a) for k in range(2, a + 1)
+        }
     base = [mechanism_rdp(radius, k, n_models, sample_rate, bound) for k in range(2, a + 1)]
     orders = list(range(2, a + 1))
     amplified = poisson_subsampled_rdp(base, min(sample_rate, 1.0), orders)
