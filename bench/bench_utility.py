@@ -5,7 +5,7 @@ non-private reference), a PMixED ensemble of N adapters, a SubMix ensemble of k 
 halves, and one DP-SGD adapter at ε = 8, δ = 1e-5 (the comparison the PMixED paper makes);
 then measures test perplexity on the same held-out tokens (every token one query) for: the
 public model, the fine-tuned model, DP-SGD, the plain ensemble average (non-private), PMixED
-(ε = 8, δ = 1e-5, α = 3, T = the tokens scored) under each of its sound bounds, and SubMix
+(ε = 8, δ = 1e-5, α = 3, T = the tokens scored) under its per-unit bound, and SubMix
 (ε = 2, α = 2, β = ε/T). Reports the share of the public → fine-tuned perplexity gap each
 method closes, PMixED's median λ (the weight its mixture gives the fine-tuned models), and
 training times. Trained models are cached under the privlm cache, so a rerun only scores.
@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from privlm.accounting import Budget, PrivacyLedger
-from privlm.accounting.analysis.pmixed import BOUNDS
+from privlm.accounting.analysis.pmixed import PER_UNIT_BOUNDS
 from privlm.data import corpora
 from privlm.models import load_public_model
 from privlm.models.perplexity import token_blocks
@@ -150,7 +150,7 @@ def main() -> None:
     ppl["ensemble"] = evaluate(
         plain_predictor("ensemble", pm_engine, lm.tokenizer), blocks
     ).perplexity
-    pmixed = {b: score_pmixed(pm_engine, lm.tokenizer, blocks, q, b) for b in BOUNDS}
+    pmixed = {b: score_pmixed(pm_engine, lm.tokenizer, blocks, q, b) for b in PER_UNIT_BOUNDS}
     for b, r in pmixed.items():
         ppl[f"pmixed-{b}"] = r["perplexity"]
     _, sm_engine, _ = load_ensemble(root / f"submix-{args.k}")

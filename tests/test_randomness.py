@@ -92,3 +92,19 @@ def test_statements():
     assert as_randomness(9).seed == 9 and as_randomness(None).seed is None
     with pytest.raises(ValueError):
         PrivacyRandomness(-1)
+
+
+@pytest.mark.parametrize("byte", [b"\xff", b"\x00"])
+def test_the_extreme_csprng_words_give_uniforms_strictly_inside_the_unit_interval(
+    monkeypatch, byte
+):
+    """The largest 64-bit word once rounded to exactly 1.0, whose normal was +∞."""
+    import os
+
+    from privlm import randomness
+
+    monkeypatch.setattr(os, "urandom", lambda n: byte * n)
+    u = randomness.csprng_uniforms(4)
+    assert np.all((u > 0) & (u < 1))
+    z = randomness.PrivacyRandomness().normal(1.0, 4)
+    assert np.all(np.isfinite(z)) and abs(float(z[0])) < 9

@@ -55,10 +55,12 @@ _MT_STATE_BYTES = 5056
 
 
 def csprng_uniforms(n: int) -> NDArray[np.float64]:
-    """``n`` uniforms in (0, 1) from ``os.urandom``: 53 random bits each, centred in their
-    cell, so neither 0 nor 1 can occur."""
-    words = np.frombuffer(os.urandom(8 * n), dtype=np.uint64) >> np.uint64(11)
-    return (words.astype(np.float64) + 0.5) * 2.0**-53
+    """``n`` uniforms in the open interval (0, 1) from ``os.urandom``: 52 random bits each,
+    centred in their cell, (w + ½)·2⁻⁵², every value exact in float64, the largest
+    1 − 2⁻⁵³ and the smallest 2⁻⁵³. (With 53 bits the top cell's centre, 1 − 2⁻⁵⁴, rounded to
+    exactly 1.0, and the normal drawn from it by the inverse CDF was +∞.)"""
+    words = np.frombuffer(os.urandom(8 * n), dtype=np.uint64) >> np.uint64(12)
+    return (words.astype(np.float64) + 0.5) * 2.0**-52
 
 
 class PrivacyRandomness:

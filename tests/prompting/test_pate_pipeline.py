@@ -23,7 +23,7 @@ def recs(prefix, n):
     ]
 
 
-@pytest.mark.parametrize("accounting", ["data-dependent", "data-independent"])
+@pytest.mark.parametrize("accounting", ["data-independent"])
 def test_prompt_pate_end_to_end(tmp_path, monkeypatch, accounting):
     import numpy as np
 

@@ -57,6 +57,7 @@ class AttackResult:
     hits: int
     generations: int
     epsilon_spent: float | None
+    relation: str = "none: not private"
 
     @property
     def hit_rate(self) -> float:
@@ -123,7 +124,15 @@ def run_extraction(
     hits = 0
     for _ in tqdm(range(generations), desc="attack pmixed", disable=not progress):
         hits += extract_code(pm.generate(PREFIX, tokens).text, length) in secret
-    results.append(AttackResult("pmixed", hits, generations, led.spent().epsilon))
+    results.append(
+        AttackResult(
+            "pmixed",
+            hits,
+            generations,
+            led.spent().epsilon,
+            "(ε, δ)-DP per unit: one member replaced",
+        )
+    )
 
     train_ensemble(model, data, n_codes // 2, root / "submix", "submix", cfg, progress=progress)
     lm, eng, _ = load_ensemble(root / "submix", cfg.device, cfg.dtype)
@@ -134,7 +143,13 @@ def run_extraction(
     for _ in tqdm(range(generations), desc="attack submix", disable=not progress):
         hits += extract_code(sm.generate(PREFIX, tokens).text, length) in secret
     results.append(
-        AttackResult("submix", hits, generations, max(lg.spent().epsilon for lg in ledgers))
+        AttackResult(
+            "submix",
+            hits,
+            generations,
+            max(lg.spent().epsilon for lg in ledgers),
+            "Rényi operational privacy per part (a part removed), not per unit",
+        )
     )
 
     return {

@@ -60,7 +60,11 @@ def extraction(
         f"{codes} secret {length}-digit codes, {generations} generations each (chance {out['chance_hit_rate']:.2%})"
     )
     for r in out["results"]:
-        eps = "non-private" if r["epsilon_spent"] is None else f"ε spent {r['epsilon_spent']:.3g}"
+        eps = (
+            "non-private"
+            if r["epsilon_spent"] is None
+            else f"ε spent {r['epsilon_spent']:.3g}: {r['relation']}"
+        )
         typer.echo(
             f"  {r['method']:<10} hit rate {r['hit_rate']:.2f} ({r['hits']}/{r['generations']}), {eps}"
         )

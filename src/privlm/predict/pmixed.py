@@ -268,6 +268,8 @@ class PMixED(StreamingPredictor):
         cfg, spent = self.config, self.ledger.spent().epsilon
         return {
             "mechanism": self.mechanism,
+            "relation": analysis.relation(cfg.bound),
+            "radius": self.radius,
             "budget": {"epsilon": cfg.epsilon, "delta": cfg.delta},
             "spent": {"epsilon": spent, "delta": cfg.delta},
             "remaining": {"epsilon": max(cfg.epsilon - spent, 0.0)},

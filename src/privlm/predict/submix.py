@@ -145,8 +145,11 @@ class SubMix(StreamingPredictor):
             "remaining": {"rdp_epsilon": max(cfg.epsilon - spent, 0.0), "order": cfg.alpha},
             "exhausted": self.exhausted(),
             "queries": {"used": self.ledgers[0].count()},
-            "note": "Rényi DP at order α for each part (a unit lies in one part); as_dp is "
-            "what that converts to at δ",
+            "relation": "per part: one part removed (operational privacy); not per unit",
+            "note": "Rényi operational privacy at order α for each part, a part removed "
+            "(SubMix Algorithm 2); not a per-unit guarantee: one unit replaces one half's "
+            "model, which this leakage does not bound (docs/sharp_edges.md); as_dp is what "
+            "the per-part figure converts to at δ",
         }  # fmt: skip
 
     def score(self, token_ids: list[int]) -> Scores:

@@ -108,6 +108,14 @@ def vote_histograms(answers: NDArray[np.int64], classes: int) -> NDArray[np.int6
 
 
 ACCOUNTING = ("data-independent", "data-dependent")
+DATA_DEPENDENT_REFUSAL = (
+    "refused: data-dependent accounting is not charged to a budgeted ledger. Its figure is a "
+    "noisy estimate (PATE 2018's smooth-sensitivity release), below the true cost about half "
+    "the time, and a ledger figure must be an upper bound; an upper confidence bound would "
+    "have to add the data-independent ceiling times the noise quantile, more than the "
+    "data-independent charge itself (docs/sharp_edges.md). Use data-independent accounting "
+    "(the default): each query is charged its worst case before its label leaves."
+)
 
 
 @dataclass
@@ -166,10 +174,9 @@ def label_with_confident_gnmax(
       (every one answered, at its data-independent cost) fits the ledger; each query is
       charged that worst case before its label leaves. Sound whatever the votes; nothing
       depends on them.
-    - ``data-dependent`` (PATE 2018): every query runs, its labels held back; their
-      data-dependent RDP is released through smooth sensitivity (``release``) and that noisy
-      figure, plus the release's own cost, is charged at the release order. If it does not
-      fit, no label leaves and only the release's cost is charged.
+    - ``data-dependent`` (PATE 2018) is refused, before anything is charged: the figure
+      its smooth-sensitivity release gives is a noisy estimate, not an upper bound, so it
+      cannot be charged to a budgeted ledger (``DATA_DEPENDENT_REFUSAL``).
     """
     h = np.asarray(histograms)
     if h.ndim != 2:
@@ -181,7 +188,7 @@ def label_with_confident_gnmax(
     )  # the noisy threshold and votes: the CSPRNG unless seeded
     if accounting == "data-independent":
         return job.data_independent()
-    return job.data_dependent(release or SmoothRelease())
+    raise PrivlmError(DATA_DEPENDENT_REFUSAL)
 
 
 @dataclass(frozen=True)

@@ -247,7 +247,9 @@ def deployment_guarantee(row: Deployment, job: Job | None) -> dict[str, Any]:
                 "replaces one ensemble member's model)"}  # fmt: skip
     if row.mechanism == "submix":
         return {"kind": "RDP", "order": p["alpha"], "rdp_epsilon": p["epsilon"],
-                "text": f"(α={p['alpha']:g}, ε={p['epsilon']:g})-Rényi DP per part"}  # fmt: skip
+                "relation": "per part: one part removed (operational privacy); not per unit",
+                "text": f"(α={p['alpha']:g}, ε={p['epsilon']:g})-Rényi operational privacy per "
+                "part (a part removed), not a per-unit DP guarantee"}  # fmt: skip
     if job is not None and job.kind == "jft":
         return guarantee(job)
     return {"kind": "DP", "text": "a DP-trained adapter: its tokens are post-processing"}

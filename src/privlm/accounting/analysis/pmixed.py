@@ -4,6 +4,13 @@ The PMixED paper (``shared/papers/000``) mollifies each model p_i toward the pub
 inside a Rényi-divergence ball (Eq. 5), bounds the loss of the averaged output (Theorem 5.1)
 and amplifies it by Poisson subsampling (§5.2, Theorem C.4 / Eq. 12).
 
+**Which relation.** The paper proves its bound for one ensemble member added or removed.
+privlm's ensembles have a fixed number of parts (keyed hash), so one privacy unit more or
+less changes one part's data: one member's model is *replaced*. The per-unit charge is
+:func:`replacement_rdp` (``bound="replacement"``, the default and the only bound a ledger is
+charged with); its proof is in docs/sharp_edges.md ("PMixED per unit"). The add/remove
+bounds below (``expansion``, ``jensen``) are per-part statements, kept for comparison.
+
 **Where privlm departs from the paper, and why.** Theorem 5.1's proof applies a
 "triangle-like inequality" (Theorem C.5) at the single order α. That inequality holds when
 the divergence bounds hold at *every* order (as in zCDP), not at one order: privlm's tests
