@@ -87,6 +87,7 @@ class PMixEDConfig:
 
 
 CORRECTION = "pmixed-per-unit-restatement"
+UNIT = "unit of the dataset (one ensemble member replaced)"
 
 
 def legacy_restatement(
@@ -129,7 +130,7 @@ def legacy_restatement(
             Charge(
                 CORRECTION,
                 rdp=RdpCurve(tuple(orders), tuple(float(x) for x in extra)),
-                unit="ensemble member (one part of the data)",
+                unit=UNIT,
                 params=params,
             )
         )
@@ -240,7 +241,7 @@ class PMixED(StreamingPredictor):
             Charge(
                 self.mechanism,
                 rdp=self.query_curve,
-                unit="ensemble member (one part of the data)",
+                unit=UNIT,
                 params={
                     "query": used + 1,
                     "radius": self.radius,
@@ -277,7 +278,8 @@ class PMixED(StreamingPredictor):
             "queries": {
                 "used": self.queries_used(), "total": cfg.queries, "left": self.queries_left()
             },
-            "note": "(ε, δ)-DP over all T queries. Even one query shows a large ε: the "
+            "note": "(ε, δ)-DP per unit of the dataset (one unit replaces one ensemble "
+            "member's model) over all T queries. Even one query shows a large ε: the "
             "RDP-to-(ε, δ) conversion adds about log(1/δ)/(α−1) at the first query, and "
             "little after it.",
         }  # fmt: skip

@@ -30,6 +30,7 @@ from privlm.predict.engine import EnsembleEngine
 from privlm.predict.factory import build_predictor, mechanism_defaults, submix_config
 from privlm.predict.loading import load_ensemble
 from privlm.predict.plain import PlainPredictor
+from privlm.predict.pmixed import UNIT as PMIXED_UNIT
 from privlm.predict.pmixed import PMixED, PMixEDConfig
 from privlm.predict.protocol import Predictor
 from privlm.service.admission import SchedulerLimits, TenantGate
@@ -224,7 +225,7 @@ def restate_reservation(ledger_url: str, job: Job, row: Deployment, predictor: P
             Charge(
                 RESTATEMENT,
                 rdp=RdpCurve(tuple(orders), tuple(float(x) for x in extra)),
-                unit="ensemble member (one part of the data)",
+                unit=PMIXED_UNIT,
                 params={"deployment": row.id, "job": job.id, "bound": REPLACEMENT},
             )
         )
@@ -291,7 +292,9 @@ def reserve_on_dataset(ledger: PrivacyLedger, p: DeploymentParams, job: Job, dep
         Charge(
             "deployment-reservation",
             rdp=cost,
-            unit="ensemble member (one part of the data)",
+            unit=PMIXED_UNIT
+            if p.mechanism == "pmixed"
+            else "part (SubMix: a part removed; not a per-unit figure)",
             params={
                 "deployment": dep_id,
                 "job": job.id,
