@@ -102,7 +102,9 @@ class SubMix(StreamingPredictor):
         if not all(r - x > 0 for r, x in zip(remaining, leak, strict=True)):
             worst = min(range(self.k), key=lambda i: remaining[i] - leak[i])
             self._stop(
-                f"part {worst} would exceed ε={self.config.epsilon} at order α={self.config.alpha}"
+                f"part {worst} would exceed its Rényi operational-privacy budget, RDP "
+                f"ε={self.config.epsilon} at order α={self.config.alpha} (per part, a part "
+                "removed; not an (ε, δ) figure)"
             )
             return False
         try:
