@@ -201,6 +201,8 @@ class PMixED(StreamingPredictor):
         self.refusal: str | None = None
         self.radius, self.query_curve = cfg.query_cost(engine.n_adapters)
         self._restate_legacy_charges()
+        # the ledger's charges other than tokens (a restatement), counted once, not per token
+        self._restatements = sum(c.mechanism == CORRECTION for c in ledger.charges())
         self.rng = as_randomness(seed)  # the OS CSPRNG unless a seed is given
 
     def _restate_legacy_charges(self) -> None:
@@ -222,7 +224,7 @@ class PMixED(StreamingPredictor):
     # -- budget ------------------------------------------------------------------------------
 
     def queries_used(self) -> int:
-        return sum(1 for c in self.ledger.charges() if c.mechanism == self.mechanism)
+        return self.ledger.count() - self._restatements
 
     def queries_left(self) -> int:
         return max(self.config.queries - self.queries_used(), 0)
