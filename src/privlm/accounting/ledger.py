@@ -38,7 +38,7 @@ import copy
 import json
 import math
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -581,6 +581,18 @@ class PrivacyLedger:
         return None if row is None else str(row.value)
 
     # -- export -----------------------------------------------------------------------------
+
+    def recorded_rdp(
+        self, records: Iterable[ChargeRecord], orders: Iterable[float]
+    ) -> NDArray[np.float64]:
+        """The RDP the given charges recorded, summed, at each of ``orders`` (0 where a
+        charge holds no curve or the ledger's grid lacks the order)."""
+        wanted = [float(a) for a in orders]
+        total = np.zeros(len(wanted))
+        for r in records:
+            stored = dict(zip(self.orders, r.rdp or (), strict=False))
+            total += np.array([stored.get(a, 0.0) for a in wanted])
+        return total
 
     def spent_by(self, where: Callable[[ChargeRecord], bool], delta: float | None = None) -> Spent:
         """ε at δ of the recorded charges that ``where`` selects, composed as this ledger

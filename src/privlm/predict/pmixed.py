@@ -11,7 +11,6 @@ budget at α by Theorem C.3, and ρ* is chosen so one query costs at most that o
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,73 +96,54 @@ def legacy_restatement(
     recorded) under the per-unit replacement bound, at the radius each query used.
 
     Returns None when there is nothing to restate; otherwise (refusal, radius): the
-    difference is charged to the ledger durably (``pmixed-per-unit-restatement``), and the
-    radius spreads what is left of the RDP budget at α over the queries left. If the
+    difference is charged to the ledger once, durably (``pmixed-per-unit-restatement``),
+    and the radius spreads what is left of the RDP budget at α over the queries left. If the
     difference does not fit the budget, or nothing is left, ``refusal`` says why."""
     records = ledger.charges()
-    if any(r.mechanism == CORRECTION for r in records):
-        legacy = [r for r in records if r.mechanism == CORRECTION]
-        return _after_restatement(ledger, cfg, n_models, records, legacy[-1].params)
-    old = [
-        r for r in records
-        if r.mechanism == PMixED.mechanism and r.params.get("bound") != analysis.REPLACEMENT
-    ]  # fmt: skip
-    if not old:
-        return None
-    orders = [float(k) for k in range(2, cfg.alpha + 1)]
-    sound = np.zeros(len(orders))
-    recorded = np.zeros(len(orders))
-    for r in old:
-        q = float(r.params.get("q", cfg.sample_rate))
-        curve = analysis.query_rdp_curve(float(r.params["radius"]), cfg.alpha, n_models, q)
-        sound += np.array([curve[a] for a in orders])
-        stored = dict(zip(ledger.orders, r.rdp or (), strict=False))
-        recorded += np.array([stored.get(a, 0.0) for a in orders])  # absent: restate it all
-    extra = np.maximum(sound - recorded, 0.0)
-    params = {
-        "queries_restated": len(old),
-        "sound_rdp_at_alpha": float(sound[-1]),
-        "alpha": cfg.alpha,
-    }
-    try:
-        ledger.charge(
-            Charge(
-                CORRECTION,
-                rdp=RdpCurve(tuple(orders), tuple(float(x) for x in extra)),
-                unit=UNIT,
-                params=params,
+    if not any(r.mechanism == CORRECTION for r in records):
+        old = [
+            r for r in records
+            if r.mechanism == PMixED.mechanism and r.params.get("bound") != analysis.REPLACEMENT
+        ]  # fmt: skip
+        if not old:
+            return None
+        orders = [float(k) for k in range(2, cfg.alpha + 1)]
+        sound = np.zeros(len(orders))
+        for r in old:
+            q = float(r.params.get("q", cfg.sample_rate))
+            curve = analysis.query_rdp_curve(float(r.params["radius"]), cfg.alpha, n_models, q)
+            sound += np.array([curve[a] for a in orders])
+        extra = np.maximum(sound - ledger.recorded_rdp(old, orders), 0.0)
+        try:
+            ledger.charge(
+                Charge(
+                    CORRECTION,
+                    rdp=RdpCurve.from_arrays(orders, extra),
+                    unit=UNIT,
+                    params={"queries_restated": len(old), "alpha": cfg.alpha},
+                )
             )
-        )
-    except BudgetExceededError:
-        return (
-            f"refused: ledger {ledger.name!r} released {len(old)} PMixED tokens under the "
-            "per-part bound, which does not cover what one unit changes (one member "
-            "replaced); recomputed under the per-unit bound they cost more than the budget "
-            f"ε={cfg.epsilon} at δ={cfg.delta} (docs/sharp_edges.md), so no further private "
-            "tokens are released",
-            None,
-        )
-    return _after_restatement(ledger, cfg, n_models, ledger.charges(), params)
+        except BudgetExceededError:
+            return (
+                f"refused: ledger {ledger.name!r} released {len(old)} PMixED tokens under the "
+                "per-part bound, which does not cover what one unit changes (one member "
+                "replaced); recomputed under the per-unit bound they cost more than the "
+                f"budget ε={cfg.epsilon} at δ={cfg.delta} (docs/sharp_edges.md), so no "
+                "further private tokens are released",
+                None,
+            )
+        records = ledger.charges()
+    return _radius_left(ledger, cfg, n_models, records)
 
 
-def _after_restatement(
-    ledger: PrivacyLedger,
-    cfg: PMixEDConfig,
-    n_models: int,
-    records: list[Any],
-    params: Mapping[str, Any],
+def _radius_left(
+    ledger: PrivacyLedger, cfg: PMixEDConfig, n_models: int, records: list[Any]
 ) -> tuple[str | None, float | None]:
-    """The radius for the queries left once a ledger's legacy charges are restated."""
-    new_tokens = [
-        r for r in records
-        if r.mechanism == PMixED.mechanism and r.params.get("bound") == analysis.REPLACEMENT
-    ]  # fmt: skip
-    spent_at_alpha = float(params["sound_rdp_at_alpha"]) + sum(
-        analysis.query_rdp(float(r.params["radius"]), cfg.alpha, n_models, cfg.sample_rate)
-        for r in new_tokens
-    )
-    used = int(params["queries_restated"]) + len(new_tokens)
-    left_rdp = rdp_budget_for(cfg.epsilon, cfg.delta, cfg.alpha) - spent_at_alpha
+    """The radius for the queries left once a ledger's legacy charges are restated: what
+    the ledger has recorded at α (restatement included) against the RDP budget at α."""
+    used = sum(r.mechanism == PMixED.mechanism for r in records)
+    spent = float(ledger.recorded_rdp(records, [float(cfg.alpha)])[0])
+    left_rdp = rdp_budget_for(cfg.epsilon, cfg.delta, cfg.alpha) - spent
     if used >= cfg.queries or left_rdp <= 0:
         return (
             f"refused: ledger {ledger.name!r} has no per-unit budget left: its tokens released "

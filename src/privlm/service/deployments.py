@@ -208,23 +208,16 @@ def restate_reservation(ledger_url: str, job: Job, row: Deployment, predictor: P
         if r.mechanism == "deployment-reservation" and r.params.get("deployment") == row.id
     ]  # fmt: skip
     orders = [float(k) for k in range(2, predictor.config.alpha + 1)]
-    spent = np.zeros(len(orders))
-    own = dict(enumerate(predictor.ledger.orders))
-    for r in predictor.ledger.charges():
-        stored = {own[i]: v for i, v in enumerate(r.rdp or ())}
-        spent += np.array([stored.get(a, 0.0) for a in orders])
+    spent = predictor.ledger.recorded_rdp(predictor.ledger.charges(), orders)
     left = predictor.queries_left() if predictor.refusal is None else 0
     lifetime = spent + left * predictor.query_curve.at(orders)
-    before = np.zeros(len(orders))
-    for r in reserved:
-        stored = {dataset.orders[i]: v for i, v in enumerate(r.rdp or ())}
-        before += np.array([stored.get(a, 0.0) for a in orders])
+    before = dataset.recorded_rdp(reserved, orders)
     extra = np.maximum(lifetime - before, 0.0)
     try:
         dataset.charge(
             Charge(
                 RESTATEMENT,
-                rdp=RdpCurve(tuple(orders), tuple(float(x) for x in extra)),
+                rdp=RdpCurve.from_arrays(orders, extra),
                 unit=PMIXED_UNIT,
                 params={"deployment": row.id, "job": job.id, "bound": REPLACEMENT},
             )

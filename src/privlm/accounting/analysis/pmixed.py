@@ -197,7 +197,8 @@ def replacement_rdp(
     gives also ε_R(k) ≤ log(1 − w + w·e^{(k−1)d*})/(k−1); the smaller is returned.
     """
     k = int(order)
-    if not 2 <= k <= check_alpha(alpha):
+    a = check_alpha(alpha)
+    if not 2 <= k <= a:
         raise AccountingError(f"the replacement bound holds at integer orders 2..α, got {order}")
     if n_models < 1:
         raise AccountingError("PMixED needs at least one model")
@@ -208,8 +209,8 @@ def replacement_rdp(
     log_1mc = math.log(-math.expm1(log_c)) if q < 1.0 else 0.0
     terms = []
     for j in range(2, k + 1):
-        public = log_c + _log_central_moment(j, radius, 2.0 * check_alpha(alpha))
-        members = log_1mc + _log_central_moment(j, d, check_alpha(alpha))
+        public = log_c + _log_central_moment(j, radius, 2.0 * a)  # against p₀: the ball
+        members = log_1mc + _log_central_moment(j, d, a)  # against a member: d* up to α
         log_binom = math.lgamma(k + 1) - math.lgamma(j + 1) - math.lgamma(k - j + 1)
         terms.append(log_binom + j * math.log(2.0 * w) + float(np.logaddexp(public, members)))
     log_sum = float(logsumexp(terms))
