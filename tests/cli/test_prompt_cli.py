@@ -102,3 +102,24 @@ def test_task_file_errors_reach_the_user_without_content(files):
     both = CliRunner().invoke(app, ["prompt", "eval", "--task", "sst2", "--task-file",
                                     str(files / "tickets.yaml")])  # fmt: skip
     assert both.exit_code == 2 and "not both" in both.output
+
+
+def test_prompt_pate_refuses_public_data_that_holds_private_records(files):
+    """The public inputs leave verbatim in the student prompt: a public file sharing records
+    with the private one is refused with the count, never the text, and nothing is charged."""
+    res = CliRunner().invoke(
+        app,
+        [
+            "prompt", "pate", "--task-file", str(files / "tickets.yaml"),
+            "--private-data", str(files / "private.csv"), "--public-data",
+            str(files / "private.csv"), "--test-data", str(files / "test.csv"),
+            "--teachers", "8", "--ledger", str(files / "l.db"), "--out", str(files / "s"),
+            "--model", "tiny",
+        ],
+    )  # fmt: skip
+    assert res.exit_code != 0
+    assert "60 of the" in res.output and "verbatim" in res.output
+    assert "invoice" not in res.output and not (files / "s").exists()
+    assert (
+        not (files / "l.db").exists() or PrivacyLedger(files / "l.db", "prompt-pate").count() == 0
+    )

@@ -143,7 +143,7 @@ def test_pate_job_labels_public_data_under_the_dataset_budget(service):
     )  # fmt: skip
     public = "\n".join(f"a film number {i}" for i in range(12))
     p = service.upload("acme", private, filename="p.jsonl", budget_epsilon=20).json()
-    q = service.upload("acme", public, filename="q.txt").json()
+    q = service.upload("acme", public, filename="q.txt", public="true").json()
     j = submit(
         service, "acme", "pate", p["id"], task="sst2", public_dataset_id=q["id"], teachers=12,
         threshold=0, sigma_threshold=1, sigma=1, teacher_votes="labels", student_candidates=2,
@@ -299,7 +299,7 @@ def test_a_dataset_that_requires_dp_refuses_jft(service):
     )
     assert r.status_code == 400 and "requires DP-only artefacts" in r.json()["error"]["message"]
     submit(service, "acme", "dpsgd", ds["id"])  # DP-SGD is still accepted
-    assert service.upload("acme").json()["require_dp"] is False
+    assert service.upload("acme", "other notes\nmore").json()["require_dp"] is False
 
 
 def test_a_database_from_before_require_dp_is_migrated(tmp_path):
@@ -361,3 +361,51 @@ def test_a_deployment_reserved_per_part_is_restated_per_unit_on_its_dataset(serv
     restated = [c for c in dataset.charges() if c.mechanism == "deployment-reservation-restatement"]
     assert len(restated) == 1 and restated[0].params["deployment"] == dep
     assert dataset.spent().epsilon <= dataset.budget.epsilon
+
+
+PRIVATE_SST = "\n".join(
+    json.dumps({"text": f"a {'great' if i % 2 else 'awful'} film {i}", "label": "positive" if i % 2 else "negative"})
+    for i in range(36)
+)  # fmt: skip
+
+
+def pate_on(service, private_id, public_id):
+    return service.client.post(
+        "/v1/jobs",
+        headers=service.auth("acme"),
+        json={"kind": "pate", "dataset_id": private_id,
+              "params": {"task": "sst2", "public_dataset_id": public_id}},
+    )  # fmt: skip
+
+
+def test_pate_public_inputs_must_be_declared_public_and_share_no_private_record(service):
+    p = service.upload("acme", PRIVATE_SST, filename="p.jsonl", budget_epsilon=20).json()
+    other = service.upload("acme", "an unrelated private note\nand another", budget_epsilon=4)
+    for public_id in (p["id"], other.json()["id"]):  # itself, or another budgeted dataset
+        r = pate_on(service, p["id"], public_id)
+        assert r.status_code == 400 and "verbatim" in r.json()["error"]["message"]
+    mixed = "\n".join([*(f"a film number {i}" for i in range(10)), "a great film 3"])
+    q = service.upload("acme", mixed, filename="q.txt", public="true").json()
+    assert q["kind"] == "public" and q["budget"] is None
+    r = pate_on(service, p["id"], q["id"])
+    message = r.json()["error"]["message"]
+    assert r.status_code == 400 and "1 of the 11 public inputs" in message
+    assert "great film" not in message  # the count, never the text
+    assert PrivacyLedger(service.ledgers, f"dataset-{p['id']}").count() == 0
+    r = service.client.post(  # a public dataset has no budget: no private job on it
+        "/v1/jobs", headers=service.auth("acme"), json={"kind": "dpsgd", "dataset_id": q["id"]}
+    )
+    assert r.status_code == 400 and "public" in r.json()["error"]["message"]
+
+
+def test_the_same_records_uploaded_again_are_refused_not_given_a_second_budget(service):
+    first = service.upload("acme", "note one\nnote two\nnote three", budget_epsilon=4).json()
+    again = service.upload("acme", "note one\nnote two\nnote three", budget_epsilon=4)
+    assert again.status_code == 400 and first["id"] in again.json()["error"]["message"]
+    as_jsonl = "\n".join(json.dumps({"text": t}) for t in ("note three", "note one", "note two"))
+    reordered = service.upload("acme", as_jsonl, filename="n.jsonl")  # record for record
+    assert reordered.status_code == 400 and "second budget" in reordered.json()["error"]["message"]
+    public = service.upload("acme", "note one\nnote two\nnote three", public="true")
+    assert public.status_code == 400 and "cannot be declared public" in public.text
+    assert service.upload("globex", "note one\nnote two\nnote three").status_code == 201
+    assert service.upload("acme", "note one\nnote two\nnote four").status_code == 201

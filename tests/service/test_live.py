@@ -3,6 +3,7 @@ and SIGKILL mid-generation and mid-job (issue 6 §6)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
@@ -23,8 +24,13 @@ def ledger(server: LiveServer, name: str) -> PrivacyLedger:
     return PrivacyLedger(f"sqlite:///{server.data_dir / 'privacy-ledgers.db'}", name)
 
 
+UPLOADS = itertools.count()
+
+
 def upload(c: httpx.Client, text: str = LINES) -> str:
-    # the module's deployments all reserve on this one dataset: room for several at ε = 8
+    # the module's deployments all reserve on this one dataset: room for several at ε = 8.
+    # Each upload gets one line of its own: the same records twice are refused (one budget)
+    text = f"{text}\nupload number {next(UPLOADS)}"
     r = c.post(
         "/v1/datasets", files={"file": ("d.txt", text.encode())}, data={"budget_epsilon": "100"}
     )

@@ -52,7 +52,7 @@ def test_a_template_field_is_stored_only_when_the_upload_names_it(service):
 
 def test_pate_and_prompt_dpsgd_jobs_learn_a_tenants_own_task(service):
     private = upload(service, private_jsonl(), budget_epsilon=60)
-    public = upload(service, public_jsonl())
+    public = upload(service, public_jsonl(), public="true")
     pate = submit(
         service, "acme", "pate", private, task_spec=SPEC, public_dataset_id=public, teachers=8,
         threshold=0, sigma_threshold=1, sigma=1, teacher_votes="labels", student_candidates=2,

@@ -3,6 +3,7 @@ interruptions; never silently lost."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -18,8 +19,12 @@ def dead_pid() -> int:
     return p.pid
 
 
+UPLOADS = itertools.count()
+
+
 def running_job(service, attempts: int, pid: int, host: str, beat_age: float = 0.0) -> str:
-    ds = service.upload("acme").json()
+    text = "\n".join(f"a note {i} of upload {next(UPLOADS)}" for i in range(20))
+    ds = service.upload("acme", text).json()  # records of its own: a copy would be refused
     r = service.client.post(
         "/v1/jobs", headers=service.auth("acme"), json={"kind": "dpsgd", "dataset_id": ds["id"]}
     )

@@ -7,8 +7,9 @@ rows, so one user's records can never land in two parts of an ensemble.
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,3 +72,22 @@ class Dataset:
             "chars_max": max(lengths, default=0),
             "chars_mean": (sum(lengths) / len(lengths)) if lengths else 0.0,
         }
+
+
+def record_digest(text: str) -> str:
+    """A record's identity for comparisons between files: SHA-256 of its text with runs of
+    whitespace made one space (so a re-encoded copy matches; never shown)."""
+    return hashlib.sha256(" ".join(text.split()).encode("utf-8")).hexdigest()
+
+
+def shared_record_count(a: Iterable[Record], b: Iterable[Record]) -> int:
+    """How many records of ``b`` have the text of a record of ``a`` (by digest)."""
+    seen = {record_digest(r.text) for r in a}
+    return sum(record_digest(r.text) in seen for r in b)
+
+
+def content_digest(records: Iterable[Record]) -> str:
+    """One digest of a file's records, order-free: equal for the same records uploaded
+    twice, byte for byte or record for record."""
+    digests = sorted(record_digest(r.text) for r in records)
+    return hashlib.sha256("\n".join(digests).encode("ascii")).hexdigest()

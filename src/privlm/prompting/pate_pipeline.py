@@ -18,6 +18,7 @@ from privlm.accounting.advice import threshold_warning
 from privlm.config import check_settings, setting
 from privlm.data import Record
 from privlm.data.partition import new_partition_key
+from privlm.data.records import shared_record_count
 from privlm.errors import AccountingError, PrivlmError
 from privlm.fsutil import write_directory_atomically
 from privlm.models import LoadedModel, ModelSource, load_public_model
@@ -208,6 +209,20 @@ def teacher_answer_matrix(
     return TeacherAnswers(np.stack(top1), np.stack(labels))
 
 
+def check_public_inputs(private: list[Record], public: list[Record]) -> None:
+    """Refuse public inputs that share a record with the private data: PromptPATE releases
+    its public inputs verbatim in the student prompt, so they must be public by declaration
+    and hold no private record. The refusal gives the count, never the text."""
+    shared = shared_record_count(private, public)
+    if shared:
+        raise PrivlmError(
+            f"refused: {shared} of the {len(public)} public inputs are also private records "
+            "(same text). PromptPATE releases its public inputs verbatim in the student "
+            "prompt, so the public data must hold no private record; remove them or use "
+            "other public data"
+        )
+
+
 def run_prompt_pate(
     model: ModelSource,
     task: Task,
@@ -227,6 +242,7 @@ def run_prompt_pate(
     t0 = time.perf_counter()
     if not public:
         raise PrivlmError("PromptPATE needs public (unlabelled) inputs to label")
+    check_public_inputs(private, public)
     rng = PrivacyRandomness(cfg.seed)
     key = cfg.partition_key if cfg.partition_key is not None else new_partition_key()
     teachers = make_teachers(private, cfg.teachers, cfg.shots, key)

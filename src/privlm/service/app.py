@@ -186,6 +186,10 @@ def create_app(settings: ServiceSettings) -> FastAPI:
 
     # -- datasets ------------------------------------------------------------------------------
 
+    def budget_ledger(row: Dataset) -> PrivacyLedger | None:
+        """A private dataset's ledger; a public one has none."""
+        return None if row.kind == "public" else jobs_api.dataset_ledger(ledger_engine, row)
+
     @app.post("/v1/datasets", status_code=201)
     async def upload(
         s: Db,
@@ -197,6 +201,7 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         name: Annotated[str | None, Form(max_length=200)] = None,
         require_dp: Annotated[bool, Form()] = False,
         fields: Annotated[str | None, Form(max_length=500)] = None,
+        public: Annotated[bool, Form()] = False,
     ) -> dict[str, Any]:
         content = await file.read()
         meta = None
@@ -209,25 +214,23 @@ def create_app(settings: ServiceSettings) -> FastAPI:
             row = ds_api.store_dataset(
                 s, settings.data_dir, me.id, file.filename or "upload.txt", content,
                 budget_epsilon, budget_delta, meta, name, require_dp,
-                ds_api.parse_fields(fields),
+                ds_api.parse_fields(fields), public,
             )  # fmt: skip
         except ds_api.UploadError as exc:
             raise ApiError(400, "invalid_dataset", str(exc)) from None
-        return ds_api.describe(row, jobs_api.dataset_ledger(ledger_engine, row))
+        return ds_api.describe(row, budget_ledger(row))
 
     @app.get("/v1/datasets")
     def list_datasets(s: Db, me: Me) -> dict[str, Any]:
         rows = s.scalars(
             select(Dataset).where(Dataset.tenant_id == me.id).order_by(Dataset.created_at)
         )
-        return {
-            "data": [ds_api.describe(r, jobs_api.dataset_ledger(ledger_engine, r)) for r in rows]
-        }
+        return {"data": [ds_api.describe(r, budget_ledger(r)) for r in rows]}
 
     @app.get("/v1/datasets/{dataset_id}")
     def get_dataset(dataset_id: str, s: Db, me: Me) -> dict[str, Any]:
         row = own(s, Dataset, dataset_id, me, "dataset")
-        return ds_api.describe(row, jobs_api.dataset_ledger(ledger_engine, row))
+        return ds_api.describe(row, budget_ledger(row))
 
     @app.delete("/v1/datasets/{dataset_id}")
     def delete_dataset(dataset_id: str, s: Db, me: Me) -> dict[str, Any]:

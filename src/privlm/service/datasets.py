@@ -9,11 +9,13 @@ import os
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from privlm.accounting import PrivacyLedger
 from privlm.data import Dataset as Records
 from privlm.data import load_file
+from privlm.data.records import content_digest
 from privlm.errors import DataError, PrivlmError
 from privlm.service.db import Dataset, new_id
 from privlm.service.storage import dataset_path
@@ -77,6 +79,7 @@ def store_dataset(
     name: str | None = None,
     require_dp: bool = False,
     fields: tuple[str, ...] = (),
+    public: bool = False,
 ) -> Dataset:
     """Validate ``content`` as a ``.txt``/``.jsonl``/``.csv`` file and store it; besides
     :data:`USED_FIELDS` it keeps only the ``fields`` named (a task template's)."""
@@ -103,17 +106,51 @@ def store_dataset(
             "task's template uses, named in 'fields' (the page drops the other columns, and "
             "sends a user id only as a keyed pseudonym)"
         )
+    digest = content_digest(records.records)
+    try:
+        check_not_a_copy(session, tenant_id, digest, public, display)
+    except UploadError:
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, path)
     row = Dataset(
         id=ds_id, tenant_id=tenant_id, name=display, format=suffix.lstrip("."),
         records=len(records), bytes=len(content), path=str(path),
         budget_epsilon=budget_epsilon, budget_delta=budget_delta,
         perturbation=None if perturbation is None else json.dumps(perturbation),
-        require_dp=require_dp,
+        require_dp=require_dp, kind="public" if public else "private",
+        content_digest=digest,
     )  # fmt: skip
     session.add(row)
     session.flush()
     return row
+
+
+def check_not_a_copy(
+    session: Session, tenant_id: str, digest: str, public: bool, display: str
+) -> None:
+    """Refuse a private upload whose records are a private dataset's of the same tenant
+    (a second budget for the same data), and a public upload of a private dataset's records
+    (its records would then leave verbatim). Records compare by text, whatever the bytes."""
+    twin = session.scalar(
+        select(Dataset).where(
+            Dataset.tenant_id == tenant_id,
+            Dataset.content_digest == digest,
+            Dataset.kind == "private",
+        )
+    )
+    if twin is None:
+        return
+    if public:
+        raise UploadError(
+            f"{display}: these are the records of private dataset {twin.id} ({twin.name}); "
+            "private data cannot be declared public"
+        )
+    raise UploadError(
+        f"{display}: these are the records of dataset {twin.id} ({twin.name}), already "
+        "uploaded with its own budget; a second copy would get a second budget for the same "
+        f"data. Use {twin.id}"
+    )
 
 
 def load_records(row: Dataset) -> Records:
@@ -143,12 +180,15 @@ def budget_state(ledger: PrivacyLedger) -> dict[str, Any]:
 
 
 def describe(row: Dataset, ledger: PrivacyLedger | None = None) -> dict[str, Any]:
-    budget: dict[str, Any] = {"epsilon": row.budget_epsilon, "delta": row.budget_delta}
-    if ledger is not None:
+    budget: dict[str, Any] | None = {"epsilon": row.budget_epsilon, "delta": row.budget_delta}
+    if row.kind == "public":
+        budget = None
+    elif ledger is not None and budget is not None:
         budget.update(budget_state(ledger))
     return {
         "id": row.id,
         "name": row.name,
+        "kind": row.kind,
         "format": row.format,
         "records": row.records,
         "bytes": row.bytes,

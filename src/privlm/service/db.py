@@ -71,6 +71,10 @@ class Dataset(Base):
     perturbation: Mapped[str | None] = mapped_column(Text, nullable=True)  # JSON, if perturbed
     # the tenant requires DP-only artefacts: selective-DP jobs (JFT direct mode) are refused
     require_dp: Mapped[bool] = mapped_column(Boolean, default=False)
+    # "private" (budgeted) or "public" (declared public at upload: no budget, may be
+    # released verbatim, e.g. as PromptPATE's public inputs)
+    kind: Mapped[str] = mapped_column(String(8), default="private")
+    content_digest: Mapped[str | None] = mapped_column(String(64), nullable=True)
     created_at: Mapped[datetime] = mapped_column(default=now)
 
 
@@ -135,6 +139,8 @@ def ledger_url(db_url: str, data_dir: Path) -> str:
 ADDED_COLUMNS = [
     ("datasets", "require_dp", "BOOLEAN NOT NULL DEFAULT FALSE"),
     ("jobs", "cancel_requested", "BOOLEAN NOT NULL DEFAULT FALSE"),
+    ("datasets", "kind", "VARCHAR(8) NOT NULL DEFAULT 'private'"),
+    ("datasets", "content_digest", "VARCHAR(64)"),
 ]
 
 

@@ -21,7 +21,7 @@ from privlm.accounting import Budget, PrivacyLedger
 from privlm.config import request_field
 from privlm.data import Record
 from privlm.errors import DataError, PrivlmError
-from privlm.prompting.pate_pipeline import PromptPateConfig
+from privlm.prompting.pate_pipeline import PromptPateConfig, check_public_inputs
 from privlm.prompting.prompt_dpsgd import PromptDpSgdConfig
 from privlm.service.datasets import load_records
 from privlm.service.db import Dataset, Job, now
@@ -174,11 +174,19 @@ def job_task(params: dict[str, Any]) -> Task:
 
 
 def check_task_data(params: dict[str, Any], private: Dataset, public: Dataset | None) -> None:
-    """At submission: the datasets fit the job's task (labels, template fields)."""
+    """At submission: the datasets fit the job's task (labels, template fields), and
+    PromptPATE's public inputs are public by declaration and share no private record (they
+    leave verbatim in the student prompt)."""
     task = job_task(params)
-    task_records(private, task, "private")
+    secret = task_records(private, task, "private")
     if public is not None:
-        task_records(public, task, "public")
+        if public.kind != "public" or public.id == private.id:
+            raise PrivlmError(
+                f"dataset {public.id} is private (budgeted): PromptPATE releases its public "
+                "inputs verbatim in the student prompt, so they must come from a dataset "
+                "uploaded as public (public=true, no budget)"
+            )
+        check_public_inputs(secret, task_records(public, task, "public"))
 
 
 def task_records(ds: Dataset, task: Task, role: str) -> list[Record]:
@@ -421,7 +429,13 @@ def guarantee(job: Job) -> dict[str, Any]:
 
 
 def check_dataset_policy(kind: str, ds: Dataset) -> None:
-    """Refuse a job whose output the dataset's owner said must not be released."""
+    """Refuse a job whose output the dataset's owner said must not be released, and a
+    private job on a public dataset (it has no budget to charge)."""
+    if ds.kind == "public":
+        raise PrivlmError(
+            f"dataset {ds.id} was uploaded as public (no budget): a {kind} job trains on a "
+            "private dataset; name this one as PromptPATE's public_dataset_id instead"
+        )
     if kind == "jft" and ds.require_dp:
         raise PrivlmError(
             f"dataset {ds.id} requires DP-only artefacts; a JFT job (direct mode) gives "

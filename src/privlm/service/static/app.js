@@ -298,11 +298,13 @@
 
   function upload(p, body) {
     var form = new FormData();
-    form.append("file", new Blob([body], { type: "text/plain" }), p.name);
+    // only the dataset name typed above leaves the page, never the file's own name
+    form.append("file", new Blob([body], { type: "text/plain" }), "upload." + p.kind);
     form.append("name", $("ds-name").value);
     form.append("budget_epsilon", budgetEpsilon());
     form.append("budget_delta", $("budget-delta").value);
     form.append("require_dp", $("require-dp").checked ? "true" : "false");
+    form.append("public", $("public-data").checked ? "true" : "false");
     form.append("perturbation", JSON.stringify({
       mechanism: p.mechanism, per_word: p.perWord, per_record: p.perRecord, per_file: p.perFile,
       where: "browser",
@@ -343,10 +345,15 @@
     var sel = $("job-dataset"), keep = sel.value, body = $("datasets").tBodies[0];
     sel.innerHTML = ""; body.innerHTML = "";
     r.data.forEach(function (d) {
-      option(sel, d.id, d.name + " (" + d.records + " records)");
       var tr = body.insertRow(), b = d.budget;
       tr.insertCell().textContent = d.name + " (" + d.id + ")";
       tr.insertCell().textContent = d.records;
+      if (d.kind === "public") {  // no budget: never trained on privately
+        tr.insertCell().textContent = "public: no budget (may be released verbatim)";
+        tr.insertCell().textContent = "–"; tr.insertCell().textContent = "–";
+        return;
+      }
+      option(sel, d.id, d.name + " (" + d.records + " records)");
       tr.insertCell().textContent = num(b.epsilon) + " at δ " + b.delta;
       tr.insertCell().textContent = b.spent ? num(b.spent.epsilon) : "–";
       tr.insertCell().textContent = b.remaining ? num(b.remaining.epsilon) : "–";
