@@ -33,7 +33,8 @@ def test_train_jft_direct_prints_the_sdp_statement(tmp_path):
     assert out["phase1_mode"] == "direct" and out["epsilon"] <= 3.0
     assert out["phase1"]["redacted_token_fraction"] > 0
     assert (tmp_path / "m" / "sdp.json").is_file()
-    assert (tmp_path / "m-phase1" / "adapter_config.json").is_file()
+    assert not (tmp_path / "m-phase1").exists()  # not private: kept only with --phase1-out
+    assert not any(p.name.startswith(".m-phase1") for p in tmp_path.iterdir())
 
 
 def test_train_jft_light_noise_without_annotations_is_a_user_error(tmp_path):

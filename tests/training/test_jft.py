@@ -78,7 +78,9 @@ def lora_b(adapter_dir):
 
 
 def test_direct_mode_is_sdp_at_phase_twos_epsilon(tmp_path):
-    st = train_jft("tiny", dataset(), tmp_path / "m", cfg(), progress=False)
+    st = train_jft(
+        "tiny", dataset(), tmp_path / "m", cfg(), phase1_dir=tmp_path / "m-phase1", progress=False
+    )
     p2 = st.phase2
     assert st.phase1_mode == "direct" and st.policy == "regex"
     assert st.epsilon == p2["epsilon"] <= 3.0
@@ -102,7 +104,9 @@ def test_direct_mode_is_sdp_at_phase_twos_epsilon(tmp_path):
 def test_phase_two_starts_from_phase_one(tmp_path):
     c = cfg()
     c.phase2 = small(target_epsilon=3.0, learning_rate=1e-9)
-    train_jft("tiny", dataset(), tmp_path / "m", c, progress=False)
+    train_jft(
+        "tiny", dataset(), tmp_path / "m", c, phase1_dir=tmp_path / "m-phase1", progress=False
+    )
     b1, b2 = lora_b(tmp_path / "m-phase1"), lora_b(tmp_path / "m")
     assert any(v.abs().max() > 0 for v in b1.values())  # a fresh adapter has B = 0
     for k in b1:
@@ -234,3 +238,8 @@ def test_masked_per_sample_gradients_equal_a_batch_size_one_loop():
         masked_lm_loss(out, enc.labels[sl], True).backward()
         for n, p in params:
             assert torch.allclose(batched[n][i], p.grad, atol=1e-6, rtol=1e-4), n
+
+
+def test_the_non_private_phase1_adapter_is_kept_only_when_asked_for(tmp_path):
+    train_jft("tiny", dataset(), tmp_path / "m", cfg(), progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]  # phase 1 deleted

@@ -246,6 +246,12 @@ def pate(
     )
     if splits.test:
         typer.echo(f"student test accuracy: {result['student_test_accuracy']:.3f}")
+    curator = result["not_private_for_the_curator"]
+    typer.echo(
+        "not private, for the curator (raw votes, no ε covers them): teacher accuracy "
+        f"{curator['teacher_accuracy_mean']}, teachers' plurality {curator['ensemble_accuracy']}, "
+        f"'other' answers {curator['other_rate']:.3f}, {curator['seconds']:.0f} s"
+    )
 
 
 def warn_if_weak_threshold(cfg: PromptPateConfig, classes: int) -> None:

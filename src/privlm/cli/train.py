@@ -171,7 +171,11 @@ def jft(
     miss: list[str] = typer.Option(
         [], "--miss", help="Audits only: a string the detector is made to miss (repeatable)."
     ),
-    phase1_out: Path | None = typer.Option(None, help="Phase-1 adapter (default OUT-phase1)."),
+    phase1_out: Path | None = typer.Option(
+        None,
+        help="Keep the phase-1 adapter (trained without noise: not private) here; without "
+        "this option it is deleted once phase 2 is done.",
+    ),
     text_column: str = TEXT_COLUMN_OPTION,
     user_column: str = USER_COLUMN_OPTION,
     no_header: bool = NO_HEADER_OPTION,

@@ -128,6 +128,7 @@ class PromptPateResult:
     queries: int
     answered: int
     label_accuracy: float | None  # of released labels, where the public set has gold labels
+    # from the raw votes, uncharged: not private, for the curator only (see to_dict)
     teacher_accuracy_mean: float | None
     ensemble_accuracy: float | None  # plurality vote of the teachers (non-private)
     other_rate: float  # fraction of top-1 answers that are no class's label token
@@ -140,7 +141,15 @@ class PromptPateResult:
     threshold_warning: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The result, with the figures computed from the raw votes (and the wall-clock
+        time) under ``not_private_for_the_curator``: no ε covers them."""
+        out = asdict(self)
+        out[CURATOR_KEY] = {k: out.pop(k) for k in CURATOR_FIELDS}
+        return out
+
+
+CURATOR_KEY = "not_private_for_the_curator"
+CURATOR_FIELDS = ("teacher_accuracy_mean", "ensemble_accuracy", "other_rate", "seconds")
 
 
 def pate_ledger(path: str | Path, name: str, cfg: PromptPateConfig, private: int) -> PrivacyLedger:

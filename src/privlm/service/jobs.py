@@ -278,10 +278,7 @@ def run_jft(ctx: JobContext) -> dict[str, Any]:
         ),
         phase2=_dpsgd_config(p, ctx.dataset.budget_delta),
     )
-    st = train_jft(
-        ctx.model, load_records(ctx.dataset), ctx.out_dir, cfg,
-        phase1_dir=ctx.out_dir.with_name(ctx.out_dir.name + "-phase1"), ledger=ledger,
-    )  # fmt: skip
+    st = train_jft(ctx.model, load_records(ctx.dataset), ctx.out_dir, cfg, ledger=ledger)
     return {"statement": st.to_dict(), "epsilon_spent": job_epsilon(ledger, ctx.job.id)}
 
 

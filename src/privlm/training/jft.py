@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import json
 import math
+import secrets
+import shutil
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -180,10 +182,32 @@ def train_jft(
 
     With a ledger, what the run will charge (phase 2, and for light noise the phase-1
     estimate at m̃_hi) is checked before any training, and charged before each adapter is
-    written."""
-    cfg = cfg or JftConfig()
+    written.
+
+    The phase-1 adapter (trained without noise on the redacted data) is kept in
+    ``phase1_dir`` only when one is given; otherwise it lives in a hidden folder beside
+    ``out_dir`` and is deleted once phase 2 is done, or fails."""
     out = Path(out_dir)
-    p1_dir = Path(phase1_dir) if phase1_dir is not None else out.with_name(out.name + "-phase1")
+    if phase1_dir is not None:
+        return _train_jft(model, dataset, out, cfg, Path(phase1_dir), ledger, detector, progress)
+    scratch = out.with_name(f".{out.name}-phase1-{secrets.token_hex(4)}")
+    try:
+        return _train_jft(model, dataset, out, cfg, scratch, ledger, detector, progress)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _train_jft(
+    model: ModelSource,
+    dataset: Dataset,
+    out: Path,
+    cfg: JftConfig | None,
+    p1_dir: Path,
+    ledger: PrivacyLedger | None,
+    detector: Detector | None,
+    progress: bool,
+) -> SdpStatement:
+    cfg = cfg or JftConfig()
     det = _detector(cfg, detector)
     texts, _ = examples_per_unit(dataset)
     n = len(texts)

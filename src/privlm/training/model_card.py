@@ -28,6 +28,21 @@ def guarantee_line(privacy: Mapping[str, Any]) -> str:
     return f"{pair}-DP per {unit}"
 
 
+def card_tags(privacy: Mapping[str, Any]) -> str:
+    """The card's tags say what covers the artefact: DP, selective DP (JFT: no DP bound
+    unless phase 1 ran with noise), or nothing."""
+    if privacy.get("epsilon") is None:
+        return "privlm, not-private"
+    if privacy.get("guarantee_kind") == "SDP":
+        dp = (
+            "not-differentially-private"
+            if privacy.get("dp_epsilon") is None
+            else ("differential-privacy")
+        )
+        return f"privlm, selective-differential-privacy, {dp}"
+    return "privlm, differential-privacy"
+
+
 def front_matter(model: str, library: str | None, tags: str) -> list[str]:
     """Hugging Face front matter; ``base_model`` only where the model has a hub id."""
     hub = base_model_id(model) if model else ""
@@ -60,7 +75,7 @@ def model_card(
     """The card's Markdown, with Hugging Face front matter."""
     model = str(privacy.get("model", ""))
     lines = [
-        *front_matter(model, library, "privlm, differential-privacy"),
+        *front_matter(model, library, card_tags(privacy)),
         f"# {title}",
         "",
         f"**Guarantee:** {guarantee_line(privacy)}.",
@@ -103,7 +118,7 @@ def ensemble_card(manifest: Mapping[str, Any], member: str | None = None) -> str
         else f"a {manifest.get('protocol')} ensemble of {len(manifest.get('partition', []))} LoRA adapters"
     )
     return "\n".join([
-        *front_matter(model, "peft", "privlm, differential-privacy, not-private-by-itself"),
+        *front_matter(model, "peft", "privlm, not-private, private-prediction-ensemble"),
         f"# privlm: {what}",
         "",
         "**Guarantee:** none by itself. Each adapter was fine-tuned without noise on one "
