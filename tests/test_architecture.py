@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "privlm"
-BASE = {"errors", "settings", "fsutil", "progress", "randomness", "extras", "lazy", "config"}
+BASE = {
+    "errors", "settings", "fsutil", "progress", "randomness", "extras", "lazy", "config", "curator"
+}  # fmt: skip
 ALLOWED = {
     "errors": set(),
     "settings": {"errors"},
@@ -18,6 +20,7 @@ ALLOWED = {
     "extras": {"errors"},
     "lazy": set(),
     "config": {"errors"},
+    "curator": set(),
     "perturb": BASE | {"perturb"},
     "accounting": {"errors", "extras", "accounting"},
     "data": BASE | {"data"},

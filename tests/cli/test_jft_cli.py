@@ -31,7 +31,8 @@ def test_train_jft_direct_prints_the_sdp_statement(tmp_path):
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert out["phase1_mode"] == "direct" and out["epsilon"] <= 3.0
-    assert out["phase1"]["redacted_token_fraction"] > 0
+    assert "redacted_token_fraction" not in out["phase1"]  # exact: for the curator only
+    assert out["not_private_for_the_curator"]["phase1.redacted_token_fraction"] > 0
     assert (tmp_path / "m" / "sdp.json").is_file()
     assert not (tmp_path / "m-phase1").exists()  # not private: kept only with --phase1-out
     assert not any(p.name.startswith(".m-phase1") for p in tmp_path.iterdir())

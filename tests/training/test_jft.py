@@ -242,4 +242,4 @@ def test_masked_per_sample_gradients_equal_a_batch_size_one_loop():
 
 def test_the_non_private_phase1_adapter_is_kept_only_when_asked_for(tmp_path):
     train_jft("tiny", dataset(), tmp_path / "m", cfg(), progress=False)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]  # phase 1 deleted
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m", "m.curator.json"]  # no phase 1

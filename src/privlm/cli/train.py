@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -25,6 +26,7 @@ from privlm.cli.common import (
 )
 from privlm.cli.ensemble import load_training_data
 from privlm.config import option
+from privlm.curator import split_private_statistics
 from privlm.errors import AccountingError
 from privlm.models import DEFAULT_MODEL
 from privlm.training.dpsgd import DpSgdConfig, examples_per_unit, plan, train_dpsgd
@@ -111,14 +113,23 @@ def dpsgd(
     if int(os.environ.get("RANK", "0")) != 0:  # under torchrun, rank 0 reports
         return
     if as_json:
-        emit_json(st.to_dict())
+        emit_json(with_curator_heading(st.to_dict()))
         return
     typer.echo(
         f"adapter in {out}: ({st.epsilon:.4g}, {st.delta:.3g})-DP per {st.unit_detail} ({st.accountant}); "
         f"σ = {st.noise_multiplier:.4g}, q = {st.sample_rate:.4g}, {st.steps} steps, clip {st.max_grad_norm:g}"
     )
     if st.token_usage:
-        typer.echo(f"  {st.token_usage['summary']}")
+        typer.echo(f"  {CURATOR_HEADING}: {st.token_usage['summary']}")
+
+
+CURATOR_HEADING = "not private: for the curator"
+
+
+def with_curator_heading(statement: dict[str, Any]) -> dict[str, Any]:
+    """``--json`` output: the statement as released, its exact statistics apart."""
+    released, taken = split_private_statistics(statement)
+    return {**released, "not_private_for_the_curator": taken}
 
 
 def _open_ledger(
@@ -248,13 +259,17 @@ def jft(
     warn_if_seeded(seed)
     st = train_jft(model, ds, out, cfg, phase1_dir=phase1_out, ledger=led, progress=not as_json)
     if as_json:
-        emit_json(st.to_dict())
+        emit_json(with_curator_heading(st.to_dict()))
         return
-    typer.echo(f"adapter in {out} (phase 1 in {st.phase1['adapter']})")
+    kept = f"phase 1 in {phase1_out}" if phase1_out else "phase 1 not kept (--phase1-out keeps it)"
+    typer.echo(f"adapter in {out} ({kept})")
     typer.echo(st.guarantee)
     typer.echo(f"assumption: {st.assumption}")
+    typer.echo(f"{CURATOR_HEADING} (exact statistics of the data, no ε covers them):")
     if "redacted_token_fraction" in st.phase1:
-        typer.echo(f"tokens redacted in phase 1: {100 * st.phase1['redacted_token_fraction']:.1f}%")
+        typer.echo(
+            f"  tokens redacted in phase 1: {100 * st.phase1['redacted_token_fraction']:.1f}%"
+        )
     usage1 = (st.phase1.get("training") or st.phase1.get("statement") or {}).get("token_usage")
     if usage1:
         typer.echo(f"  phase 1 {usage1['summary']}")

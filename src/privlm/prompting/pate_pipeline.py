@@ -16,6 +16,7 @@ import torch
 from privlm.accounting import Budget, PrivacyLedger, SmoothRelease, default_prompt_delta
 from privlm.accounting.advice import threshold_warning
 from privlm.config import check_settings, setting
+from privlm.curator import PUBLIC_SIZE, release
 from privlm.data import Record
 from privlm.data.partition import new_partition_key
 from privlm.data.records import shared_record_count
@@ -335,8 +336,10 @@ def run_prompt_pate(
             "model": lm.reference,
             "units": len({r.unit for r in private}),
             "unit_kind": "record" if all(r.unit.startswith("record-") for r in private) else "user",
+            "data_size": PUBLIC_SIZE,
             **lm.placement.describe(),
         }
+        statement = release(statement, out_dir)  # exact statistics beside, for the curator
         (d / "privacy.json").write_text(json.dumps(statement, indent=2))
         card = model_card(statement, "A privlm student prompt (PromptPATE)", library=None)
         (d / "README.md").write_text(card)

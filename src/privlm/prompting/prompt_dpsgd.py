@@ -46,6 +46,7 @@ from privlm.accounting import (
 )
 from privlm.accounting.advice import weak_delta_warning
 from privlm.config import check_settings, setting
+from privlm.curator import PUBLIC_SIZE, release
 from privlm.data import Record
 from privlm.errors import PrivlmError
 from privlm.fsutil import write_directory_atomically
@@ -378,6 +379,7 @@ def train_prompt_dpsgd(
 
     privacy = {
         **statement.to_dict(),
+        "data_size": PUBLIC_SIZE,
         "max_grad_norm": cfg.max_grad_norm,
         "task": task.name,
         "model": reference,
@@ -392,6 +394,7 @@ def train_prompt_dpsgd(
 
     if private and ledger is not None:
         ledger.charge(charge)
+    privacy = release(privacy, out_dir)  # exact statistics to the curator's report, beside
     write_directory_atomically(Path(out_dir), write)
     return statement
 

@@ -19,6 +19,7 @@ from sqlalchemy import Engine
 
 from privlm.accounting import Budget, PrivacyLedger
 from privlm.config import request_field
+from privlm.curator import split_private_statistics
 from privlm.data import Record
 from privlm.errors import DataError, PrivlmError
 from privlm.prompting.pate_pipeline import PromptPateConfig, check_public_inputs
@@ -253,6 +254,13 @@ def _dpsgd_config(p: dict[str, Any], delta: float) -> Any:
     )  # fmt: skip
 
 
+def labelled(statement: dict[str, Any]) -> dict[str, Any]:
+    """A job's result: the statement as its artefact releases it, and the exact statistics
+    of the data apart, under ``not_private_for_the_curator`` (the tenant's eyes only)."""
+    released, taken = split_private_statistics(statement)
+    return {"statement": released, "not_private_for_the_curator": taken}
+
+
 def run_dpsgd(ctx: JobContext) -> dict[str, Any]:
     from privlm.training.dpsgd import train_dpsgd
 
@@ -262,7 +270,7 @@ def run_dpsgd(ctx: JobContext) -> dict[str, Any]:
         ctx.model, load_records(ctx.dataset), ctx.out_dir,
         _dpsgd_config(p, ctx.dataset.budget_delta), progress=True, ledger=ledger,
     )  # fmt: skip
-    return {"statement": st.to_dict(), "epsilon_spent": job_epsilon(ledger, ctx.job.id)}
+    return {**labelled(st.to_dict()), "epsilon_spent": job_epsilon(ledger, ctx.job.id)}
 
 
 def run_jft(ctx: JobContext) -> dict[str, Any]:
@@ -279,7 +287,7 @@ def run_jft(ctx: JobContext) -> dict[str, Any]:
         phase2=_dpsgd_config(p, ctx.dataset.budget_delta),
     )
     st = train_jft(ctx.model, load_records(ctx.dataset), ctx.out_dir, cfg, ledger=ledger)
-    return {"statement": st.to_dict(), "epsilon_spent": job_epsilon(ledger, ctx.job.id)}
+    return {**labelled(st.to_dict()), "epsilon_spent": job_epsilon(ledger, ctx.job.id)}
 
 
 def run_ensemble(ctx: JobContext) -> dict[str, Any]:
@@ -341,7 +349,7 @@ def run_prompt_dpsgd(ctx: JobContext) -> dict[str, Any]:
         ledger=ledger,
     )  # fmt: skip
     return {
-        "statement": st.to_dict(), "task": task.name,
+        **labelled(st.to_dict()), "task": task.name,
         "epsilon_spent": job_epsilon(ledger, ctx.job.id),
     }  # fmt: skip
 

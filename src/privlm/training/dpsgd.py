@@ -49,6 +49,7 @@ from privlm.accounting import (
 )
 from privlm.accounting.advice import weak_delta_warning
 from privlm.config import check_settings, setting
+from privlm.curator import PUBLIC_SIZE, release
 from privlm.data import Dataset
 from privlm.detect import Detector
 from privlm.errors import PrivlmError
@@ -557,8 +558,9 @@ def train_dpsgd(
     )
     out = Path(out_dir)
 
-    privacy = {
+    full = {
         **statement.to_dict(),
+        "data_size": PUBLIC_SIZE,
         "training": asdict(cfg),
         "model": reference,
         "init_adapter": str(init_adapter) if init_adapter is not None else None,
@@ -578,6 +580,7 @@ def train_dpsgd(
         if ledger is not None:
             ledger.charge(charge)  # durable; raises (and nothing is written) if it no longer fits
         require_finite(trainable)  # after the charge: the run used the data either way
+        privacy = release(full, out)  # exact statistics to the curator's report, beside
         write_directory_atomically(out, write)
     barrier()
     return statement

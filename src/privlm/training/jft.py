@@ -34,6 +34,7 @@ from typing import Any
 
 from privlm.accounting import Charge, DpSgdPlan, PrivacyLedger, dpsgd_epsilon
 from privlm.config import check_settings, setting
+from privlm.curator import curator_report_path, release
 from privlm.data import Dataset, load_file
 from privlm.detect import (
     AllowingDetector,
@@ -195,6 +196,7 @@ def train_jft(
         return _train_jft(model, dataset, out, cfg, scratch, ledger, detector, progress)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+        curator_report_path(scratch).unlink(missing_ok=True)
 
 
 def _train_jft(
@@ -274,9 +276,9 @@ def _train_jft(
             extra={"miss_rate": miss.to_dict(), "estimate": True},
         )
         phase1["statement"] = st1.to_dict()
-        phase1["redacted_token_fraction"] = json.loads((p1_dir / "privacy.json").read_text())[
-            "redacted_token_fraction"
-        ]
+        phase1["redacted_token_fraction"] = json.loads(curator_report_path(p1_dir).read_text())[
+            "statistics"
+        ]["redacted_token_fraction"]  # phase 1's exact statistic, from its curator report
     if cfg.phase1 != "light-noise":
         card = jft_phase1_card(reference_of(model), policy_name(cfg, det), n)
         (p1_dir / "README.md").write_text(card)
@@ -297,7 +299,8 @@ def _train_jft(
         extra=sdp_release_label(cfg, det, dp_eps),
     )
     statement = _statement(cfg, det, phase1, st2, miss)
-    (out / "sdp.json").write_text(json.dumps(statement.to_dict(), indent=2))
+    released = release(statement.to_dict(), out)  # exact statistics beside, for the curator
+    (out / "sdp.json").write_text(json.dumps(released, indent=2))
     return statement
 
 

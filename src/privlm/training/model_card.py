@@ -83,7 +83,8 @@ def model_card(
         *mechanism_lines(privacy),
         f"- **Privacy unit:** {privacy.get('unit', 'record')}; neighbouring datasets differ by "
         "adding or removing one unit",
-        f"- **Data size:** {privacy.get('units')} units",
+        f"- **Data size:** {privacy.get('units')} units (public by declaration: the sampling "
+        "rate, the steps and the default δ are computed from it)",
         f"- **Base model:** {base_model_id(model) if model else ''}",
         f"- **Randomness:** {privacy.get('randomness', '')}",
     ]

@@ -1,0 +1,165 @@
+"""What leaves with an artefact, on neighbouring datasets (docs/sharp_edges.md).
+
+Each mechanism runs on D and on D without one unit. Every released file other than the
+noisy output (adapter or prompt weights; the student prompt's noisy labels) must be
+identical, up to fields random by design (keys, seeds) and the fields computed from the
+number of units, which privlm declares public (the sampling rate, the steps, σ, the ε σ
+reaches). The exact statistics of the data go to the curator's report *beside* the
+artefact, never inside it. Every model card is a function of the released statement only.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from privlm.curator import curator_report_path
+from privlm.data import Dataset, Record
+from privlm.training.model_card import model_card
+
+NOISY = {"adapter_model.safetensors", "student_prompt.json"}
+RANDOM_BY_DESIGN = {"partition_key", "seed", "init_adapter", "adapter"}
+SIZE_DERIVED = {  # functions of the number of units, public by declaration
+    "units", "sample_rate", "steps", "noise_multiplier", "epsilon", "accounted_sample_rate",
+    "delta_warning", "epsilon_range", "dp_epsilon",
+}  # fmt: skip
+
+
+def masked(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: masked(v) for k, v in value.items() if k not in RANDOM_BY_DESIGN | SIZE_DERIVED}
+    if isinstance(value, list):
+        return [masked(v) for v in value]
+    return value
+
+
+def released_files(out: Path) -> dict[str, Any]:
+    files: dict[str, Any] = {}
+    for path in sorted(out.rglob("*")):
+        if path.is_file() and path.name not in NOISY:
+            text = path.read_text()
+            files[str(path.relative_to(out))] = (
+                masked(json.loads(text)) if path.suffix == ".json" else text
+            )
+    return files
+
+
+def assert_neighbours_release_the_same(full: Path, less: Path) -> None:
+    a, b = released_files(full), released_files(less)
+    assert a.keys() == b.keys()
+    for name in a:
+        if name != "README.md":
+            assert a[name] == b[name], name
+    for out in (full, less):  # the card says only what the released statement says
+        statement = json.loads((out / "privacy.json").read_text())
+        card = (out / "README.md").read_text()
+        assert card == model_card(statement)
+        for secret in ("token_usage", "redacted_token_fraction", "seconds"):
+            assert secret not in (out / "privacy.json").read_text(), secret
+    reports = [json.loads(curator_report_path(o).read_text()) for o in (full, less)]
+    assert all("not private: for the curator" in r["note"] for r in reports)
+    assert reports[0]["statistics"] != reports[1]["statistics"]  # where the counts went
+
+
+NOTES = [
+    Record(f"note {i}: the patient in room {i} " + "is feeling much better " * (i % 5), f"r{i}")
+    for i in range(30)
+]
+
+
+def small_dpsgd(**kw):
+    from privlm.training.dpsgd import DpSgdConfig
+
+    base = dict(target_epsilon=4.0, batch_size=6, physical_batch_size=6, epochs=1,
+                block_size=16, delta=1e-5)  # fmt: skip
+    return DpSgdConfig(**{**base, **kw})
+
+
+@pytest.mark.parametrize("unit", ["record", "user"])
+def test_dpsgd_releases_nothing_of_one_unit_but_noise(tmp_path, unit):
+    from privlm.training.dpsgd import train_dpsgd
+
+    records = NOTES if unit == "record" else [Record(r.text, f"user-{i % 6}") for i, r in
+                                               enumerate(NOTES)]  # fmt: skip
+    gone = records[17].unit
+    less = [r for r in records if r.unit != gone]
+    for name, recs in (("full", records), ("less", less)):
+        train_dpsgd("tiny", Dataset(recs, "notes", unit), tmp_path / name, small_dpsgd(),
+                    progress=False)  # fmt: skip
+    assert_neighbours_release_the_same(tmp_path / "full", tmp_path / "less")
+
+
+def test_jft_releases_nothing_of_one_unit_but_noise(tmp_path):
+    from privlm.training.jft import JftConfig, train_jft
+    from privlm.training.lora_finetune import LoraTrainingConfig
+
+    names = ["Alice", "Bob", "Carol", "Dave", "Erin", "Frank"]
+    recs = [Record(f"{names[i % 6]} paid invoice {1000 + i} on time", f"r{i}") for i in range(30)]
+    cfg = JftConfig(
+        detector="regex",
+        phase1_training=LoraTrainingConfig(epochs=1, pack=False, block_size=16, batch_size=8),
+        phase2=small_dpsgd(target_epsilon=3.0),
+    )
+    for name, data in (("full", recs), ("less", recs[:17] + recs[18:])):
+        train_jft("tiny", Dataset(data, "notes", "record"), tmp_path / name, cfg, progress=False)
+    assert_neighbours_release_the_same(tmp_path / "full", tmp_path / "less")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "full",
+        "full.curator.json",
+        "less",
+        "less.curator.json",
+    ]  # no phase-1 adapter left behind, and nothing else
+
+
+def test_prompt_dpsgd_releases_nothing_of_one_unit_but_noise(tmp_path):
+    from privlm.prompting.prompt_dpsgd import PromptDpSgdConfig, train_prompt_dpsgd
+    from privlm.prompting.tasks import get_task
+
+    task = get_task("sst2")
+    recs = [Record(f"film {i} " + "quite good " * (i % 4), f"u{i % 10}",
+                   "positive" if i % 2 else "negative") for i in range(30)]  # fmt: skip
+    cfg = PromptDpSgdConfig(kind="soft-prompt", virtual_tokens=3, target_epsilon=8.0,
+                            batch_size=10, epochs=1, learning_rate=0.5, delta=1e-6, unit="user")  # fmt: skip
+    for name, data in (("full", recs), ("less", [r for r in recs if r.unit != "u3"])):
+        train_prompt_dpsgd("tiny", task, data, tmp_path / name, cfg, progress=False)
+    assert_neighbours_release_the_same(tmp_path / "full", tmp_path / "less")
+
+
+def test_prompt_pate_releases_nothing_of_one_unit_but_its_labels(tmp_path, monkeypatch):
+    from privlm.models import load_public_model
+    from privlm.prompting import pate_pipeline
+    from privlm.prompting.pate_pipeline import PromptPateConfig, pate_ledger, run_prompt_pate
+    from privlm.prompting.tasks import get_task
+
+    def answers(lm, task, teachers, public, batch_size, progress):
+        labels = np.array([i % 2 for i in range(len(public))])
+        rows = len(teachers)
+        top1 = np.tile(labels, (rows, 1))
+        top1[[t.abstains for t in teachers]] = -1  # a teacher with no example says "other"
+        return pate_pipeline.TeacherAnswers(top1, np.tile(labels, (rows, 1)))
+
+    monkeypatch.setattr(pate_pipeline, "teacher_answer_matrix", answers)
+    lm, task = load_public_model("tiny"), get_task("sst2")
+    private = [Record(f"secret film {i}", f"r{i}", "positive" if i % 2 else "negative")
+               for i in range(60)]  # fmt: skip
+    public = [Record(f"public film {i}", f"p{i}") for i in range(20)]
+    cfg = PromptPateConfig(
+        teachers=20, threshold=5, sigma_threshold=2, sigma=4, epsilon=50, student_candidates=2,
+        holdout=3, batch_size=16, queries=12, delta=1e-6,
+    )  # fmt: skip
+    for name, data in (("full", private), ("less", private[:17] + private[18:])):
+        ledger = pate_ledger(tmp_path / f"{name}.db", "pate", cfg, len(data))
+        run_prompt_pate(lm, task, data, public, tmp_path / name, ledger, cfg, progress=False)
+    a, b = released_files(tmp_path / "full"), released_files(tmp_path / "less")
+    assert a.keys() == b.keys()
+    strip = {"answered", "queries"}  # the noisy labels' own counts: covered by ε
+    assert {k: v for k, v in a["privacy.json"].items() if k not in strip} == {
+        k: v for k, v in b["privacy.json"].items() if k not in strip
+    }
+    assert "abstaining_teachers" not in (tmp_path / "full" / "privacy.json").read_text()
+    report = json.loads(curator_report_path(tmp_path / "full").read_text())
+    assert "abstaining_teachers" in report["statistics"]
