@@ -22,7 +22,7 @@ from privlm.data import Dataset, Record
 from privlm.training.model_card import model_card
 
 NOISY = {"adapter_model.safetensors", "student_prompt.json"}
-RANDOM_BY_DESIGN = {"partition_key", "seed", "init_adapter", "adapter"}
+RANDOM_BY_DESIGN = {"partition_key", "seed", "init_adapter", "adapter", "created_at"}
 SIZE_DERIVED = {  # functions of the number of units, public by declaration
     "units", "sample_rate", "steps", "noise_multiplier", "epsilon", "accounted_sample_rate",
     "delta_warning", "epsilon_range", "dp_epsilon",
@@ -163,3 +163,38 @@ def test_prompt_pate_releases_nothing_of_one_unit_but_its_labels(tmp_path, monke
     assert "abstaining_teachers" not in (tmp_path / "full" / "privacy.json").read_text()
     report = json.loads(curator_report_path(tmp_path / "full").read_text())
     assert "abstaining_teachers" in report["statistics"]
+
+
+def test_an_ensemble_holds_nothing_of_one_unit_but_its_adapters(tmp_path):
+    """A PMixED/SubMix ensemble stays with its curator (its adapters saw their parts in the
+    clear), yet nothing beside the adapters' weights depends on one unit: the manifest and
+    the cards hold the settings, the key and the number of units (public by declaration);
+    each part's size, which parts are empty, token usage, losses and times, and a digest of
+    the set of units are in the curator's report beside it. What a deployment releases is
+    its tokens, each charged as it leaves (tests/predict)."""
+    from privlm.training.ensemble import train_ensemble
+    from privlm.training.lora_finetune import LoraTrainingConfig
+    from privlm.training.model_card import ensemble_card
+
+    cfg = LoraTrainingConfig(epochs=1, block_size=16, batch_size=4)
+    users = [Record(r.text, f"user-{i % 6}") for i, r in enumerate(NOTES)]
+    for protocol in ("pmixed", "submix"):
+        full, less = tmp_path / f"{protocol}-full", tmp_path / f"{protocol}-less"
+        for out, recs in ((full, users), (less, [r for r in users if r.unit != "user-5"])):
+            train_ensemble("tiny", Dataset(recs, "notes", "user"), 2, out, protocol, cfg,
+                           progress=False, partition_key="0" * 32)  # fmt: skip
+        a, b = released_files(full), released_files(less)
+        assert a.keys() == b.keys() and "manifest.json" in a
+        for name in a:
+            if not name.endswith("README.md"):
+                assert a[name] == b[name], (protocol, name)
+        for out in (full, less):  # every card is a function of the manifest only
+            manifest = json.loads((out / "manifest.json").read_text())
+            assert (out / "README.md").read_text() == ensemble_card(manifest)
+            for part in manifest["partition"]:
+                card = (out / part["name"] / "README.md").read_text()
+                assert card == ensemble_card(manifest, member=part["name"])
+        reports = [json.loads(curator_report_path(o).read_text()) for o in (full, less)]
+        assert all("not private: for the curator" in r["note"] for r in reports)
+        sizes = [[p["units"] for p in r["statistics"]["partition"]] for r in reports]
+        assert sum(sizes[0]) == sum(sizes[1]) + 1  # where the counts went

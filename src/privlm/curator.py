@@ -16,10 +16,12 @@ number of steps and the default δ are computed from it, and every statement say
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+CURATOR_HEADING = "not private: for the curator"
 CURATOR_NOTE = (
     "not private: for the curator. Exact statistics of the private data, which no ε covers; "
     "never put inside an artefact or a download (docs/sharp_edges.md)"
@@ -68,14 +70,30 @@ def curator_report_path(out_dir: str | Path) -> Path:
     return out.with_name(f"{out.name}.curator.json")
 
 
+def read_statistics(out_dir: str | Path) -> dict[str, Any]:
+    """The statistics in the curator's report beside ``out_dir`` ({} when there is none)."""
+    report = curator_report_path(out_dir)
+    if not report.is_file():
+        return {}
+    statistics: dict[str, Any] = json.loads(report.read_text()).get("statistics", {})
+    return statistics
+
+
+def record_statistics(out_dir: str | Path, statistics: Mapping[str, Any]) -> None:
+    """Merge ``statistics`` (top-level keys replace) into the curator's report beside
+    ``out_dir``, atomically: a crash leaves the old report or the new one."""
+    report = curator_report_path(out_dir)
+    report.parent.mkdir(parents=True, exist_ok=True)
+    body = {"note": CURATOR_NOTE, "statistics": {**read_statistics(out_dir), **statistics}}
+    tmp = report.with_name(report.name + ".tmp")
+    tmp.write_text(json.dumps(body, indent=2, default=str))
+    os.replace(tmp, report)
+
+
 def release(statement: Mapping[str, Any], out_dir: str | Path) -> dict[str, Any]:
     """The statement as it may be released; its exact statistics are written to the
     curator's report beside ``out_dir`` (merged with what an earlier step wrote there)."""
     released, taken = split_private_statistics(statement)
     if taken:
-        report = curator_report_path(out_dir)
-        report.parent.mkdir(parents=True, exist_ok=True)
-        before = json.loads(report.read_text()).get("statistics", {}) if report.exists() else {}
-        body = {"note": CURATOR_NOTE, "statistics": {**before, **taken}}
-        report.write_text(json.dumps(body, indent=2, default=str))
+        record_statistics(out_dir, taken)
     return released

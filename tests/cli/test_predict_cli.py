@@ -95,6 +95,28 @@ def test_generate_charges_the_ledger(ensembles, tmp_path):
     assert wrong.exit_code == 2 and "submix ensemble" in wrong.stderr
 
 
+def test_generate_warns_when_one_ensemble_gets_a_second_budget(ensembles, tmp_path):
+    """Two ledger names for one ensemble are two budgets for the same data: the ensemble
+    records each one it is deployed under, and the second draws a warning."""
+    from privlm.predict.budget_names import budgets_used
+
+    ens = tmp_path / "pm"
+    import shutil
+
+    shutil.copytree(ensembles / "pm", ens)
+    (ens / "budgets.json").unlink(missing_ok=True)  # other tests deployed the shared one
+    args = ["generate", str(ens), "--prompt", "note", "--ledger", str(tmp_path / "l.db"),
+            "--queries", "4", "--sample-rate", "0.5", "--max-new-tokens", "1"]  # fmt: skip
+    first = ok(*args, "--name", "alpha")
+    assert "more than one budget" not in first.stderr
+    again = ok(*args, "--name", "alpha")
+    assert "more than one budget" not in again.stderr
+    second = ok(*args, "--name", "beta")
+    assert "more than one budget" in second.stderr and "--name alpha" in second.stderr
+    assert [b["name"] for b in budgets_used(ens)] == ["alpha", "beta"]
+    assert all(b["ledger"] == str((tmp_path / "l.db").resolve()) for b in budgets_used(ens))
+
+
 def test_generate_submix(ensembles, tmp_path):
     out = json.loads(
         ok(

@@ -40,7 +40,9 @@ def test_ensemble_training_reads_positional_columns_and_reports_token_usage(note
                  "--user-column", 1, "--parts", 2, "--epochs", 1, "--block-size", 16,
                  "--max-blocks", 2, "--model", "tiny", "--out", tmp_path / "ens")  # fmt: skip
     assert out["privacy_unit"] == "user" and out["units"] == 8
-    usages = [a["token_usage"] for a in out["adapters"].values()]
+    curator = out["not_private_for_the_curator"]["adapters"]
+    usages = [a["token_usage"] for a in curator.values()]
+    assert all(a.keys() == {"status", "path"} for a in out["adapters"].values())
     assert all(u["used"] == 2 * 16 and u["dropped"] == u["tokens"] - 32 for u in usages)
     assert all("the cap of 2 blocks" in u["summary"] for u in usages)
 

@@ -26,8 +26,8 @@ SECRETS = ["zqxjkv", "wobblethorpe", "qqvbnm", "fizzlewick", "xxyyzz", "plumtree
 
 
 def capture_bodies_script() -> str:
-    """JavaScript that records every request body the page sends, FormData blobs included,
-    as text, in window.sentBodies."""
+    """JavaScript that records every request body the page sends, FormData blobs included
+    (a file as "[file <its name>] <its text>"), as text, in window.sentBodies."""
     return (
         "window.sentBodies = [];"
         "const f = window.fetch.bind(window);"
@@ -35,7 +35,8 @@ def capture_bodies_script() -> str:
         "  const b = opts && opts.body;"
         "  if (b instanceof FormData) {"
         "    for (const [k, v] of b.entries())"
-        "      window.sentBodies.push(k + '=' + (v instanceof Blob ? await v.text() : v));"
+        "      window.sentBodies.push(k + '=' + (v instanceof File ? '[file ' + v.name + '] ' : '')"
+        "                             + (v instanceof Blob ? await v.text() : v));"
         "  } else if (b) { window.sentBodies.push(String(b)); }"
         "  return f(url, opts);"
         "};"
@@ -310,6 +311,42 @@ def test_feedback_wrong_key_empty_budget_one_upload_and_warnings(server, tmp_pat
         mine = c.get("/v1/datasets").json()["data"]
     assert len(mine) == 1 and mine[0]["budget"]["epsilon"] == 6.0  # one upload, one dataset
     assert mine[0]["id"] in rows
+
+
+def test_public_data_is_declared_by_its_checkbox_and_no_file_name_leaves(server, tmp_path):
+    """The file's own name (here a patient's) never leaves the page: only the dataset name
+    typed in; ticking "Public data" stores a public dataset (no budget), shown as such and
+    never offered to a private job."""
+    from playwright.sync_api import sync_playwright
+
+    key = server.tenant("public-tenant")
+    src = tmp_path / "wobblethorpe-admission-notes.txt"
+    src.write_text(NOTES + "\n")
+    bodies: list[bytes] = []
+    with sync_playwright() as p:
+        browser = launch(p)
+        page = browser.new_page()
+        page.on("request", lambda req: bodies.append(req.post_data_buffer or b""))
+        page.add_init_script(capture_bodies_script())
+        perturb_in_page(page, server.url, key, src)
+        page.fill("#ds-name", "forum posts")
+        page.check("#public-data")
+        page.click("#upload")
+        page.wait_for_selector("#upload-status:has-text('stored as')", timeout=60_000)
+        bodies += [b.encode() for b in page.evaluate("window.sentBodies")]
+        page.wait_for_selector("#datasets tbody tr")
+        rows = page.inner_text("#datasets tbody")
+        offered = page.inner_text("#job-dataset")
+        browser.close()
+    sent = b"".join(bodies)
+    assert b"file=[file upload.txt] " in sent and b"name=forum posts" in sent
+    assert b"public=true" in sent
+    assert b"wobblethorpe" not in sent.lower() and b"admission" not in sent.lower()
+    with server.client(key) as c:
+        (ds,) = c.get("/v1/datasets").json()["data"]
+    assert ds["kind"] == "public" and ds["budget"] is None and ds["name"] == "forum posts"
+    assert "public: no budget" in rows and ds["id"] in rows
+    assert ds["id"] not in offered  # no private job trains on public data
 
 
 def test_a_newcomer_goes_from_the_page_to_a_private_completion(working_server, tmp_path):

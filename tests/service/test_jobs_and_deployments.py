@@ -272,6 +272,15 @@ def test_a_jft_job_says_sdp_in_its_job_artefact_card_and_deployment(service):
     privacy = json.loads(files.read("privacy.json"))
     assert privacy["guarantee_kind"] == "SDP" and privacy["dp_epsilon"] is None
     assert privacy["policy"] == "regex" and privacy["mechanism"].startswith("Just Fine-tune")
+    # the dataset's budget shows JFT's spending apart from DP spending, never as DP
+    budget = service.client.get(f"/v1/datasets/{ds['id']}", headers=service.auth("acme")).json()[
+        "budget"
+    ]
+    by = budget["spent_by_guarantee"]
+    assert by["DP"]["epsilon"] == 0.0 and by["SDP"]["epsilon"] > 0
+    assert by["SDP"]["epsilon"] == pytest.approx(budget["spent"]["epsilon"])
+    assert "selective DP" in by["SDP"]["note"]
+    assert {c["guarantee"] for c in budget["charges"]} == {"SDP"}
     card = files.read("README.md").decode()
     assert "-SDP under the policy 'regex'; ordinary DP: none" in card
     assert ")-DP per" not in card  # never a plain DP claim

@@ -40,7 +40,8 @@ def test_pmixed_ensemble_manifest_and_adapters(tmp_path):
     )
     names = [p["name"] for p in manifest["partition"]]
     assert names == ["part-000", "part-001", "part-002", "part-003"]
-    assert sum(p["units"] for p in manifest["partition"]) == 8
+    sizes = ens.ensemble_statistics(tmp_path)["partition"]
+    assert [p["name"] for p in sizes] == names and sum(p["units"] for p in sizes) == 8
     assert manifest["privacy_unit"] == "user" and manifest["training"]["rank"] == 4
     assert all(manifest["adapters"][n]["status"] == "done" for n in names)
     text = (tmp_path / "manifest.json").read_text()
@@ -62,7 +63,7 @@ def test_submix_halves(tmp_path):
         "part-001-a",
         "part-001-b",
     ]
-    assert all(p["units"] == 2 for p in manifest["partition"])
+    assert all(p["units"] == 2 for p in ens.ensemble_statistics(tmp_path)["partition"])
 
 
 def test_interrupted_run_resumes_from_finished_adapters(tmp_path, monkeypatch):
@@ -108,6 +109,67 @@ def test_resume_with_other_settings_is_refused(tmp_path):
     assert json.loads((tmp_path / "manifest.json").read_text())["n_parts"] == 2
 
 
+def test_the_manifest_holds_no_statistic_of_the_data(tmp_path):
+    """Part sizes, token usage, losses, times and a digest of the units are the curator's
+    (``<out>.curator.json``, beside the folder); the manifest holds settings, the key and
+    the number of units (public by declaration)."""
+    ens.train_ensemble(
+        "tiny", users_dataset(4), 2, tmp_path / "e", "pmixed", CFG, progress=False,
+        partition_key=KEY,
+    )  # fmt: skip
+    manifest = json.loads((tmp_path / "e" / "manifest.json").read_text())
+    assert manifest["partition"] == [{"name": "part-000"}, {"name": "part-001"}]
+    assert all(a.keys() == {"status", "path"} for a in manifest["adapters"].values())
+    assert "records" not in manifest and "units_fingerprint" not in manifest
+    assert manifest["units"] == 4 and "public by declaration" in manifest["data_size"]
+    report = json.loads((tmp_path / "e.curator.json").read_text())
+    assert "not private" in report["note"]
+    statistics = report["statistics"]
+    assert statistics["records"] == 20 and len(statistics["units_fingerprint"]) == 16
+    assert {"token_usage", "seconds", "final_loss"} <= statistics["adapters"]["part-000"].keys()
+
+
+def test_a_legacy_manifest_is_migrated_and_resumes(tmp_path):
+    """An ensemble started by an older privlm (statistics in its manifest) moves them to the
+    curator's report when it is resumed, and still refuses other data."""
+    ds = users_dataset(4)
+    ens.train_ensemble(
+        "tiny", ds, 2, tmp_path / "e", "pmixed", CFG, progress=False, partition_key=KEY
+    )
+    path = tmp_path / "e" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    statistics = ens.ensemble_statistics(tmp_path / "e")
+    manifest.update(
+        records=statistics["records"], units_fingerprint=statistics["units_fingerprint"]
+    )
+    manifest["partition"] = statistics["partition"]
+    manifest["adapters"] = {
+        n: {"status": "done", "path": n, **a} for n, a in statistics["adapters"].items()
+    }
+    path.write_text(json.dumps(manifest))
+    (tmp_path / "e.curator.json").unlink()
+    with pytest.raises(PrivlmError, match="other settings or data"):
+        ens.train_ensemble(
+            "tiny", users_dataset(5), 2, tmp_path / "e", "pmixed", CFG, progress=False
+        )
+    migrated = json.loads(path.read_text())
+    assert "records" not in migrated and migrated["partition"][0].keys() == {"name"}
+    assert ens.ensemble_statistics(tmp_path / "e")["partition"] == statistics["partition"]
+    ens.train_ensemble("tiny", ds, 2, tmp_path / "e", "pmixed", CFG, progress=False)
+
+
+def test_a_resume_without_the_curators_report_is_refused(tmp_path):
+    ens.train_ensemble(
+        "tiny", users_dataset(4), 2, tmp_path / "e", "pmixed", CFG, progress=False,
+        partition_key=KEY,
+    )  # fmt: skip
+    (tmp_path / "e.curator.json").unlink()
+    with pytest.raises(PrivlmError, match="curator's report"):
+        ens.train_ensemble(
+            "tiny", users_dataset(4), 2, tmp_path / "e", "pmixed", CFG, progress=False
+        )
+
+
 def test_too_few_units(tmp_path):
     with pytest.raises(PrivlmError, match="cannot split 2 privacy units"):
         ens.train_ensemble(
@@ -122,8 +184,9 @@ def test_an_empty_part_gets_the_public_model(tmp_path):
         "tiny", users_dataset(3), 3, tmp_path, "pmixed", CFG, progress=False,
         partition_key="0" * 32,
     )  # fmt: skip
-    assert [p["units"] for p in manifest["partition"]] == [1, 2, 0]
-    assert manifest["adapters"]["part-002"]["empty_part"]
+    statistics = ens.ensemble_statistics(tmp_path)
+    assert [p["units"] for p in statistics["partition"]] == [1, 2, 0]
+    assert statistics["adapters"]["part-002"]["empty_part"]
     assert manifest["partition_key"] == "0" * 32 and "HMAC" in manifest["partition_rule"]
     engine = EnsembleEngine.from_directories(
         load_public_model("tiny").model, [tmp_path / "part-002", tmp_path / "part-000"]
@@ -157,7 +220,10 @@ def test_an_ensemble_trains_on_a_bf16_model_and_serves_privately(tmp_path):
     manifest = ens.train_ensemble(
         "tiny", users_dataset(), 2, tmp_path, "pmixed", cfg, progress=False, partition_key=KEY
     )
-    assert {a["dtype"] for a in manifest["adapters"].values()} == {"bfloat16"}
+    adapters = ens.ensemble_statistics(tmp_path)["adapters"]
+    assert len(manifest["adapters"]) == 2 and {a["dtype"] for a in adapters.values()} == {
+        "bfloat16"
+    }
     weights = load_file(str(tmp_path / "part-000" / "adapter_model.safetensors"))
     assert {t.dtype for t in weights.values()} == {torch.float32}
     lm, engine, _ = load_ensemble(tmp_path, device="cpu", dtype="bfloat16")

@@ -63,8 +63,9 @@ def test_one_ray_task_per_adapter_gives_the_same_ensemble(ray_cluster, tmp_path)
         "tiny", ds, 4, tmp_path / "ray", "pmixed", CFG, progress=False, ray_address=ray_cluster,
         partition_key=KEY,
     )  # fmt: skip
-    assert all(a["ray"] and a["status"] == "done" for a in manifest["adapters"].values())
+    assert all(a["status"] == "done" for a in manifest["adapters"].values())
     assert len(manifest["adapters"]) == 4
+    assert all(a["ray"] for a in ens.ensemble_statistics(tmp_path / "ray")["adapters"].values())
     local = ens.train_ensemble(
         "tiny", ds, 4, tmp_path / "local", "pmixed", CFG, progress=False, partition_key=KEY
     )

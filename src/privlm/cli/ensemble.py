@@ -19,10 +19,11 @@ from privlm.cli.common import (
     user_errors,
 )
 from privlm.config import option
+from privlm.curator import CURATOR_HEADING, curator_report_path
 from privlm.data import Dataset, corpora, load_file
 from privlm.errors import PrivlmError
 from privlm.models import DEFAULT_MODEL
-from privlm.training.ensemble import EnsembleConfig, train_ensemble
+from privlm.training.ensemble import EnsembleConfig, ensemble_statistics, train_ensemble
 from privlm.training.lora_finetune import LoraTrainingConfig
 
 app = typer.Typer(help="LoRA ensembles for PMixED and SubMix.", no_args_is_help=True)
@@ -114,11 +115,12 @@ def train(
         model, ds, parts, out, protocol, cfg, progress=not as_json, ray_address=ray,
         partition_key=partition_key,
     )  # fmt: skip
+    statistics = ensemble_statistics(out)
     if as_json:
-        emit_json(manifest)
+        emit_json({**manifest, "not_private_for_the_curator": statistics})
         return
-    secs = sum(a["seconds"] for a in manifest["adapters"].values())
-    empty = [n for n, a in manifest["adapters"].items() if a.get("empty_part")]
+    adapters = statistics.get("adapters", {})
+    empty = [n for n, a in adapters.items() if a.get("empty_part")]
     if empty:
         typer.echo(
             f"note: {len(empty)} part(s) received no unit ({', '.join(empty)}); their members "
@@ -127,14 +129,16 @@ def train(
         )
     typer.echo(
         f"{protocol} ensemble of {len(manifest['partition'])} adapters on {manifest['model']} in {out} "
-        f"({manifest['units']} {manifest['privacy_unit']} units, {secs:.0f}s of training)"
+        f"({manifest['units']} {manifest['privacy_unit']} units)"
     )
-    typer.echo(f"  {ensemble_token_usage(manifest)}")
+    secs = sum(a.get("seconds", 0.0) for a in adapters.values())
+    typer.echo(f"  {CURATOR_HEADING} (in {curator_report_path(out).name})")
+    typer.echo(f"    {secs:.0f}s of training; {ensemble_token_usage(adapters)}")
 
 
-def ensemble_token_usage(manifest: dict[str, Any]) -> str:
+def ensemble_token_usage(adapters: dict[str, Any]) -> str:
     """The adapters' token usage, summed: what packing and --max-blocks left out."""
-    usages = [a["token_usage"] for a in manifest["adapters"].values() if a.get("token_usage")]
+    usages = [a["token_usage"] for a in adapters.values() if a.get("token_usage")]
     total = sum(u["tokens"] for u in usages)
     used = sum(u["used"] for u in usages)
     line = f"the adapters train on {used:,} of {total:,} tokens ({used / max(total, 1):.1%})"

@@ -22,6 +22,7 @@ from privlm.cli.common import (
 from privlm.config import option
 from privlm.errors import PrivlmError
 from privlm.models.perplexity import token_blocks
+from privlm.predict.budget_names import BUDGETS, record_budget, second_budget_warning
 from privlm.predict.evaluate import METHODS, evaluate
 from privlm.predict.factory import build_predictor, plain_predictor
 from privlm.predict.loading import load_ensemble
@@ -80,6 +81,7 @@ def generate(
         beta,
         seed,
     )
+    _warn_of_a_second_budget(ensemble, ledger, name)
     gen = predictor.generate(
         prompt, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, greedy=greedy
     )
@@ -100,6 +102,21 @@ def generate(
     )
     if gen.stopped:
         typer.echo(f"-- {gen.stopped}", err=True)
+
+
+def _warn_of_a_second_budget(ensemble: Path, ledger: Path, name: str) -> None:
+    """Record the budget this ensemble is deployed under; warn if it had another."""
+    try:
+        others = record_budget(ensemble, ledger, name)
+    except OSError as exc:
+        typer.echo(
+            f"warning: could not record this ledger in {ensemble / BUDGETS} ({exc}); privlm "
+            "cannot warn when another ledger name starts a second budget for this data",
+            err=True,
+        )
+        return
+    if others:
+        typer.echo(f"warning: {second_budget_warning(ensemble, others)}", err=True)
 
 
 @eval_app.command("ppl")

@@ -38,7 +38,7 @@ from privlm.predict.evaluate import evaluate
 from privlm.predict.factory import plain_predictor
 from privlm.predict.loading import load_ensemble
 from privlm.settings import cache_dir
-from privlm.training.ensemble import train_ensemble
+from privlm.training.ensemble import ensemble_statistics, train_ensemble
 from privlm.training.lora_finetune import LoraTrainingConfig
 
 
@@ -114,8 +114,9 @@ def private_pipeline(
     name = f"{model.replace('/', '_')}-pmixed-{n_models}-{records}-{key}"
     out_dir = cache_dir() / "quickstart" / name
     t0 = time.perf_counter()
-    manifest = train_ensemble(model, train, n_models, out_dir, "pmixed", cfg, progress=progress)
-    train_seconds = sum(a["seconds"] for a in manifest["adapters"].values())
+    train_ensemble(model, train, n_models, out_dir, "pmixed", cfg, progress=progress)
+    adapters = ensemble_statistics(out_dir).get("adapters", {})
+    train_seconds = sum(a.get("seconds", 0.0) for a in adapters.values())
     say(
         f"      {n_models} adapters (rank {cfg.rank}, α {cfg.alpha:g}) on {records} records in {out_dir}"
     )

@@ -26,7 +26,7 @@ from privlm.cli.common import (
 )
 from privlm.cli.ensemble import load_training_data
 from privlm.config import option
-from privlm.curator import split_private_statistics
+from privlm.curator import CURATOR_HEADING, split_private_statistics
 from privlm.errors import AccountingError
 from privlm.models import DEFAULT_MODEL
 from privlm.training.dpsgd import DpSgdConfig, examples_per_unit, plan, train_dpsgd
@@ -121,9 +121,6 @@ def dpsgd(
     )
     if st.token_usage:
         typer.echo(f"  {CURATOR_HEADING}: {st.token_usage['summary']}")
-
-
-CURATOR_HEADING = "not private: for the curator"
 
 
 def with_curator_heading(statement: dict[str, Any]) -> dict[str, Any]:

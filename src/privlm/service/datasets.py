@@ -20,6 +20,7 @@ from privlm.errors import DataError, PrivlmError
 from privlm.service.db import Dataset, new_id
 from privlm.service.storage import dataset_path
 from privlm.service.strict import MAX_BUDGET_EPSILON
+from privlm.training.sdp_charges import SDP_NOTE, charge_guarantee
 
 FORMATS = (".txt", ".jsonl", ".csv")
 MAX_NAME = 200
@@ -164,18 +165,27 @@ def delete_dataset(session: Session, row: Dataset) -> None:
 
 
 def budget_state(ledger: PrivacyLedger) -> dict[str, Any]:
-    """What the dataset's ledger has spent and reserved, and what is left (issue 17 §3)."""
+    """What the dataset's ledger has spent and reserved, and what is left (issue 17 §3).
+    JFT's charges (selective DP, no DP bound) are summed apart from DP spending."""
     spent = ledger.spent()
+    sdp = ledger.spent_by(lambda r: charge_guarantee(r.mechanism) == "SDP")
+    dp = ledger.spent_by(lambda r: charge_guarantee(r.mechanism) == "DP")
     return {
         "spent": {"epsilon": spent.epsilon, "delta": spent.delta},
+        "spent_by_guarantee": {
+            "DP": {"epsilon": dp.epsilon},
+            "SDP": {"epsilon": sdp.epsilon, "note": SDP_NOTE},
+        },
         "remaining": {"epsilon": max(ledger.budget.epsilon - spent.epsilon, 0.0)},
         "charges": [
-            {"mechanism": c.mechanism, "at": c.created_at,
+            {"mechanism": c.mechanism, "guarantee": charge_guarantee(c.mechanism),
+             "at": c.created_at,
              **{k: c.params[k] for k in ("deployment", "job") if k in c.params}}
             for c in ledger.charges()
         ],
-        "rule": "every DP job and every deployment of its ensembles is charged to this "
-        "budget; a deployment reserves its whole (ε, δ) when it is created",
+        "rule": "every DP job, every JFT job and every deployment of its ensembles is charged "
+        "to this budget; a deployment reserves its whole (ε, δ) when it is created. The total "
+        "composes all of them, so it can be below the sum of the DP and SDP parts",
     }  # fmt: skip
 
 

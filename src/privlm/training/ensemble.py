@@ -9,10 +9,15 @@ receives no unit gets the untrained adapter (LoRA's B starts at zero): its membe
 public model, still a function of its own (empty) part.
 
 The output directory holds one PEFT adapter per (sub)part and ``manifest.json``: model,
-protocol, N, seed, the partition key, partition sizes, privacy unit, training config. Never
-private text, and no hash of it. A run that is interrupted resumes from the adapters already
-finished, with the key recorded in the manifest; a resume with different settings or data is
-refused rather than mixing two ensembles.
+protocol, N, seed, the partition key, privacy unit, the number of units (public by
+declaration, ``privlm.curator.PUBLIC_SIZE``) and training config. The adapters stay private,
+yet the rest of the directory is the same for neighbouring datasets: exact statistics of the
+data (records, each part's size, which parts are empty, token usage, losses, time) and a
+digest of the set of units go to the curator's report beside it (``<out>.curator.json``),
+never into the manifest (docs/sharp_edges.md, "What leaves with an artefact"). A run that is
+interrupted resumes from the adapters already finished, with the key recorded in the
+manifest; a resume with different settings or data is refused rather than mixing two
+ensembles.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from privlm.config import check_settings, setting
+from privlm.curator import PUBLIC_SIZE, curator_report_path, read_statistics, record_statistics
 from privlm.data import Dataset
 from privlm.data.partition import derive_key, new_partition_key, partition_by_unit
 from privlm.errors import PrivlmError
@@ -53,11 +59,61 @@ class EnsembleConfig:
 
 
 def _units_fingerprint(dataset: Dataset) -> str:
+    """A digest of the set of units, so that a resume on other data is refused; it is a
+    function of the private data, so it lives in the curator's report only."""
     h = hashlib.sha256()
     for u in sorted(dataset.units()):
         h.update(u.encode())
         h.update(b"\0")
     return h.hexdigest()[:16]
+
+
+# what older privlm versions kept in the manifest, now in the curator's report
+_LEGACY_STATISTICS = ("records", "units_fingerprint")
+
+
+def _migrate_legacy(out: Path, old: dict[str, Any]) -> dict[str, Any]:
+    """Move the data statistics an older manifest held into the curator's report."""
+    moved = {k: old.pop(k) for k in _LEGACY_STATISTICS if k in old}
+    if not moved:
+        return old
+    sizes = [dict(p) for p in old["partition"]]
+    old["partition"] = [{"name": p["name"]} for p in sizes]
+    adapters = {n: {k: v for k, v in a.items() if k not in ("status", "path")}
+                for n, a in old["adapters"].items()}  # fmt: skip
+    old["adapters"] = {n: {"status": a["status"], "path": a["path"]}
+                       for n, a in old["adapters"].items()}  # fmt: skip
+    old.setdefault("data_size", PUBLIC_SIZE)
+    record_statistics(out, {**moved, "partition": sizes, "adapters": adapters})
+    _write_json(out / MANIFEST, old)
+    return old
+
+
+def _resume(out: Path, identity: dict[str, Any], data_identity: dict[str, Any]) -> dict[str, Any]:
+    """The manifest of the ensemble being resumed in ``out``, if it was started with the same
+    settings (its manifest) and the same data (the curator's report); else refuse."""
+    old = _migrate_legacy(out, json.loads((out / MANIFEST).read_text()))
+    known = read_statistics(out)
+    if not known:
+        raise PrivlmError(
+            f"{out}: the curator's report {curator_report_path(out).name} beside it is "
+            "missing, so privlm cannot check that the data is the same; use another output "
+            "directory"
+        )
+    changed = [k for k, v in identity.items() if old.get(k) != v]
+    changed += [k for k, v in data_identity.items() if known.get(k) != v]
+    if changed:
+        raise PrivlmError(
+            f"{out}: holds an ensemble trained with other settings or data ({', '.join(changed)}); "
+            "use another output directory"
+        )
+    return old
+
+
+def ensemble_statistics(out_dir: str | Path) -> dict[str, Any]:
+    """The curator's statistics of an ensemble: records, each part's size, and each
+    adapter's training statistics (token usage, seconds, an empty part). Not private."""
+    return read_statistics(out_dir)
 
 
 def plan_parts(
@@ -139,30 +195,23 @@ def train_ensemble(
         "partition_key": key,
         "partition_rule": "HMAC-SHA256(key, unit identity) mod parts (privlm.data.partition)",
         "privacy_unit": dataset.unit_kind,
-        "records": len(dataset),
         "units": len(dataset.units()),
-        "units_fingerprint": _units_fingerprint(dataset),
         # checkpointing changes memory, not the adapters: a run may resume with it turned on
         "training": {k: v for k, v in cfg.to_dict().items() if k != "gradient_checkpointing"},
     }
+    data_identity = {"records": len(dataset), "units_fingerprint": _units_fingerprint(dataset)}
     if manifest_path.is_file():
-        old = json.loads(manifest_path.read_text())
-        changed = [k for k, v in identity.items() if old.get(k) != v]
-        if changed:
-            raise PrivlmError(
-                f"{out}: holds an ensemble trained with other settings or data ({', '.join(changed)}); "
-                "use another output directory"
-            )
-        manifest = old
+        manifest = _resume(out, identity, data_identity)
     else:
         manifest = {
             **identity,
+            "data_size": PUBLIC_SIZE,
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "partition": [
-                {"name": n, "records": len(d), "units": len(d.units())} for n, d in planned
-            ],
+            "partition": [{"name": n} for n, _ in planned],
             "adapters": {},
         }
+        sizes = [{"name": n, "records": len(d), "units": len(d.units())} for n, d in planned]
+        record_statistics(out, {**data_identity, "partition": sizes, "adapters": {}})
         _write_json(manifest_path, manifest)
     todo = [(n, d) for n, d in planned if manifest["adapters"].get(n, {}).get("status") != "done"]
     bar = progress_bar(
@@ -174,7 +223,9 @@ def train_ensemble(
     )
 
     def record(name: str, stats: dict[str, Any]) -> None:
-        manifest["adapters"][name] = {"status": "done", "path": name, **stats}
+        adapters = read_statistics(out).get("adapters", {})
+        record_statistics(out, {"adapters": {**adapters, name: stats}})
+        manifest["adapters"][name] = {"status": "done", "path": name}
         manifest["targets"] = stats["targets"]
         (out / name / "README.md").write_text(ensemble_card(manifest, member=name))
         _write_json(manifest_path, manifest)

@@ -56,6 +56,7 @@ from privlm.training.dpsgd import (
 from privlm.training.lora_finetune import LoraTrainingConfig, finetune_lora
 from privlm.training.model_card import jft_phase1_card
 from privlm.training.redaction import redacted_token_fraction, spans_of_literal_masks
+from privlm.training.sdp_charges import PHASE1_CHARGE, PHASE2_CHARGE
 
 PHASE1_MODES = ("direct", "screened", "light-noise")
 
@@ -272,7 +273,7 @@ def _train_jft(
             ledger,
             detector=det,
             rate_factor=miss.high,
-            charge_name="jft-phase1-light-noise",
+            charge_name=PHASE1_CHARGE,
             extra={"miss_rate": miss.to_dict(), "estimate": True},
         )
         phase1["statement"] = st1.to_dict()
@@ -295,7 +296,7 @@ def _train_jft(
         progress,
         ledger,
         init_adapter=p1_dir,
-        charge_name="jft-phase2",
+        charge_name=PHASE2_CHARGE,
         extra=sdp_release_label(cfg, det, dp_eps),
     )
     statement = _statement(cfg, det, phase1, st2, miss)

@@ -355,10 +355,18 @@
       }
       option(sel, d.id, d.name + " (" + d.records + " records)");
       tr.insertCell().textContent = num(b.epsilon) + " at δ " + b.delta;
-      tr.insertCell().textContent = b.spent ? num(b.spent.epsilon) : "–";
+      tr.insertCell().textContent = b.spent ? spentText(b) : "–";
       tr.insertCell().textContent = b.remaining ? num(b.remaining.epsilon) : "–";
     });
     if (keep) sel.value = keep;
+  }
+
+  /* JFT's charges are selective DP under a policy, not DP: shown apart from DP spending. */
+  function spentText(b) {
+    var g = b.spent_by_guarantee;
+    if (!g || !g.SDP.epsilon) return num(b.spent.epsilon);
+    return num(b.spent.epsilon) + " (DP " + num(g.DP.epsilon) + "; JFT, selective DP only, not DP: " +
+      num(g.SDP.epsilon) + ")";
   }
 
   function progressCell(cell, j) {
