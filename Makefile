@@ -7,7 +7,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.privlm-installed
 
 # (node, for the JavaScript test vectors, is on the machine)
-.PHONY: lock setup browser postgres demo test test-gpu lint typecheck unit bench bench-gpu bench-accounting bench-prediction bench-utility bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft bench-jft-dialogue bench-prompting bench-service bench-randomness clean
+.PHONY: lock setup browser postgres demo test test-gpu lint typecheck unit bench bench-gpu bench-accounting bench-prediction bench-utility bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft bench-jft-dialogue bench-prompting bench-service bench-randomness bench-cli-help clean
 
 setup: $(STAMP)
 
@@ -70,7 +70,10 @@ test: lint
 test-gpu: setup
 	$(VENV)/bin/pytest -q -m gpu tests/gpu
 
-bench: bench-accounting bench-prediction bench-utility bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft bench-jft-dialogue bench-prompting bench-service bench-randomness
+bench: bench-cli-help bench-accounting bench-prediction bench-utility bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft bench-jft-dialogue bench-prompting bench-service bench-randomness
+
+bench-cli-help: setup
+	$(PY) bench/bench_cli_help.py --repeats 5
 
 bench-accounting: setup
 	$(PY) bench/bench_accounting.py

@@ -49,7 +49,8 @@ from privlm.detect import Span, make_detector
 from privlm.detect.annotated import AnnotatedText
 from privlm.detect.miss_rate import annotated_from_conll
 from privlm.detect.pii_corpus import join_turns, support_dialogues
-from privlm.models import load_public_model, perplexity
+from privlm.models import load_public_model
+from privlm.models.perplexity import perplexity
 from privlm.settings import cache_dir
 from privlm.training.dpsgd import DpSgdConfig, train_dpsgd
 from privlm.training.jft import JftConfig, train_jft

@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel
 
 from privlm.cli import load_command
-from privlm.config import check_settings, option, setting, setting_of, settings_of
+from privlm.config import setting, settings_of
 from privlm.errors import PrivlmError
 from privlm.predict.pmixed import PMixEDConfig
 from privlm.predict.submix import SubMixConfig
@@ -115,25 +115,68 @@ def test_the_drifted_defaults_are_one_value_now():
     assert submix_config(sub.eps, sub.rdp_order, None, sub.queries, sub.delta) == SubMixConfig()
 
 
-def test_bounds_are_checked_where_the_config_is_built():
-    with pytest.raises(PrivlmError, match="learning_rate must be greater than 0"):
-        DpSgdConfig(learning_rate=-1.0)
-    with pytest.raises(PrivlmError, match="parts must be at least 2"):
-        EnsembleConfig(parts=1)
-    with pytest.raises(PrivlmError, match="protocol must be one of pmixed, submix"):
-        EnsembleConfig(protocol="mixed")
-    cfg = PMixEDConfig()
-    object.__setattr__(cfg, "sample_rate", 1.5)  # frozen: set behind its back
-    with pytest.raises(PrivlmError, match="sample_rate must be at most 1"):
-        check_settings(cfg)
+def config_classes() -> list[type]:
+    """Every config class in privlm (a dataclass with a setting), found by walking the
+    package, so that a new one is checked without being listed here."""
+    import importlib
+    import pkgutil
+
+    import privlm
+
+    found: dict[str, type] = {}
+    for info in pkgutil.walk_packages(privlm.__path__, "privlm."):
+        if ".cli" in info.name or info.name.endswith("__main__"):
+            continue
+        module = importlib.import_module(info.name)
+        for obj in vars(module).values():
+            if (isinstance(obj, type) and dataclasses.is_dataclass(obj)
+                    and obj.__module__ == module.__name__ and settings_of(obj)):  # fmt: skip
+                found[f"{obj.__module__}.{obj.__qualname__}"] = obj
+    return [found[k] for k in sorted(found)]
 
 
-def test_cli_help_and_request_schema_carry_the_bounds():
-    opt = option(DpSgdConfig, "batch_size")
-    assert opt.default == 64 and opt.min == 1 and "Range: ≥ 1" in opt.help
-    schema = DpSgdParams.model_json_schema()["properties"]["batch_size"]
-    assert schema["default"] == 64 and schema["minimum"] == 1
-    assert schema["description"] == setting_of(DpSgdConfig, "batch_size").help
+def outside(bound: str, limit: float, is_int: bool) -> float:
+    """A value just outside a bound: at a strict one, beyond a closed one."""
+    step = 1 if is_int else max(abs(limit) * 1e-3, 1e-9)
+    return {"gt": limit, "lt": limit, "ge": limit - step, "le": limit + step}[bound]
+
+
+def test_every_config_class_refuses_every_bound_where_it_is_built():
+    """Each declared bound (strict ones included) is enforced by the constructor itself, in
+    the library, so the CLI and the service inherit it; the message names the setting."""
+    classes = config_classes()
+    assert {PMixEDConfig, SubMixConfig, DpSgdConfig, PromptPateConfig} <= set(classes)
+    checked = 0
+    for cls in classes:
+        for s in settings_of(cls).values():
+            for bound, limit in s.bounds.items():
+                is_int = isinstance(s.default, int) and not isinstance(s.default, bool)
+                bad = outside(bound, limit, is_int)
+                with pytest.raises(PrivlmError, match=rf"\b{s.name} must"):
+                    cls(**{s.name: int(bad) if is_int else bad})
+                checked += 1
+            if s.choices:
+                with pytest.raises(PrivlmError, match=rf"\b{s.name} must be one of"):
+                    cls(**{s.name: "no-such-choice"})
+    assert checked > 40
+
+
+@pytest.mark.parametrize(
+    ("args", "why"),
+    [
+        (["--delta", "2.0"], "'--delta': must be less than 1"),
+        (["--delta", "0"], "'--delta': must be greater than 0"),
+        (["--epsilon", "-1"], "'--epsilon': must be greater than 0"),
+        (["--sample-rate", "1.5"], "'--sample-rate': must be at most 1"),
+    ],
+)
+def test_strict_bounds_reach_the_cli(args, why):
+    from typer.testing import CliRunner
+
+    from privlm.cli import app
+
+    res = CliRunner().invoke(app, ["plan", "pmixed", *args])
+    assert res.exit_code == 2 and why in res.output.replace("\n", " "), res.output
 
 
 def test_a_setting_copies_mutable_defaults():

@@ -20,12 +20,20 @@ def test_every_exported_name_resolves(package):
         module.no_such_name  # noqa: B018
 
 
-def test_the_cli_calls_the_exported_functions():
-    from privlm import prompting, training
+def test_the_cli_builds_the_exported_configs_and_calls_the_exported_functions():
+    """The CLI reads its settings from the torch-free config modules, which are the classes
+    the packages export, and imports the training code (the same functions) when it runs."""
+    import inspect
+
+    from privlm import predict, prompting, training
+    from privlm.cli import predict as predict_cli
     from privlm.cli import prompt, train
 
-    assert train.train_dpsgd is training.train_dpsgd and train.train_jft is training.train_jft
-    assert prompt.run_prompt_pate is prompting.run_prompt_pate
+    assert train.DpSgdConfig is training.DpSgdConfig and train.JftConfig is training.JftConfig
+    assert prompt.PromptPateConfig is prompting.PromptPateConfig
+    assert predict_cli.PMixEDConfig is predict.PMixEDConfig
+    assert "from privlm.training.dpsgd import" in inspect.getsource(train.dpsgd)
+    assert "from privlm.prompting.pate_pipeline import" in inspect.getsource(prompt.pate)
 
 
 def test_importing_the_training_and_prompting_packages_loads_no_torch():

@@ -101,25 +101,32 @@ def setting_of(cls: type, name: str) -> Setting:
     return found
 
 
+def bound_violation(s: Setting, value: Any) -> str | None:
+    """Why ``value`` is outside ``s``'s choices or bounds ("must be …, got …"), or None."""
+    if value is None:
+        return None
+    if s.choices and value not in s.choices:
+        return f"must be one of {', '.join(s.choices)}, not {value!r}"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"must be a finite number, got {value}"
+    b = s.bounds
+    if "ge" in b and not value >= b["ge"]:
+        return f"must be at least {b['ge']:g}, got {value}"
+    if "gt" in b and not value > b["gt"]:
+        return f"must be greater than {b['gt']:g}, got {value}"
+    if "le" in b and not value <= b["le"]:
+        return f"must be at most {b['le']:g}, got {value}"
+    if "lt" in b and not value < b["lt"]:
+        return f"must be less than {b['lt']:g}, got {value}"
+    return None
+
+
 def check_settings(config: Any) -> None:
     """Refuse a value outside its bounds or choices, naming the setting."""
     for s in settings_of(type(config)).values():
-        value = getattr(config, s.name)
-        if value is None:
-            continue
-        if s.choices and value not in s.choices:
-            raise PrivlmError(f"{s.name} must be one of {', '.join(s.choices)}, not {value!r}")
-        if isinstance(value, float) and not math.isfinite(value):
-            raise PrivlmError(f"{s.name} must be a finite number, got {value}")
-        b = s.bounds
-        if "ge" in b and not value >= b["ge"]:
-            raise PrivlmError(f"{s.name} must be at least {b['ge']:g}, got {value}")
-        if "gt" in b and not value > b["gt"]:
-            raise PrivlmError(f"{s.name} must be greater than {b['gt']:g}, got {value}")
-        if "le" in b and not value <= b["le"]:
-            raise PrivlmError(f"{s.name} must be at most {b['le']:g}, got {value}")
-        if "lt" in b and not value < b["lt"]:
-            raise PrivlmError(f"{s.name} must be less than {b['lt']:g}, got {value}")
+        why = bound_violation(s, getattr(config, s.name))
+        if why is not None:
+            raise PrivlmError(f"{s.name} {why}")
 
 
 def option(cls: type, name: str, *decls: str, help: str | None = None, **kw: Any) -> Any:
@@ -127,12 +134,14 @@ def option(cls: type, name: str, *decls: str, help: str | None = None, **kw: Any
     import typer
 
     s = setting_of(cls, name)
-    b = s.bounds
-    if isinstance(s.default, int | float) and not isinstance(s.default, bool):
-        if "ge" in b:
-            kw.setdefault("min", b["ge"])
-        if "le" in b:
-            kw.setdefault("max", b["le"])
+
+    def check(value: Any) -> Any:  # every bound, strict ones (gt, lt) included
+        why = bound_violation(s, value)
+        if why is not None:
+            raise typer.BadParameter(why)
+        return value
+
+    kw.setdefault("callback", check)
     return typer.Option(s.default, *decls, help=help or s.describe(), **kw)
 
 

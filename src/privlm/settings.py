@@ -1,8 +1,9 @@
 """Where privlm keeps its cache and finds its data.
 
 - ``PRIVLM_CACHE``: converted models and tokenizers (default ``~/.cache/privlm``).
-- ``PRIVLM_DATA``: the bundled corpora (default ``../shared/data`` beside the repository
-  when that exists).
+- ``PRIVLM_DATA``: the benchmark corpora (WikiText-2, SST-2, TREC, CB, RTE, AG News,
+  CoNLL-2003), which do not ship with privlm (default: ``../shared/data`` beside a source
+  checkout, when that exists). The perturbation vocabulary does ship with privlm.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from privlm.errors import DataError
+from privlm.errors import DataError, PrivlmError
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,7 +25,11 @@ def cache_dir() -> Path:
 
 
 def _default_data_candidates() -> list[Path]:
-    return [_REPO_ROOT.parent / "shared" / "data", Path.cwd().parent / "shared" / "data"]
+    """``../shared/data`` beside a source checkout (never looked for beside an installed
+    privlm, nor relative to the working directory)."""
+    if not (_REPO_ROOT / "pyproject.toml").is_file():
+        return []
+    return [_REPO_ROOT.parent / "shared" / "data"]
 
 
 def data_dir() -> Path:
@@ -38,8 +43,8 @@ def data_dir() -> Path:
     for candidate in _default_data_candidates():
         if candidate.is_dir():
             return candidate
-    raise DataError(
-        _default_data_candidates()[0],
-        "no data directory found; set PRIVLM_DATA to the folder holding the corpora "
-        "(the one with MANIFEST.md)",
+    raise PrivlmError(
+        "the benchmark corpora (WikiText-2, SST-2, TREC, CB, RTE, AG News, CoNLL-2003) do not "
+        "ship with privlm: set PRIVLM_DATA to a folder holding them (the layout is in "
+        "docs/data.md), or pass your own file where a command takes one"
     )

@@ -29,7 +29,7 @@ def test_weak_delta_is_flagged_with_the_reason_and_the_fix():
     at_one_over_n = weak_delta_warning(0.05, 20, "user")
     assert at_one_over_n is not None and "one whole user to leak" in at_one_over_n
     assert "--delta 1e-06" in at_one_over_n
-    loose = weak_delta_warning(20**-1.1, 20)  # the DP-SGD default for 20 records
+    loose = weak_delta_warning(20**-1.1, 20)  # 1/n^1.1, privlm's old DP-SGD default
     assert loose is not None and "fail outright with probability 0.0371" in loose
     assert weak_delta_warning(1e-5, 50_000) is None
     assert weak_delta_warning(2e-4, 50_000) is not None  # above 1e-4 whatever n is

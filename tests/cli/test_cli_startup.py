@@ -29,6 +29,26 @@ def test_help_loads_no_machine_learning_library():
     assert "prompt" in out.stdout and "Private prompt learning" in out.stdout
 
 
+def test_every_commands_help_loads_no_machine_learning_library():
+    """Config classes live in torch-free modules (privlm.training.config, privlm.predict.config,
+    privlm.prompting.config) and each command imports its heavy code when it runs, so every
+    ``privlm COMMAND … --help`` answers without torch, transformers, peft or Opacus (under a
+    second on the 2-core development machine: docs/results.md)."""
+    code = (
+        "import sys, io, contextlib\nfrom privlm.cli import COMMANDS, lazy_cli\n"
+        "for name in COMMANDS:\n"
+        "    group = lazy_cli().get_command(None, name)\n"
+        "    for sub in [[]] + [[c] for c in getattr(group, 'commands', {})]:\n"
+        "        with contextlib.redirect_stdout(io.StringIO()):\n"
+        "            try:\n                lazy_cli().main([name, *sub, '--help'], prog_name='privlm')\n"
+        "            except SystemExit as e:\n                assert e.code == 0, (name, sub)\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'opacus', 'peft') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
 def test_every_lazy_command_is_the_modules_own_with_its_own_help():
     full = typer.main.get_command(importlib.import_module("privlm.cli").full_app())
     assert sorted(COMMANDS) == sorted(full.commands)

@@ -62,10 +62,10 @@ def test_eval_ppl_scores_the_public_model_and_one_adapter_on_a_users_file(tmp_pa
         "train", "dpsgd", train, "--model", "tiny", "--epochs", 1, "--block-size", 16,
         "--ledger", tmp_path / "l.db", "--out", tmp_path / "lora", "--json"])])  # fmt: skip
     assert res.exit_code == 0, res.output
-    # issue 15 §6: the default δ = 1/24^1.1 is weak for 24 records, said before training
+    # the default δ is min(1/n^1.1, 1e-6): strong, so privlm's own weak-δ warning is silent
     stated = json.loads(res.stdout)
-    assert stated["delta"] == pytest.approx(24**-1.1)
-    assert "warning: δ = 0.0303 is weak for 24 records" in res.stderr
+    assert stated["delta"] == 1e-6 and stated["delta_warning"] is None
+    assert "is weak for" not in res.stderr
     assert "--delta 1e-06" in stated["delta_warning"]
     assert "Weak δ" in (tmp_path / "lora" / "README.md").read_text()
     common = ["--data", held_out, "--text-column", "note", "--block-size", 16]

@@ -7,8 +7,7 @@ import math
 import pytest
 import torch
 
-from privlm.models import perplexity
-from privlm.models.perplexity import token_blocks
+from privlm.models.perplexity import perplexity, token_blocks
 
 
 def test_perplexity_matches_model_loss(tiny):

@@ -2,9 +2,10 @@
 
 δ is the probability with which an (ε, δ) guarantee may fail outright: a mechanism that
 publishes each unit's data with probability δ is (0, δ)-DP. So δ must be far below 1/n for
-n units, or a whole unit can be expected to leak. privlm's DP-SGD default, 1/n^1.1, meets
-that only barely for small n (20 units give δ = 0.037), and a user-chosen δ may not meet it
-at all. :func:`weak_delta_warning` says so, and what to use instead.
+n units, or a whole unit can be expected to leak. 1/n^1.1 meets that only barely for small n
+(20 units give δ = 0.037), so privlm's default everywhere is :func:`suggested_delta`,
+min(1/n^1.1, 1e-6), which never draws the warning; a user-chosen δ may not meet it at all.
+:func:`weak_delta_warning` says so, and what to use instead.
 
 >>> weak_delta_warning(1e-6, 20) is None
 True
@@ -22,7 +23,7 @@ NOISE_PASS_LIMIT = 0.25
 
 
 def suggested_delta(units: int) -> float:
-    """min(1/n^1.1, 1e-6): well below 1/n for every n (privlm's prompt-learning default)."""
+    """min(1/n^1.1, 1e-6): well below 1/n for every n (privlm's default δ everywhere)."""
     return float(min(max(units, 1) ** -1.1, STRONG_DELTA_FLOOR))
 
 

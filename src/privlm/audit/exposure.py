@@ -23,11 +23,10 @@ import torch
 from tqdm.auto import tqdm
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
+from privlm.audit import DEFAULT_PREFIX as DEFAULT_PREFIX
 from privlm.data import Dataset, Record
 from privlm.errors import PrivlmError
 from privlm.models.placement import module_device
-
-DEFAULT_PREFIX = "My ID is "
 
 
 def random_canary(n_digits: int = 6, seed: int | None = None) -> str:

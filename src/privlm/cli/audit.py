@@ -7,11 +7,10 @@ from typing import Any
 
 import typer
 
-from privlm.audit.exposure import DEFAULT_PREFIX, measure_exposure
-from privlm.audit.extraction import run_extraction
+from privlm.audit import DEFAULT_PREFIX
 from privlm.cli.common import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit_json, user_errors
 from privlm.models import DEFAULT_MODEL
-from privlm.training.lora_finetune import LoraTrainingConfig
+from privlm.training.config import LoraTrainingConfig
 
 app = typer.Typer(help="Attacks and audits.", no_args_is_help=True)
 
@@ -36,6 +35,8 @@ def extraction(
 ) -> None:
     """SubMix §4.2: hit rate of random-code extraction against a non-private fine-tune,
     PMixED and SubMix."""
+    from privlm.audit.extraction import run_extraction
+
     cfg = LoraTrainingConfig(
         epochs=epochs, learning_rate=learning_rate, batch_size=4, block_size=32, pack=False, rank=8,
         device=device, dtype=dtype,
@@ -92,6 +93,7 @@ def exposure(
     """Exposure of a digit canary: log2|R| − log2 rank among all 10^d candidates (exact)."""
     from peft import PeftModel
 
+    from privlm.audit.exposure import measure_exposure
     from privlm.models import load_public_model
 
     lm = load_public_model(model, device=device, dtype=dtype)

@@ -23,8 +23,7 @@ from privlm.curator import CURATOR_HEADING, curator_report_path
 from privlm.data import Dataset, corpora, load_file
 from privlm.errors import PrivlmError
 from privlm.models import DEFAULT_MODEL
-from privlm.training.ensemble import EnsembleConfig, ensemble_statistics, train_ensemble
-from privlm.training.lora_finetune import LoraTrainingConfig
+from privlm.training.config import EnsembleConfig, LoraTrainingConfig
 
 app = typer.Typer(help="LoRA ensembles for PMixED and SubMix.", no_args_is_help=True)
 
@@ -95,6 +94,8 @@ def train(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Partition the data by privacy unit and fine-tune one LoRA adapter per (sub)part."""
+    from privlm.training.ensemble import ensemble_statistics, train_ensemble
+
     ds = load_training_data(data, limit, records, text_column=text_column,
                             user_column=user_column, no_header=no_header)  # fmt: skip
     cfg = LoraTrainingConfig(

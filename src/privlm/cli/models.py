@@ -5,8 +5,7 @@ from __future__ import annotations
 import typer
 
 from privlm.cli.common import JSON_OPTION, emit_json, user_errors
-from privlm.models import DEFAULT_MODEL, KNOWN_MODELS, prepare_model
-from privlm.models.gguf_package import converted_dir
+from privlm.models import DEFAULT_MODEL, KNOWN_MODELS
 
 app = typer.Typer(help="Public models.", no_args_is_help=True)
 
@@ -15,6 +14,8 @@ app = typer.Typer(help="Public models.", no_args_is_help=True)
 @user_errors
 def list_models(as_json: bool = JSON_OPTION) -> None:
     """Models privlm knows by name (any HF id or local directory works too)."""
+    from privlm.models.gguf_package import converted_dir
+
     rows = []
     for spec in KNOWN_MODELS.values():
         prepared = spec.kind == "tiny" or (converted_dir(spec) / "config.json").is_file()
@@ -44,6 +45,8 @@ def prepare(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Pre-convert a model (GGUF → safetensors) so later loads take seconds."""
+    from privlm.models import prepare_model
+
     where = prepare_model(name, force=force)
     if as_json:
         emit_json({"name": name, "cached_at": where})

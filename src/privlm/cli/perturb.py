@@ -24,7 +24,14 @@ def perturb(
     epsilon: float = typer.Option(..., help="ε per word (worst case over any two words)."),
     delta: float | None = typer.Option(None, help="δ per word (gaussian only)."),
     clip: float = typer.Option(DEFAULT_CLIP, help="Clipping norm C of the word vectors."),
-    vocabulary: int = typer.Option(DEFAULT_VOCABULARY, help="GloVe words kept (most frequent)."),
+    vocabulary: int = typer.Option(
+        DEFAULT_VOCABULARY,
+        min=2,
+        help="GloVe words kept, most frequent first (privlm ships 50,000).",
+    ),
+    vectors: Path | None = typer.Option(
+        None, help="Your own GloVe text file (.gz too) instead of the vectors privlm ships."
+    ),
     seed: int | None = SEED_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
@@ -42,7 +49,7 @@ def perturb(
             text = source.read_text(encoding="utf-8")
         except UnicodeDecodeError as exc:
             raise DataError(source, f"not UTF-8 text (byte {exc.start})") from None
-    res = perturb_text(text, load_glove(vocabulary, clip), mech, UniformSource(seed))
+    res = perturb_text(text, load_glove(vocabulary, clip, vectors), mech, UniformSource(seed))
     if out is not None:
         out.write_text(res.text + "\n", encoding="utf-8")
     if as_json:

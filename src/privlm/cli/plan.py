@@ -7,7 +7,7 @@ import typer
 from privlm.accounting.analysis import pmixed as analysis
 from privlm.cli.common import JSON_OPTION, emit_json, user_errors
 from privlm.config import option
-from privlm.predict.pmixed import PMixEDConfig
+from privlm.predict.config import PMixEDConfig
 
 app = typer.Typer(help="Plan private-prediction budgets.", no_args_is_help=True)
 
@@ -15,12 +15,12 @@ app = typer.Typer(help="Plan private-prediction budgets.", no_args_is_help=True)
 @app.command("pmixed")
 @user_errors
 def plan_pmixed(
-    epsilon: float = typer.Option(8.0, help="ε_G over all T queries ((ε, δ)-DP)."),
-    delta: float = typer.Option(1e-5, help="δ."),
-    alpha: int = typer.Option(3, help="Rényi order α (integer)."),
-    queries: int = typer.Option(1024, help="T, the number of private queries."),
-    sample_rate: float = typer.Option(0.03, help="Poisson sampling rate q."),
-    ensemble_size: int = typer.Option(80, help="N, the number of models."),
+    epsilon: float = option(PMixEDConfig, "epsilon"),
+    delta: float = option(PMixEDConfig, "delta"),
+    alpha: int = option(PMixEDConfig, "alpha"),
+    queries: int = option(PMixEDConfig, "queries"),
+    sample_rate: float = option(PMixEDConfig, "sample_rate"),
+    ensemble_size: int = typer.Option(80, min=1, help="N, the number of models (the paper's 80)."),
     max_subset: int = typer.Option(10, help="Show subset sizes 1..MAX."),
     bound: str = option(PMixEDConfig, "bound"),
     as_json: bool = JSON_OPTION,

@@ -4,7 +4,7 @@ and held-out perplexity of an ensemble, an adapter or the public model on any te
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -21,13 +21,11 @@ from privlm.cli.common import (
 )
 from privlm.config import option
 from privlm.errors import PrivlmError
-from privlm.models.perplexity import token_blocks
 from privlm.predict.budget_names import BUDGETS, record_budget, second_budget_warning
-from privlm.predict.evaluate import METHODS, evaluate
-from privlm.predict.factory import build_predictor, plain_predictor
-from privlm.predict.loading import load_ensemble
-from privlm.predict.pmixed import PMixEDConfig
-from privlm.predict.protocol import Predictor
+from privlm.predict.config import METHODS, PMixEDConfig
+
+if TYPE_CHECKING:
+    from privlm.predict.protocol import Predictor
 
 eval_app = typer.Typer(help="Evaluate private prediction.", no_args_is_help=True)
 
@@ -65,6 +63,9 @@ def generate(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Generate text privately; every released token is charged to the ledger first."""
+    from privlm.predict.factory import build_predictor
+    from privlm.predict.loading import load_ensemble
+
     warn_if_seeded(seed)
     loaded = load_ensemble(ensemble, device, dtype)
     predictor = build_predictor(
@@ -193,6 +194,8 @@ def eval_ppl(
 def _blocks_of(tokenizer: Any, texts: list[str], data: str, block_size: int,
                blocks: int | None) -> Any:  # fmt: skip
     """The held-out token blocks, (blocks, block_size), or an error naming the data."""
+    from privlm.models.perplexity import token_blocks
+
     try:
         return token_blocks(tokenizer, texts, block_size, blocks)
     except ValueError:
@@ -294,6 +297,10 @@ def _ensemble_ppl(
     as_json: bool,
 ) -> dict[str, Any]:
     import tempfile
+
+    from privlm.predict.evaluate import evaluate
+    from privlm.predict.factory import build_predictor, plain_predictor
+    from privlm.predict.loading import load_ensemble
 
     loaded = load_ensemble(ensemble, device, dtype)  # once, for every run and method
     lm, engine, manifest = loaded

@@ -18,10 +18,8 @@ from privlm.cli.common import (
 )
 from privlm.config import option
 from privlm.errors import PrivlmError
-from privlm.models import DEFAULT_MODEL, load_public_model
-from privlm.prompting.evaluate import accuracy, prompt_probabilities
-from privlm.prompting.pate_pipeline import PromptPateConfig, pate_ledger, run_prompt_pate
-from privlm.prompting.prompt_dpsgd import PromptDpSgdConfig, train_prompt_dpsgd
+from privlm.models import DEFAULT_MODEL
+from privlm.prompting.config import PromptDpSgdConfig, PromptPateConfig
 from privlm.prompting.splits import TaskSplits
 from privlm.prompting.task_data import ColumnOverrides, TaskFiles, task_data
 from privlm.prompting.tasks import TASKS, Task, get_task, load_task_file
@@ -132,6 +130,8 @@ def dpsgd(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Train a soft prompt or prefix with DP-SGD; the LLM stays frozen."""
+    from privlm.prompting.prompt_dpsgd import train_prompt_dpsgd
+
     t = resolve_task(task, task_file)
     files = task_files(private_data, None, test_data, text_column, label_column, user_column,
                        no_header)  # fmt: skip
@@ -212,6 +212,10 @@ def pate(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """PromptPATE: teachers label public inputs by Confident-GNMax; a student prompt is chosen."""
+    from privlm.models import load_public_model
+    from privlm.prompting.evaluate import accuracy, prompt_probabilities
+    from privlm.prompting.pate_pipeline import pate_ledger, run_prompt_pate
+
     t = resolve_task(task, task_file)
     files = task_files(private_data, public_data, test_data, text_column, label_column,
                        user_column, no_header)  # fmt: skip
@@ -291,6 +295,9 @@ def evaluate(
     """Non-private accuracy of k-shot prompts: the zero-shot and one-shot reference points."""
     import numpy as np
 
+    from privlm.models import load_public_model
+    from privlm.prompting.evaluate import accuracy, prompt_probabilities
+
     t = resolve_task(task, task_file)
     files = task_files(private_data if shots else None, None, test_data, text_column,
                        label_column, user_column, no_header)  # fmt: skip
@@ -347,6 +354,7 @@ def mia(
 ) -> None:
     """Membership inference against non-private one-shot prompts (Flocks §3): its AUC."""
     from privlm.audit.prompt_mia import prompt_mia
+    from privlm.models import load_public_model
 
     t = resolve_task(task, task_file)
     files = task_files(private_data, None, None, text_column, label_column, user_column,

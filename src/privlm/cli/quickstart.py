@@ -28,25 +28,21 @@ from privlm.accounting import (
     calibrate_noise_multiplier,
     dpsgd_epsilon,
 )
+from privlm.accounting.advice import suggested_delta
 from privlm.cli.common import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit_json, user_errors
 from privlm.data import corpora
 from privlm.errors import BudgetExceededError
-from privlm.models import DEFAULT_MODEL, load_public_model, perplexity
-from privlm.models.perplexity import token_blocks
-from privlm.predict import PMixED, PMixEDConfig
-from privlm.predict.evaluate import evaluate
-from privlm.predict.factory import plain_predictor
-from privlm.predict.loading import load_ensemble
+from privlm.models import DEFAULT_MODEL
+from privlm.predict.config import PMixEDConfig
 from privlm.settings import cache_dir
-from privlm.training.ensemble import ensemble_statistics, train_ensemble
-from privlm.training.lora_finetune import LoraTrainingConfig
+from privlm.training.config import LoraTrainingConfig
 
 
 def budget_example(n_units: int, batch_size: int = 256, epochs: int = 3) -> dict[str, Any]:
     """ε and σ for a DP-SGD plan over ``n_units`` records, and a ledger that enforces it."""
     q = batch_size / n_units
     steps = math.ceil(epochs / q)
-    delta = 1.0 / n_units**1.1
+    delta = suggested_delta(n_units)  # DP-SGD's default δ
     plan: dict[str, Any] = {
         "n_units": n_units,
         "batch_size": batch_size,
@@ -104,6 +100,13 @@ def private_pipeline(
     dtype: str = "auto",
 ) -> dict[str, Any]:
     """Train an N-model PMixED ensemble, generate privately, compare perplexities."""
+    from privlm.models.perplexity import token_blocks
+    from privlm.predict import PMixED
+    from privlm.predict.evaluate import evaluate
+    from privlm.predict.factory import plain_predictor
+    from privlm.predict.loading import load_ensemble
+    from privlm.training.ensemble import ensemble_statistics, train_ensemble
+
     train = corpora.wikitext2("train")
     train.records = train.records[:records]
     cfg = LoraTrainingConfig(
@@ -195,6 +198,9 @@ def quickstart(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Public model and perplexity, a DP-SGD budget, then private prediction with PMixED."""
+    from privlm.models import load_public_model
+    from privlm.models.perplexity import perplexity
+
     say = (lambda *_: None) if as_json else typer.echo
     steps = 4 if private else 3
     say(f"[1/{steps}] loading public model {model!r} (the first run converts and caches it)")
@@ -225,7 +231,7 @@ def quickstart(
     e = example
     say(
         f"      {e['n_units']} records, batch {e['batch_size']} → q = {e['sample_rate']:.5f}, "
-        f"{e['epochs']} epochs = {e['steps']} steps, δ = 1/n^1.1 = {e['delta']:.3g}"
+        f"{e['epochs']} epochs = {e['steps']} steps, δ = min(1/n^1.1, 1e-6) = {e['delta']:.3g}"
     )
     say(
         f"      at σ = 1.0: ε = {e['epsilon_at_sigma_1']['rdp']:.3f} (RDP), "

@@ -29,9 +29,7 @@ from privlm.config import option
 from privlm.curator import CURATOR_HEADING, split_private_statistics
 from privlm.errors import AccountingError
 from privlm.models import DEFAULT_MODEL
-from privlm.training.dpsgd import DpSgdConfig, examples_per_unit, plan, train_dpsgd
-from privlm.training.jft import JftConfig, train_jft
-from privlm.training.lora_finetune import LoraTrainingConfig
+from privlm.training.config import DpSgdConfig, JftConfig, LoraTrainingConfig
 
 app = typer.Typer(help="Private fine-tuning.", no_args_is_help=True)
 
@@ -76,6 +74,8 @@ def dpsgd(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Fine-tune a LoRA adapter with DP-SGD (Opacus); print its privacy statement."""
+    from privlm.training.dpsgd import examples_per_unit, plan, train_dpsgd
+
     ds = load_training_data(
         data, limit, text_column=text_column, user_column=user_column, no_header=no_header
     )
@@ -201,6 +201,9 @@ def jft(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Just Fine-tune Twice: a redacted fine-tune, then DP-SGD; print the SDP statement."""
+    from privlm.training.dpsgd import examples_per_unit, plan
+    from privlm.training.jft import train_jft
+
     ds = load_training_data(
         data, limit, text_column=text_column, user_column=user_column, no_header=no_header
     )

@@ -1,9 +1,9 @@
-"""The embedding vocabulary: GloVe 50d from the data directory, capped to the most frequent
-words, each vector clipped to norm C (the mechanism's clipping bound)."""
+"""The embedding vocabulary: GloVe 6B 50d, shipped inside privlm (``glove50d.npz``, the
+50,000 most frequent words at float16; PDDL 1.0, see ``privlm.perturb.pack``), capped to
+the most frequent words, each vector clipped to norm C (the mechanism's clipping bound)."""
 
 from __future__ import annotations
 
-import gzip
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -13,9 +13,8 @@ from numpy.typing import NDArray
 
 from privlm.errors import DataError, PrivlmError
 from privlm.perturb.mechanisms import DEFAULT_CLIP, clip_rows
-from privlm.settings import data_dir
+from privlm.perturb.pack import PACKED, read_text_vectors
 
-GLOVE = Path("glove6b50d_top50k") / "glove.6B.50d.top50k.txt.gz"
 DEFAULT_VOCABULARY = 20_000
 
 
@@ -68,22 +67,30 @@ class Vocabulary:
         return best
 
 
+def _read_packed(path: Path, limit: int) -> tuple[list[str], NDArray[np.float32]]:
+    with np.load(path) as packed:
+        words = packed["words"].tobytes().decode("utf-8").split("\n")[:limit]
+        vectors = packed["vectors"][:limit].astype(np.float32)
+    return words, vectors
+
+
 def load_glove(
     limit: int = DEFAULT_VOCABULARY, clip: float = DEFAULT_CLIP, path: Path | None = None
 ) -> Vocabulary:
-    """The ``limit`` most frequent GloVe 6B 50d words, vectors clipped to norm ``clip``."""
+    """The ``limit`` most frequent GloVe 6B 50d words, vectors clipped to norm ``clip``:
+    from the vocabulary shipped with privlm, or from ``path`` (a GloVe text file, .gz too,
+    or an npz written by ``privlm.perturb.pack``)."""
     if limit < 2:
         raise PrivlmError("the vocabulary needs at least two words")
-    p = path or data_dir() / GLOVE
-    if not p.is_file():
-        raise DataError(p, "GloVe vectors not found under the data directory (PRIVLM_DATA)")
-    words, rows = [], []
-    with gzip.open(p, "rt", encoding="utf-8") as fh:
-        for n, line in enumerate(fh):
-            if n >= limit:
-                break
-            parts = line.rstrip("\n").split(" ")
-            words.append(parts[0])
-            rows.append(np.array(parts[1:], dtype=np.float32))
-    vectors = clip_rows(np.stack(rows), clip).astype(np.float32)
-    return Vocabulary(tuple(words), vectors, clip)
+    source = path or PACKED
+    if not source.is_file():
+        raise DataError(source, "GloVe vectors not found")
+    if source.suffix == ".npz":
+        words, vectors = _read_packed(source, limit)
+    else:
+        words, vectors = read_text_vectors(source, limit)
+    if limit > len(words) and path is None:
+        raise PrivlmError(
+            f"privlm ships {len(words):,} words; for a larger vocabulary pass a GloVe file"
+        )
+    return Vocabulary(tuple(words), clip_rows(vectors, clip).astype(np.float32), clip)

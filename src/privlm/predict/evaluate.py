@@ -9,9 +9,8 @@ from dataclasses import dataclass
 
 from tqdm.auto import tqdm
 
+from privlm.predict.config import METHODS as METHODS
 from privlm.predict.protocol import Predictor
-
-METHODS = ("public", "finetuned", "ensemble", "pmixed", "submix")
 
 
 @dataclass(frozen=True)

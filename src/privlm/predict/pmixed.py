@@ -10,8 +10,6 @@ budget at α by Theorem C.3, and ρ* is chosen so one query costs at most that o
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,70 +18,14 @@ from transformers import PreTrainedTokenizerBase
 
 from privlm.accounting import Budget, Charge, PrivacyLedger, RdpCurve
 from privlm.accounting.analysis import pmixed as analysis
-from privlm.config import setting
 from privlm.errors import BudgetExceededError, PrivlmError
+from privlm.predict.config import PMixEDConfig as PMixEDConfig
+from privlm.predict.config import rdp_budget_for as rdp_budget_for
 from privlm.predict.engine import EnsembleEngine, upcast_log_softmax
 from privlm.predict.pmixed_rule import pmixed_mixture, sample_subset
 from privlm.predict.protocol import Generation, Scores, StreamingPredictor, Token
 from privlm.predict.sampling import sample
 from privlm.randomness import PrivacyRandomness, as_randomness
-
-
-def rdp_budget_for(epsilon: float, delta: float, alpha: int) -> float:
-    """The (α, ε_RDP) budget that Theorem C.3 converts to exactly (ε, δ)-DP."""
-    a = float(alpha)
-    return epsilon - math.log((a - 1) / a) + (math.log(delta) + math.log(a)) / (a - 1)
-
-
-@dataclass(frozen=True)
-class PMixEDConfig:
-    """Privacy hyperparameters; defaults are Table 1 of the PMixED paper."""
-
-    epsilon: float = setting(8.0, "PMixED: ε_G of all T queries, at δ", gt=0, le=1000)
-    delta: float = setting(1e-5, "δ", gt=0, lt=1)
-    alpha: int = setting(3, "PMixED: Rényi order α (an integer)", ge=2, le=256)
-    queries: int = setting(1024, "T, private queries over the budget's life", ge=1, le=10**7)
-    sample_rate: float = setting(
-        0.03, "PMixED: Poisson sampling rate q of the ensemble", gt=0, le=1
-    )
-    bound: str = setting(
-        analysis.DEFAULT_BOUND,
-        "PMixED: the per-query bound. replacement: per unit (one unit changes one member's "
-        "model), the only one charged to a ledger; expansion or jensen: the paper's per-part "
-        "relation (one member added or removed), for plan's comparisons only",
-        choices=analysis.BOUNDS,
-    )
-
-    def __post_init__(self) -> None:
-        analysis.check_alpha(self.alpha)
-        analysis.check_bound(self.bound)
-        if self.queries < 1:
-            raise PrivlmError("the query budget T must be at least 1")
-        if not (0 < self.sample_rate <= 1):
-            raise PrivlmError(f"the sample rate q must lie in (0, 1], got {self.sample_rate}")
-        if rdp_budget_for(self.epsilon, self.delta, self.alpha) <= 0:
-            raise PrivlmError(
-                f"ε={self.epsilon} at δ={self.delta} leaves no RDP budget at order α={self.alpha}; "
-                "raise ε or δ, or change α"
-            )
-
-    @property
-    def per_query_rdp(self) -> float:
-        return rdp_budget_for(self.epsilon, self.delta, self.alpha) / self.queries
-
-    def query_cost(self, n_models: int) -> tuple[float, RdpCurve]:
-        """The radius ρ* for an ensemble of ``n_models``, and one query's RDP curve there."""
-        radius = analysis.solve_radius(
-            self.per_query_rdp, self.alpha, n_models, self.sample_rate, bound=self.bound
-        )
-        curve = analysis.query_rdp_curve(radius, self.alpha, n_models, self.sample_rate, self.bound)
-        return radius, RdpCurve.from_mapping(curve)
-
-    def lifetime_curve(self, n_models: int) -> RdpCurve:
-        """What all T queries can cost together: the most a deployment can ever release,
-        reserved on the dataset's ledger when the deployment is created (issue 17 §3)."""
-        return self.query_cost(n_models)[1].times(self.queries)
-
 
 CORRECTION = "pmixed-per-unit-restatement"
 UNIT = "unit of the dataset (one ensemble member replaced)"

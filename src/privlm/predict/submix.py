@@ -9,15 +9,14 @@ this and every later query is answered by the public model alone, and the caller
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from transformers import PreTrainedTokenizerBase
 
 from privlm.accounting import Budget, Charge, PrivacyLedger, RdpCurve, charge_together
-from privlm.config import setting
 from privlm.errors import BudgetExceededError, PrivlmError
+from privlm.predict.config import SubMixConfig as SubMixConfig
 from privlm.predict.engine import EnsembleEngine, upcast_log_softmax
 from privlm.predict.protocol import Generation, Scores, StreamingPredictor, Token
 from privlm.predict.sampling import sample
@@ -25,25 +24,6 @@ from privlm.predict.submix_rule import submix_step
 from privlm.randomness import PrivacyRandomness, as_randomness
 
 STOP_FLAG = "submix-stop"
-
-
-@dataclass(frozen=True)
-class SubMixConfig:
-    """ε: the (α, ε) operational-privacy budget of every part; β: target leakage (Eq. 2)."""
-
-    epsilon: float = setting(2.0, "SubMix: RDP ε of every part, at order α", gt=0, le=1000)
-    alpha: float = setting(2.0, "SubMix: Rényi order α", gt=1, le=256)
-    beta: float = setting(2.0 / 1024, "SubMix: target leakage β per query (default ε/T)", gt=0)
-    delta: float = setting(1e-5, "δ (only for reporting conversions)", gt=0, lt=1)
-
-    def __post_init__(self) -> None:
-        if not (self.epsilon > 0 and self.beta > 0 and self.alpha > 1):
-            raise PrivlmError("SubMix needs ε > 0, β > 0 and α > 1")
-
-    def lifetime_curve(self) -> RdpCurve:
-        """The most a deployment can release about one unit: a unit lies in one part, whose
-        ledger keeps its leakage within (α, ε)-RDP until STOP (Algorithm 2)."""
-        return RdpCurve.from_mapping({self.alpha: self.epsilon})
 
 
 def part_ledgers(target: Any, name: str, n_parts: int, config: SubMixConfig) -> list[PrivacyLedger]:

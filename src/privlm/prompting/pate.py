@@ -43,6 +43,7 @@ from privlm.data.partition import (
     record_identities,
 )
 from privlm.errors import BudgetExceededError, PrivlmError
+from privlm.prompting.config import ACCOUNTING as ACCOUNTING
 from privlm.prompting.scoring import OTHER
 from privlm.prompting.tasks import Task, build_prompt
 from privlm.randomness import PrivacyRandomness, as_randomness
@@ -107,7 +108,6 @@ def vote_histograms(answers: NDArray[np.int64], classes: int) -> NDArray[np.int6
     return out
 
 
-ACCOUNTING = ("data-independent", "data-dependent")
 DATA_DEPENDENT_REFUSAL = (
     "refused: data-dependent accounting is not charged to a budgeted ledger. Its figure is a "
     "noisy estimate (PATE 2018's smooth-sensitivity release), below the true cost about half "

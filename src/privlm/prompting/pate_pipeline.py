@@ -13,9 +13,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from privlm.accounting import Budget, PrivacyLedger, SmoothRelease, default_prompt_delta
+from privlm.accounting import Budget, PrivacyLedger, default_prompt_delta
 from privlm.accounting.advice import threshold_warning
-from privlm.config import check_settings, setting
 from privlm.curator import PUBLIC_SIZE, release
 from privlm.data import Record
 from privlm.data.partition import new_partition_key
@@ -23,8 +22,9 @@ from privlm.data.records import shared_record_count
 from privlm.errors import AccountingError, PrivlmError
 from privlm.fsutil import write_directory_atomically
 from privlm.models import LoadedModel, ModelSource, load_public_model
+from privlm.prompting.config import TEACHER_VOTES as TEACHER_VOTES
+from privlm.prompting.config import PromptPateConfig as PromptPateConfig
 from privlm.prompting.pate import (
-    ACCOUNTING,
     Teacher,
     blackbox_accuracy,
     label_with_confident_gnmax,
@@ -45,7 +45,6 @@ from privlm.prompting.tasks import Task, content_free_records, label_token_ids
 from privlm.randomness import PrivacyRandomness
 from privlm.training.model_card import model_card
 
-TEACHER_VOTES = ("top1", "labels")
 ACCOUNTING_STATEMENTS = {
     "data-dependent": "data-dependent: the RDP (Papernot et al. 2018) of every query, released "
     "through smooth sensitivity (GNSS) with the release's own cost, charged at "
@@ -53,72 +52,6 @@ ACCOUNTING_STATEMENTS = {
     "data-independent": "data-independent: each query charged its worst case (threshold "
     "check and GNMax); the number of queries was fixed from that worst case",
 }
-
-
-@dataclass
-class PromptPateConfig:
-    teachers: int = setting(100, "Teachers (one-shot prompts of private examples)", ge=2, le=100000)
-    shots: int = setting(1, "Private examples per teacher", ge=1, le=64)
-    threshold: float = setting(60.0, "Confident-GNMax threshold T", ge=0)
-    sigma_threshold: float = setting(30.0, "σ1 of the threshold check", gt=0)
-    sigma: float = setting(10.0, "σ2 of GNMax", gt=0)
-    epsilon: float = setting(8.0, "Budget ε of a new ledger", gt=0, le=1000)
-    delta: float | None = setting(
-        None, "δ (default min(1/N^1.1, 1e-6), N private examples)", gt=0, lt=1
-    )
-    queries: int | None = setting(
-        None,
-        "Public inputs to label, fixed before any vote is seen (default: all given)",
-        ge=1,
-        le=10**7,
-    )
-    accounting: str = setting(
-        "data-independent",
-        "data-independent: each query charged its worst case, as many queries as that fits; "
-        "data-dependent: PATE 2018's per-vote cost, released through smooth sensitivity "
-        "(labels held until it is charged; noisy, and refused whole if it does not fit)",
-        choices=ACCOUNTING,
-    )
-    release_order: float = setting(
-        8.0, "data-dependent: the RDP order λ the ε is released and charged at", gt=1, le=256
-    )
-    release_beta: float = setting(
-        0.05, "data-dependent: smoothness β of the sensitivity (λ below about 1/(2β))", gt=0, lt=0.5
-    )
-    release_sigma: float = setting(
-        5.0, "data-dependent: σ_s, noise on the released ε per unit of smooth sensitivity",
-        gt=0, le=1e6,
-    )  # fmt: skip
-    student_candidates: int = setting(20, "Candidate student prompts", ge=1, le=10000)
-    holdout: int = setting(100, "Labelled public inputs held back to pick the student", ge=0)
-    # None: the noisy threshold and votes come from the OS CSPRNG; a seed voids the guarantee
-    seed: int | None = None
-    # hex key of the keyed-hash teacher assignment (None: fresh); recorded in privacy.json
-    partition_key: str | None = None
-    batch_size: int = 64  # prompts per forward pass; all teachers' prompts are pooled
-    # "top1": black-box teachers, a vote is the model's top-1 next token (OTHER never votes);
-    # "labels": each teacher votes the argmax of its calibrated label-token probabilities.
-    # Either way a teacher casts one vote, so the accounting is the same.
-    teacher_votes: str = setting(
-        "top1",
-        "top1: black-box teachers vote their top-1 next token; labels: the argmax of the "
-        "calibrated label-token probabilities (one vote per teacher either way)",
-        choices=TEACHER_VOTES,
-    )
-
-    def __post_init__(self) -> None:
-        if self.teacher_votes not in TEACHER_VOTES:
-            raise PrivlmError(
-                f"teacher_votes must be one of {', '.join(TEACHER_VOTES)}, not {self.teacher_votes!r}"
-            )
-        check_settings(self)
-        self.smooth_release()  # refuses a λ too large for β now, not after the votes
-
-    def smooth_release(self) -> SmoothRelease:
-        try:
-            return SmoothRelease(self.release_order, self.release_beta, self.release_sigma)
-        except AccountingError as exc:
-            raise PrivlmError(str(exc)) from exc
 
 
 @dataclass(frozen=True)

@@ -45,21 +45,20 @@ from privlm.accounting import (
     dpsgd_epsilon,
 )
 from privlm.accounting.advice import weak_delta_warning
-from privlm.config import check_settings, setting
 from privlm.curator import PUBLIC_SIZE, release
 from privlm.data import Record
 from privlm.errors import PrivlmError
 from privlm.fsutil import write_directory_atomically
 from privlm.models import LoadedModel, ModelSource, reference_of, working_copy
 from privlm.progress import LossMeter, progress_bar
+from privlm.prompting.config import PROMPT_KINDS as PROMPT_KINDS
+from privlm.prompting.config import UNITS as UNITS
+from privlm.prompting.config import PromptDpSgdConfig as PromptDpSgdConfig
 from privlm.prompting.tasks import Task, label_token_ids
 from privlm.randomness import PrivacyRandomness
 from privlm.training.distributed_dp import LockstepPoissonSampler, collate_with_empty
 from privlm.training.model_card import model_card
 from privlm.training.secure_noise import SECURE_STATEMENT, install_csprng_noise
-
-PROMPT_KINDS = ("soft-prompt", "prefix")
-UNITS = ("auto", "record", "user")
 
 
 def privacy_units(records: list[Record], unit: str) -> tuple[list[Record], str, int]:
@@ -89,56 +88,6 @@ def privacy_units(records: list[Record], unit: str) -> tuple[list[Record], str, 
             "user) or --unit record (every record, the guarantee per record)"
         )
     return firsts, "user", len(records) - len(firsts)
-
-
-@dataclass
-class PromptDpSgdConfig:
-    kind: str = setting("soft-prompt", "The prompt", choices=PROMPT_KINDS)
-    virtual_tokens: int = setting(10, "Soft prompt / prefix length", ge=1, le=1024)
-    target_epsilon: float | None = setting(
-        8.0, "Target ε (None: non-private, the upper-bound baseline)", gt=0, le=1000
-    )
-    delta: float | None = setting(None, "δ (default min(1/N^1.1, 1e-6))", gt=0, lt=1)
-    max_grad_norm: float = setting(1.0, "Per-example clipping norm", gt=0)
-    batch_size: int = setting(
-        32, "Expected logical (Poisson) batch size: q = batch size / N", ge=1, le=65536
-    )
-    physical_batch_size: int = setting(16, "Examples per forward pass (memory)", ge=1, le=4096)
-    epochs: int = setting(2, "Epochs", ge=1, le=1000)
-    learning_rate: float = setting(1e-2, "AdamW learning rate", gt=0, le=10)
-    max_length: int = 96
-    accountant: str = "rdp"
-    seed: int | None = None  # None: fresh OS entropy; a seed voids the guarantee (issue 17)
-    # every noise coordinate and Poisson coin straight from os.urandom, as DP-SGD's secure
-    # mode (privlm.training.secure_noise); cannot be seeded
-    secure_mode: bool = False
-    # where the frozen model runs (privlm.models.placement): auto is CUDA in bfloat16 when a
-    # GPU is there, else the CPU in float32; the prompt parameters, their gradients and the
-    # noise stay float32 either way
-    device: str = "auto"
-    dtype: str = "auto"
-    unit: str = setting(
-        "auto",
-        "What the guarantee protects where users have several records: record, user (each "
-        "user's first record), or auto (refuses to guess when users repeat)",
-        choices=UNITS,
-    )
-
-    def __post_init__(self) -> None:
-        if self.unit not in UNITS:
-            raise PrivlmError(f"unit must be one of {', '.join(UNITS)}, not {self.unit!r}")
-        if self.kind not in PROMPT_KINDS:
-            raise PrivlmError(f"unknown prompt kind {self.kind!r}; choose from {PROMPT_KINDS}")
-        if self.virtual_tokens < 1 or self.batch_size < 1 or self.epochs < 1:
-            raise PrivlmError("virtual tokens, batch size and epochs must be at least 1")
-        if self.secure_mode and self.seed is not None:
-            raise PrivlmError(
-                "secure mode draws every noise coordinate and batch from the OS CSPRNG, so it "
-                "cannot be seeded; drop the seed or the secure mode"
-            )
-        if self.secure_mode and self.target_epsilon is None:
-            raise PrivlmError("secure mode is for private training: give a target ε")
-        check_settings(self)
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,9 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.models.placement import module_device
 from privlm.progress import progress_bar
+from privlm.prompting.tasks import CONTENT_FREE as CONTENT_FREE
 
 OTHER = -1  # a black-box answer that is no class's label token
-CONTENT_FREE = ("N/A", "", "[MASK]")  # Zhao et al. 2021's content-free inputs
 
 
 def left_padded_batches(

@@ -29,13 +29,15 @@ import string
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
-
-from transformers import PreTrainedTokenizerBase
+from typing import TYPE_CHECKING, Any
 
 from privlm.data import Dataset, Record, corpora
 from privlm.errors import DataError, PrivlmError
-from privlm.prompting.scoring import CONTENT_FREE
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+CONTENT_FREE = ("N/A", "", "[MASK]")  # Zhao et al. 2021's content-free inputs
 
 TASK_FILES = "task_files"
 DEFAULT_COLUMNS = {"text": "text", "label": "label", "user": "user_id"}

@@ -2,7 +2,8 @@
 
 - Poisson sampling (Opacus's DP data loader), per-sample clipping to ``max_grad_norm``, and
   Gaussian noise with the σ that privlm's accountant calibrates for the target (ε, δ) over the
-  planned steps (never overshooting ε). δ defaults to 1/n^1.1, n the number of privacy units.
+  planned steps (never overshooting ε). δ defaults to min(1/n^1.1, 1e-6), n the number of
+  privacy units: strong for every n, so the default never draws privlm's weak-δ warning.
 - One training example per privacy unit: a record, or, with user ids, all of a user's records
   joined (and truncated to the block size), so one user's influence is clipped jointly.
 - Logical batches larger than memory run as physical batches (Opacus's BatchMemoryManager);
@@ -47,8 +48,7 @@ from privlm.accounting import (
     calibrate_noise_multiplier,
     dpsgd_epsilon,
 )
-from privlm.accounting.advice import weak_delta_warning
-from privlm.config import check_settings, setting
+from privlm.accounting.advice import suggested_delta, weak_delta_warning
 from privlm.curator import PUBLIC_SIZE, release
 from privlm.data import Dataset
 from privlm.detect import Detector
@@ -59,6 +59,9 @@ from privlm.models.placement import resolve_placement
 from privlm.progress import LossMeter, progress_bar
 from privlm.randomness import PrivacyRandomness
 from privlm.training.checkpointing import enable_gradient_checkpointing
+from privlm.training.config import GRAD_SAMPLE_MODES as GRAD_SAMPLE_MODES
+from privlm.training.config import USER_SAMPLING as USER_SAMPLING
+from privlm.training.config import DpSgdConfig as DpSgdConfig
 from privlm.training.distributed_dp import (
     LockstepPoissonSampler,
     barrier,
@@ -79,97 +82,12 @@ from privlm.training.redaction import (
 )
 from privlm.training.secure_noise import SECURE_STATEMENT, install_csprng_noise
 from privlm.training.user_level import (
-    USER_REDUCTIONS,
     train_users_jointly,
     unit_token_counts,
     usage_when_blocking,
     usage_when_truncating,
     user_blocks,
 )
-
-GRAD_SAMPLE_MODES = ("hooks", "ghost")
-USER_SAMPLING = ("joint", "one-per-user")
-
-
-@dataclass
-class DpSgdConfig:
-    """Defaults: Table 2 of PMixED for DP-SGD (lr 4e-4, clip 1.0, rank 4, α 32), scaled."""
-
-    target_epsilon: float | None = setting(
-        3.0, "Target ε (σ is calibrated to meet it)", gt=0, le=1000
-    )
-    delta: float | None = setting(None, "δ (default 1/n^1.1, n privacy units)", gt=0, lt=1)
-    noise_multiplier: float | None = setting(None, "Fixed σ instead of a target ε", gt=0)
-    max_grad_norm: float = setting(1.0, "Per-example clipping norm", gt=0)
-    batch_size: int = setting(
-        64, "Expected logical (Poisson) batch size: q = batch size / n", ge=1, le=65536
-    )
-    physical_batch_size: int = setting(8, "Examples per forward pass (memory)", ge=1, le=4096)
-    epochs: int = setting(1, "Epochs", ge=1, le=1000)
-    learning_rate: float = setting(4e-4, "AdamW learning rate", gt=0, le=1)
-    rank: int = setting(4, "LoRA rank r (Table 2)", ge=1, le=1024)
-    alpha: float = setting(32.0, "LoRA α (Table 2)", gt=0)
-    targets: list[str] | None = None
-    block_size: int = setting(128, "Tokens per example (longer are cut)", ge=8, le=32768)
-    accountant: str = setting("rdp", "The accountant", choices=("rdp", "prv"))
-    # None (the default): noise, batches and initialisation from fresh OS entropy. A seed makes
-    # the run reproducible, and its guarantee void against anyone who knows the seed.
-    seed: int | None = None
-    # every noise coordinate and Poisson coin straight from os.urandom (privlm's secure mode,
-    # no torchcsprng needed; privlm.training.secure_noise); cannot be seeded
-    secure_mode: bool = False
-    # where the base model runs (privlm.models.placement): auto is CUDA in bfloat16 when a GPU
-    # is there, else the CPU in float32; the LoRA parameters, their gradients and the noise
-    # are float32 either way
-    device: str = "auto"
-    dtype: str = "auto"
-    grad_sample_mode: str = setting(
-        "hooks",
-        "Per-sample gradients: hooks (materialised) or ghost (Opacus's ghost clipping: "
-        "per-sample norms only, clipped in a second backward pass; less memory)",
-        choices=GRAD_SAMPLE_MODES,
-    )
-    user_sampling: str = setting(
-        "joint",
-        "User-level data: joint (each user's records joined, clipped jointly) or one-per-user "
-        "(one random record of each sampled user per step)",
-        choices=USER_SAMPLING,
-    )
-    max_blocks_per_user: int | None = setting(
-        None, "joint only: at most this many blocks of each user (default: all)", ge=1
-    )
-    user_reduction: str = setting(
-        "mean",
-        "joint only: a user's gradient is the mean, or the sum, of their blocks' gradients",
-        choices=USER_REDUCTIONS,
-    )
-    # recompute each layer's activations in the backward pass (reentrant checkpointing, the
-    # form Opacus's per-sample gradients stay exact under): less memory, more compute
-    gradient_checkpointing: bool = False
-
-    def __post_init__(self) -> None:
-        if (self.target_epsilon is None) == (self.noise_multiplier is None):
-            raise PrivlmError("give exactly one of a target ε or a noise multiplier σ")
-        if self.secure_mode and self.seed is not None:
-            raise PrivlmError(
-                "secure mode draws every noise coordinate and batch from the OS CSPRNG, so it "
-                "cannot be seeded; drop the seed or the secure mode"
-            )
-        if self.batch_size < 1 or self.physical_batch_size < 1 or self.epochs < 1:
-            raise PrivlmError("batch sizes and epochs must be at least 1")
-        if self.user_sampling not in USER_SAMPLING:
-            raise PrivlmError(
-                f"unknown user_sampling {self.user_sampling!r}; choose from {USER_SAMPLING}"
-            )
-        if self.max_blocks_per_user is not None and self.max_blocks_per_user < 1:
-            raise PrivlmError("max_blocks_per_user must be at least 1 (or None: every block)")
-        if self.user_reduction not in USER_REDUCTIONS:
-            raise PrivlmError(f"user_reduction must be one of {USER_REDUCTIONS}")
-        if self.grad_sample_mode not in GRAD_SAMPLE_MODES:
-            raise PrivlmError(
-                f"unknown grad_sample_mode {self.grad_sample_mode!r}; choose from {GRAD_SAMPLE_MODES}"
-            )
-        check_settings(self)
 
 
 @dataclass(frozen=True)
@@ -298,7 +216,7 @@ def plan(
     batches = max(1, math.ceil(n_units / cfg.batch_size))
     q = 1.0 / batches
     steps = cfg.epochs * batches
-    delta = cfg.delta if cfg.delta is not None else 1.0 / n_units**1.1
+    delta = cfg.delta if cfg.delta is not None else suggested_delta(n_units)
     if cfg.noise_multiplier is not None:
         sigma = cfg.noise_multiplier
     else:

@@ -26,36 +26,22 @@ import hashlib
 import json
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from privlm.config import check_settings, setting
 from privlm.curator import PUBLIC_SIZE, curator_report_path, read_statistics, record_statistics
 from privlm.data import Dataset
 from privlm.data.partition import derive_key, new_partition_key, partition_by_unit
 from privlm.errors import PrivlmError
 from privlm.models import ModelSource, reference_of
 from privlm.progress import progress_bar
+from privlm.training.config import PROTOCOLS
+from privlm.training.config import EnsembleConfig as EnsembleConfig
 from privlm.training.lora_finetune import LoraTrainingConfig, finetune_lora, save_untrained_adapter
 from privlm.training.model_card import ensemble_card
 
 MANIFEST = "manifest.json"
 FORMAT = "privlm-ensemble/1"
-PROTOCOLS = ("pmixed", "submix")
-
-
-@dataclass(frozen=True)
-class EnsembleConfig:
-    """An ensemble's shape; each adapter's training is a :class:`LoraTrainingConfig`."""
-
-    parts: int = setting(8, "N (PMixED) or k (SubMix) disjoint parts", ge=2, le=1024)
-    protocol: str = setting(
-        "pmixed", "pmixed: one adapter per part; submix: two per part", choices=PROTOCOLS
-    )
-
-    def __post_init__(self) -> None:
-        check_settings(self)
 
 
 def _units_fingerprint(dataset: Dataset) -> str:

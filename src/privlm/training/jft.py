@@ -28,12 +28,11 @@ import json
 import math
 import secrets
 import shutil
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from privlm.accounting import Charge, DpSgdPlan, PrivacyLedger, dpsgd_epsilon
-from privlm.config import check_settings, setting
 from privlm.curator import curator_report_path, release
 from privlm.data import Dataset, load_file
 from privlm.detect import (
@@ -46,78 +45,18 @@ from privlm.detect import (
 )
 from privlm.errors import PrivlmError
 from privlm.models import LoadedModel, ModelSource, reference_of
+from privlm.training.config import PHASE1_MODES as PHASE1_MODES
+from privlm.training.config import JftConfig as JftConfig
 from privlm.training.dpsgd import (
-    DpSgdConfig,
     PrivacyStatement,
     examples_per_unit,
     plan,
     train_dpsgd,
 )
-from privlm.training.lora_finetune import LoraTrainingConfig, finetune_lora
+from privlm.training.lora_finetune import finetune_lora
 from privlm.training.model_card import jft_phase1_card
 from privlm.training.redaction import redacted_token_fraction, spans_of_literal_masks
 from privlm.training.sdp_charges import PHASE1_CHARGE, PHASE2_CHARGE
-
-PHASE1_MODES = ("direct", "screened", "light-noise")
-
-
-@dataclass
-class JftConfig:
-    """Just Fine-tune Twice's settings. Phase 1 is built from ``phase1_epochs`` and
-    ``phase1_learning_rate`` (and ``phase1_epsilon`` in light-noise mode) unless
-    ``phase1_training``/``phase1_dpsgd`` are given whole; phase 2 is a DP-SGD config."""
-
-    detector: str = setting(
-        "pii",
-        "Secret detector: pii (regex + privlm's recognisers + Presidio, for recall), regex, "
-        "low-entity, high-entity, low-contextual, high-contextual, presidio, pii-patterns, or "
-        "a union such as regex+low-entity",
-    )
-    phase1: str = setting("direct", "Phase-1 mode", choices=PHASE1_MODES)
-    phase1_epochs: int = setting(1, "Phase-1 epochs (the redacted fine-tune)", ge=1, le=1000)
-    phase1_learning_rate: float = setting(2e-4, "Phase-1 learning rate", gt=0, le=1)
-    phase1_epsilon: float = setting(
-        3.0, "light noise: target ε for missed secrets, at rate q·m̃_hi", gt=0, le=1000
-    )
-    patterns_file: Path | None = None  # the user's rules (privlm.detect.rules)
-    screened_file: Path | None = None  # screened mode: the sanitised file
-    annotated_file: Path | None = None  # light noise: the annotated sample
-    miss_rate_groups: int = 10
-    # strings the detector is made to miss, to audit a missed secret (§6.4)
-    deliberately_missed: list[str] = field(default_factory=list)
-    phase1_training: LoraTrainingConfig | None = None
-    phase1_dpsgd: DpSgdConfig | None = None
-    phase2: DpSgdConfig = field(default_factory=DpSgdConfig)
-
-    def phase1_lora(self) -> LoraTrainingConfig:
-        """Phase 1's (non-private) fine-tune on the redacted data."""
-        if self.phase1_training is not None:
-            return self.phase1_training
-        return LoraTrainingConfig(
-            epochs=self.phase1_epochs, learning_rate=self.phase1_learning_rate, pack=False,
-            block_size=self.phase2.block_size,
-        )  # fmt: skip
-
-    def phase1_dp(self) -> DpSgdConfig:
-        """Light-noise phase 1: DP-SGD at ``phase1_epsilon`` (for the missed secrets)."""
-        if self.phase1_dpsgd is not None:
-            return self.phase1_dpsgd
-        return replace(
-            self.phase2, target_epsilon=self.phase1_epsilon, noise_multiplier=None,
-            epochs=self.phase1_epochs, learning_rate=self.phase1_learning_rate,
-        )  # fmt: skip
-
-    def __post_init__(self) -> None:
-        if self.phase1 not in PHASE1_MODES:
-            raise PrivlmError(f"unknown phase-1 mode {self.phase1!r}; choose from {PHASE1_MODES}")
-        if self.phase1 == "screened" and self.screened_file is None:
-            raise PrivlmError("the screened mode needs the sanitised file (--screened FILE)")
-        if self.phase1 == "light-noise" and self.annotated_file is None:
-            raise PrivlmError(
-                "the light-noise mode needs an annotated sample to estimate the detector's "
-                "miss rate (--annotated FILE)"
-            )
-        check_settings(self)
 
 
 @dataclass(frozen=True)

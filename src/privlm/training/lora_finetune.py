@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -17,7 +16,6 @@ import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import PreTrainedTokenizerBase, get_linear_schedule_with_warmup
 
-from privlm.config import check_settings, setting
 from privlm.detect import Span
 from privlm.errors import PrivlmError
 from privlm.fsutil import write_directory_atomically
@@ -25,6 +23,7 @@ from privlm.models import LoadedModel, ModelSource, working_copy
 from privlm.models.placement import DeviceSpec, DtypeSpec
 from privlm.progress import progress_bar
 from privlm.training.checkpointing import enable_gradient_checkpointing
+from privlm.training.config import LoraTrainingConfig as LoraTrainingConfig
 from privlm.training.lora_targets import check_targets, discover_lora_targets
 from privlm.training.redaction import (
     IGNORE,
@@ -34,37 +33,6 @@ from privlm.training.redaction import (
     redacted_blocks,
     redacted_sequences,
 )
-
-
-@dataclass
-class LoraTrainingConfig:
-    rank: int = setting(4, "LoRA rank r (Table 2)", ge=1, le=1024)
-    alpha: float = setting(32.0, "LoRA α (Table 2)", gt=0)
-    targets: list[str] | None = None  # None: discovered from the model
-    epochs: int = setting(3, "Epochs per adapter", ge=1, le=1000)
-    learning_rate: float = setting(2e-4, "AdamW learning rate (Table 2)", gt=0, le=1)
-    weight_decay: float = 0.01
-    block_size: int = setting(256, "Tokens per training block", ge=8, le=32768)
-    batch_size: int = setting(8, "Blocks per step", ge=1, le=4096)
-    max_blocks: int | None = setting(None, "Cap on blocks per adapter (quick runs)", ge=1)
-    pack: bool = True  # False: every record is its own sequence (padded), not packed in blocks
-    seed: int = 0
-    # the base model's placement (privlm.models.placement); LoRA weights stay float32
-    device: str = "auto"
-    dtype: str = "auto"
-    # recompute activations in the backward pass (privlm.training.checkpointing): less memory
-    gradient_checkpointing: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.rank < 1 or self.epochs < 1 or self.block_size < 2 or self.batch_size < 1:
-            raise PrivlmError("rank, epochs and batch size must be ≥ 1, block size ≥ 2")
-        if not (self.learning_rate > 0):
-            raise PrivlmError("the learning rate must be positive")
-        check_settings(self)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def token_blocks(

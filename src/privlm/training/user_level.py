@@ -36,10 +36,9 @@ from transformers import PreTrainedTokenizerBase
 from privlm.detect import Span
 from privlm.errors import PrivlmError
 from privlm.progress import LossMeter, progress_bar
+from privlm.training.config import USER_REDUCTIONS as USER_REDUCTIONS
 from privlm.training.redaction import IGNORE, embed_with_masks, encode_redacted, per_example_losses
 from privlm.training.secure_noise import install_csprng_noise, poisson_coins
-
-USER_REDUCTIONS = ("mean", "sum")
 
 
 @dataclass(frozen=True)

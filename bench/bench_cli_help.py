@@ -1,0 +1,61 @@
+"""How fast every ``privlm … --help`` answers (the settings' modules load no torch).
+
+Baseline, measured in the same run: a bare ``python -c pass`` and ``python -c 'import
+torch'`` (what every help took before the config classes moved to torch-free modules).
+Each command is timed as the median of ``--repeats`` fresh processes; writes
+bench/results/cli_help.json.
+
+    .venv/bin/python bench/bench_cli_help.py --repeats 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+COMMANDS = [
+    "--help", "train dpsgd --help", "train jft --help", "generate --help", "eval ppl --help",
+    "ensemble train --help", "plan pmixed --help", "prompt dpsgd --help", "prompt pate --help",
+    "audit extraction --help", "quickstart --help", "perturb --help", "serve --help",
+    "detect redact --help", "account dpsgd --help",
+]  # fmt: skip
+
+
+def median_seconds(argv: list[str], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args()
+    python = sys.executable
+    bare = median_seconds([python, "-c", "pass"], args.repeats)
+    torch = median_seconds([python, "-c", "import torch"], args.repeats)
+    rows = {}
+    for cmd in COMMANDS:
+        rows[cmd] = median_seconds([python, "-m", "privlm", *cmd.split()], args.repeats)
+        print(f"privlm {cmd:<24} {rows[cmd]:.2f} s   ({rows[cmd] / torch:.2f}× `import torch`)")
+    print(f"baseline: python -c pass {bare:.2f} s; python -c 'import torch' {torch:.2f} s")
+    worst = max(rows.values())
+    print(f"slowest help {worst:.2f} s = {worst / torch:.2f}× importing torch alone")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = {"repeats": args.repeats, "python_bare_s": bare, "import_torch_s": torch,
+           "help_s": rows, "slowest_s": worst}  # fmt: skip
+    (RESULTS / "cli_help.json").write_text(json.dumps(out, indent=2))
+    print(f"wrote {RESULTS / 'cli_help.json'}")
+
+
+if __name__ == "__main__":
+    main()

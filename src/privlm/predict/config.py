@@ -1,0 +1,95 @@
+"""The settings of private prediction, one definition each (``privlm.config``): PMixED
+(Flemings et al. 2024, Table 1) and SubMix (Ginart et al. 2022). They import no torch, so
+``privlm generate --help``, ``privlm plan`` and the service's request models read them
+without loading a model library.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from privlm.accounting import RdpCurve
+from privlm.accounting.analysis import pmixed as analysis
+from privlm.config import check_settings, setting
+from privlm.errors import PrivlmError
+
+# what `privlm eval ppl --method` scores (privlm.predict.evaluate)
+METHODS = ("public", "finetuned", "ensemble", "pmixed", "submix")
+
+
+def rdp_budget_for(epsilon: float, delta: float, alpha: int) -> float:
+    """The (α, ε_RDP) budget that Theorem C.3 converts to exactly (ε, δ)-DP."""
+    a = float(alpha)
+    return epsilon - math.log((a - 1) / a) + (math.log(delta) + math.log(a)) / (a - 1)
+
+
+@dataclass(frozen=True)
+class PMixEDConfig:
+    """Privacy hyperparameters; defaults are Table 1 of the PMixED paper."""
+
+    epsilon: float = setting(8.0, "PMixED: ε_G of all T queries, at δ", gt=0, le=1000)
+    delta: float = setting(1e-5, "δ", gt=0, lt=1)
+    alpha: int = setting(3, "PMixED: Rényi order α (an integer)", ge=2, le=256)
+    queries: int = setting(1024, "T, private queries over the budget's life", ge=1, le=10**7)
+    sample_rate: float = setting(
+        0.03, "PMixED: Poisson sampling rate q of the ensemble", gt=0, le=1
+    )
+    bound: str = setting(
+        analysis.DEFAULT_BOUND,
+        "PMixED: the per-query bound. replacement: per unit (one unit changes one member's "
+        "model), the only one charged to a ledger; expansion or jensen: the paper's per-part "
+        "relation (one member added or removed), for plan's comparisons only",
+        choices=analysis.BOUNDS,
+    )
+
+    def __post_init__(self) -> None:
+        check_settings(self)  # the declared bounds first: δ in (0, 1), ε in (0, 1000], …
+        analysis.check_alpha(self.alpha)
+        analysis.check_bound(self.bound)
+        if self.queries < 1:
+            raise PrivlmError("the query budget T must be at least 1")
+        if not (0 < self.sample_rate <= 1):
+            raise PrivlmError(f"the sample rate q must lie in (0, 1], got {self.sample_rate}")
+        if rdp_budget_for(self.epsilon, self.delta, self.alpha) <= 0:
+            raise PrivlmError(
+                f"ε={self.epsilon} at δ={self.delta} leaves no RDP budget at order α={self.alpha}; "
+                "raise ε or δ, or change α"
+            )
+
+    @property
+    def per_query_rdp(self) -> float:
+        return rdp_budget_for(self.epsilon, self.delta, self.alpha) / self.queries
+
+    def query_cost(self, n_models: int) -> tuple[float, RdpCurve]:
+        """The radius ρ* for an ensemble of ``n_models``, and one query's RDP curve there."""
+        radius = analysis.solve_radius(
+            self.per_query_rdp, self.alpha, n_models, self.sample_rate, bound=self.bound
+        )
+        curve = analysis.query_rdp_curve(radius, self.alpha, n_models, self.sample_rate, self.bound)
+        return radius, RdpCurve.from_mapping(curve)
+
+    def lifetime_curve(self, n_models: int) -> RdpCurve:
+        """What all T queries can cost together: the most a deployment can ever release,
+        reserved on the dataset's ledger when the deployment is created (issue 17 §3)."""
+        return self.query_cost(n_models)[1].times(self.queries)
+
+
+@dataclass(frozen=True)
+class SubMixConfig:
+    """ε: the (α, ε) operational-privacy budget of every part; β: target leakage (Eq. 2)."""
+
+    epsilon: float = setting(2.0, "SubMix: RDP ε of every part, at order α", gt=0, le=1000)
+    alpha: float = setting(2.0, "SubMix: Rényi order α", gt=1, le=256)
+    beta: float = setting(2.0 / 1024, "SubMix: target leakage β per query (default ε/T)", gt=0)
+    delta: float = setting(1e-5, "δ (only for reporting conversions)", gt=0, lt=1)
+
+    def __post_init__(self) -> None:
+        check_settings(self)
+        if not (self.epsilon > 0 and self.beta > 0 and self.alpha > 1):
+            raise PrivlmError("SubMix needs ε > 0, β > 0 and α > 1")
+
+    def lifetime_curve(self) -> RdpCurve:
+        """The most a deployment can release about one unit: a unit lies in one part, whose
+        ledger keeps its leakage within (α, ε)-RDP until STOP (Algorithm 2)."""
+        return RdpCurve.from_mapping({self.alpha: self.epsilon})

@@ -1,0 +1,134 @@
+"""The settings of private prompt learning, one definition each (``privlm.config``):
+PromptDPSGD and PromptPATE (Duan et al. 2023, "Flocks of Stochastic Parrots"). They import no
+torch, so ``privlm prompt … --help`` and the service's request models read them without
+loading a model library.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from privlm.accounting import SmoothRelease
+from privlm.config import check_settings, setting
+from privlm.errors import AccountingError, PrivlmError
+
+ACCOUNTING = ("data-independent", "data-dependent")
+PROMPT_KINDS = ("soft-prompt", "prefix")
+UNITS = ("auto", "record", "user")
+TEACHER_VOTES = ("top1", "labels")
+
+
+@dataclass
+class PromptDpSgdConfig:
+    kind: str = setting("soft-prompt", "The prompt", choices=PROMPT_KINDS)
+    virtual_tokens: int = setting(10, "Soft prompt / prefix length", ge=1, le=1024)
+    target_epsilon: float | None = setting(
+        8.0, "Target ε (None: non-private, the upper-bound baseline)", gt=0, le=1000
+    )
+    delta: float | None = setting(None, "δ (default min(1/N^1.1, 1e-6))", gt=0, lt=1)
+    max_grad_norm: float = setting(1.0, "Per-example clipping norm", gt=0)
+    batch_size: int = setting(
+        32, "Expected logical (Poisson) batch size: q = batch size / N", ge=1, le=65536
+    )
+    physical_batch_size: int = setting(16, "Examples per forward pass (memory)", ge=1, le=4096)
+    epochs: int = setting(2, "Epochs", ge=1, le=1000)
+    learning_rate: float = setting(1e-2, "AdamW learning rate", gt=0, le=10)
+    max_length: int = 96
+    accountant: str = "rdp"
+    seed: int | None = None  # None: fresh OS entropy; a seed voids the guarantee (issue 17)
+    # every noise coordinate and Poisson coin straight from os.urandom, as DP-SGD's secure
+    # mode (privlm.training.secure_noise); cannot be seeded
+    secure_mode: bool = False
+    # where the frozen model runs (privlm.models.placement): auto is CUDA in bfloat16 when a
+    # GPU is there, else the CPU in float32; the prompt parameters, their gradients and the
+    # noise stay float32 either way
+    device: str = "auto"
+    dtype: str = "auto"
+    unit: str = setting(
+        "auto",
+        "What the guarantee protects where users have several records: record, user (each "
+        "user's first record), or auto (refuses to guess when users repeat)",
+        choices=UNITS,
+    )
+
+    def __post_init__(self) -> None:
+        check_settings(self)  # the declared bounds and choices first, naming the setting
+        if self.unit not in UNITS:
+            raise PrivlmError(f"unit must be one of {', '.join(UNITS)}, not {self.unit!r}")
+        if self.kind not in PROMPT_KINDS:
+            raise PrivlmError(f"unknown prompt kind {self.kind!r}; choose from {PROMPT_KINDS}")
+        if self.virtual_tokens < 1 or self.batch_size < 1 or self.epochs < 1:
+            raise PrivlmError("virtual tokens, batch size and epochs must be at least 1")
+        if self.secure_mode and self.seed is not None:
+            raise PrivlmError(
+                "secure mode draws every noise coordinate and batch from the OS CSPRNG, so it "
+                "cannot be seeded; drop the seed or the secure mode"
+            )
+        if self.secure_mode and self.target_epsilon is None:
+            raise PrivlmError("secure mode is for private training: give a target ε")
+
+
+@dataclass
+class PromptPateConfig:
+    teachers: int = setting(100, "Teachers (one-shot prompts of private examples)", ge=2, le=100000)
+    shots: int = setting(1, "Private examples per teacher", ge=1, le=64)
+    threshold: float = setting(60.0, "Confident-GNMax threshold T", ge=0)
+    sigma_threshold: float = setting(30.0, "σ1 of the threshold check", gt=0)
+    sigma: float = setting(10.0, "σ2 of GNMax", gt=0)
+    epsilon: float = setting(8.0, "Budget ε of a new ledger", gt=0, le=1000)
+    delta: float | None = setting(
+        None, "δ (default min(1/N^1.1, 1e-6), N private examples)", gt=0, lt=1
+    )
+    queries: int | None = setting(
+        None,
+        "Public inputs to label, fixed before any vote is seen (default: all given)",
+        ge=1,
+        le=10**7,
+    )
+    accounting: str = setting(
+        "data-independent",
+        "data-independent: each query charged its worst case, as many queries as that fits; "
+        "data-dependent: PATE 2018's per-vote cost, released through smooth sensitivity "
+        "(labels held until it is charged; noisy, and refused whole if it does not fit)",
+        choices=ACCOUNTING,
+    )
+    release_order: float = setting(
+        8.0, "data-dependent: the RDP order λ the ε is released and charged at", gt=1, le=256
+    )
+    release_beta: float = setting(
+        0.05, "data-dependent: smoothness β of the sensitivity (λ below about 1/(2β))", gt=0, lt=0.5
+    )
+    release_sigma: float = setting(
+        5.0, "data-dependent: σ_s, noise on the released ε per unit of smooth sensitivity",
+        gt=0, le=1e6,
+    )  # fmt: skip
+    student_candidates: int = setting(20, "Candidate student prompts", ge=1, le=10000)
+    holdout: int = setting(100, "Labelled public inputs held back to pick the student", ge=0)
+    # None: the noisy threshold and votes come from the OS CSPRNG; a seed voids the guarantee
+    seed: int | None = None
+    # hex key of the keyed-hash teacher assignment (None: fresh); recorded in privacy.json
+    partition_key: str | None = None
+    batch_size: int = 64  # prompts per forward pass; all teachers' prompts are pooled
+    # "top1": black-box teachers, a vote is the model's top-1 next token (OTHER never votes);
+    # "labels": each teacher votes the argmax of its calibrated label-token probabilities.
+    # Either way a teacher casts one vote, so the accounting is the same.
+    teacher_votes: str = setting(
+        "top1",
+        "top1: black-box teachers vote their top-1 next token; labels: the argmax of the "
+        "calibrated label-token probabilities (one vote per teacher either way)",
+        choices=TEACHER_VOTES,
+    )
+
+    def __post_init__(self) -> None:
+        check_settings(self)  # the declared bounds and choices first, naming the setting
+        if self.teacher_votes not in TEACHER_VOTES:
+            raise PrivlmError(
+                f"teacher_votes must be one of {', '.join(TEACHER_VOTES)}, not {self.teacher_votes!r}"
+            )
+        self.smooth_release()  # refuses a λ too large for β now, not after the votes
+
+    def smooth_release(self) -> SmoothRelease:
+        try:
+            return SmoothRelease(self.release_order, self.release_beta, self.release_sigma)
+        except AccountingError as exc:
+            raise PrivlmError(str(exc)) from exc

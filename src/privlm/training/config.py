@@ -1,0 +1,208 @@
+"""The settings of privlm's training jobs, one definition each (``privlm.config``).
+
+These classes import no torch, so ``privlm train … --help`` and the service's request models
+read them without loading a model library. The training code is in ``lora_finetune``
+(LoRA, PMixED Table 2), ``ensemble`` (PMixED/SubMix ensembles), ``dpsgd`` (DP-SGD, Abadi
+et al. 2016) and ``jft`` (Just Fine-tune Twice, Shi et al. 2022).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from privlm.config import check_settings, setting
+from privlm.errors import PrivlmError
+
+PROTOCOLS = ("pmixed", "submix")
+USER_REDUCTIONS = ("mean", "sum")
+GRAD_SAMPLE_MODES = ("hooks", "ghost")
+USER_SAMPLING = ("joint", "one-per-user")
+PHASE1_MODES = ("direct", "screened", "light-noise")
+
+
+@dataclass
+class LoraTrainingConfig:
+    rank: int = setting(4, "LoRA rank r (Table 2)", ge=1, le=1024)
+    alpha: float = setting(32.0, "LoRA α (Table 2)", gt=0)
+    targets: list[str] | None = None  # None: discovered from the model
+    epochs: int = setting(3, "Epochs per adapter", ge=1, le=1000)
+    learning_rate: float = setting(2e-4, "AdamW learning rate (Table 2)", gt=0, le=1)
+    weight_decay: float = 0.01
+    block_size: int = setting(256, "Tokens per training block", ge=8, le=32768)
+    batch_size: int = setting(8, "Blocks per step", ge=1, le=4096)
+    max_blocks: int | None = setting(None, "Cap on blocks per adapter (quick runs)", ge=1)
+    pack: bool = True  # False: every record is its own sequence (padded), not packed in blocks
+    seed: int = 0
+    # the base model's placement (privlm.models.placement); LoRA weights stay float32
+    device: str = "auto"
+    dtype: str = "auto"
+    # recompute activations in the backward pass (privlm.training.checkpointing): less memory
+    gradient_checkpointing: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_settings(self)  # the declared bounds and choices first, naming the setting
+        if self.rank < 1 or self.epochs < 1 or self.block_size < 2 or self.batch_size < 1:
+            raise PrivlmError("rank, epochs and batch size must be ≥ 1, block size ≥ 2")
+        if not (self.learning_rate > 0):
+            raise PrivlmError("the learning rate must be positive")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class EnsembleConfig:
+    """An ensemble's shape; each adapter's training is a :class:`LoraTrainingConfig`."""
+
+    parts: int = setting(8, "N (PMixED) or k (SubMix) disjoint parts", ge=2, le=1024)
+    protocol: str = setting(
+        "pmixed", "pmixed: one adapter per part; submix: two per part", choices=PROTOCOLS
+    )
+
+    def __post_init__(self) -> None:
+        check_settings(self)
+
+
+@dataclass
+class DpSgdConfig:
+    """Defaults: Table 2 of PMixED for DP-SGD (lr 4e-4, clip 1.0, rank 4, α 32), scaled."""
+
+    target_epsilon: float | None = setting(
+        3.0, "Target ε (σ is calibrated to meet it)", gt=0, le=1000
+    )
+    delta: float | None = setting(
+        None, "δ (default min(1/n^1.1, 1e-6), n privacy units)", gt=0, lt=1
+    )
+    noise_multiplier: float | None = setting(None, "Fixed σ instead of a target ε", gt=0)
+    max_grad_norm: float = setting(1.0, "Per-example clipping norm", gt=0)
+    batch_size: int = setting(
+        64, "Expected logical (Poisson) batch size: q = batch size / n", ge=1, le=65536
+    )
+    physical_batch_size: int = setting(8, "Examples per forward pass (memory)", ge=1, le=4096)
+    epochs: int = setting(1, "Epochs", ge=1, le=1000)
+    learning_rate: float = setting(4e-4, "AdamW learning rate", gt=0, le=1)
+    rank: int = setting(4, "LoRA rank r (Table 2)", ge=1, le=1024)
+    alpha: float = setting(32.0, "LoRA α (Table 2)", gt=0)
+    targets: list[str] | None = None
+    block_size: int = setting(128, "Tokens per example (longer are cut)", ge=8, le=32768)
+    accountant: str = setting("rdp", "The accountant", choices=("rdp", "prv"))
+    # None (the default): noise, batches and initialisation from fresh OS entropy. A seed makes
+    # the run reproducible, and its guarantee void against anyone who knows the seed.
+    seed: int | None = None
+    # every noise coordinate and Poisson coin straight from os.urandom (privlm's secure mode,
+    # no torchcsprng needed; privlm.training.secure_noise); cannot be seeded
+    secure_mode: bool = False
+    # where the base model runs (privlm.models.placement): auto is CUDA in bfloat16 when a GPU
+    # is there, else the CPU in float32; the LoRA parameters, their gradients and the noise
+    # are float32 either way
+    device: str = "auto"
+    dtype: str = "auto"
+    grad_sample_mode: str = setting(
+        "hooks",
+        "Per-sample gradients: hooks (materialised) or ghost (Opacus's ghost clipping: "
+        "per-sample norms only, clipped in a second backward pass; less memory)",
+        choices=GRAD_SAMPLE_MODES,
+    )
+    user_sampling: str = setting(
+        "joint",
+        "User-level data: joint (each user's records joined, clipped jointly) or one-per-user "
+        "(one random record of each sampled user per step)",
+        choices=USER_SAMPLING,
+    )
+    max_blocks_per_user: int | None = setting(
+        None, "joint only: at most this many blocks of each user (default: all)", ge=1
+    )
+    user_reduction: str = setting(
+        "mean",
+        "joint only: a user's gradient is the mean, or the sum, of their blocks' gradients",
+        choices=USER_REDUCTIONS,
+    )
+    # recompute each layer's activations in the backward pass (reentrant checkpointing, the
+    # form Opacus's per-sample gradients stay exact under): less memory, more compute
+    gradient_checkpointing: bool = False
+
+    def __post_init__(self) -> None:
+        check_settings(self)  # the declared bounds and choices first, naming the setting
+        if (self.target_epsilon is None) == (self.noise_multiplier is None):
+            raise PrivlmError("give exactly one of a target ε or a noise multiplier σ")
+        if self.secure_mode and self.seed is not None:
+            raise PrivlmError(
+                "secure mode draws every noise coordinate and batch from the OS CSPRNG, so it "
+                "cannot be seeded; drop the seed or the secure mode"
+            )
+        if self.batch_size < 1 or self.physical_batch_size < 1 or self.epochs < 1:
+            raise PrivlmError("batch sizes and epochs must be at least 1")
+        if self.user_sampling not in USER_SAMPLING:
+            raise PrivlmError(
+                f"unknown user_sampling {self.user_sampling!r}; choose from {USER_SAMPLING}"
+            )
+        if self.max_blocks_per_user is not None and self.max_blocks_per_user < 1:
+            raise PrivlmError("max_blocks_per_user must be at least 1 (or None: every block)")
+        if self.user_reduction not in USER_REDUCTIONS:
+            raise PrivlmError(f"user_reduction must be one of {USER_REDUCTIONS}")
+        if self.grad_sample_mode not in GRAD_SAMPLE_MODES:
+            raise PrivlmError(
+                f"unknown grad_sample_mode {self.grad_sample_mode!r}; choose from {GRAD_SAMPLE_MODES}"
+            )
+
+
+@dataclass
+class JftConfig:
+    """Just Fine-tune Twice's settings. Phase 1 is built from ``phase1_epochs`` and
+    ``phase1_learning_rate`` (and ``phase1_epsilon`` in light-noise mode) unless
+    ``phase1_training``/``phase1_dpsgd`` are given whole; phase 2 is a DP-SGD config."""
+
+    detector: str = setting(
+        "pii",
+        "Secret detector: pii (regex + privlm's recognisers + Presidio, for recall), regex, "
+        "low-entity, high-entity, low-contextual, high-contextual, presidio, pii-patterns, or "
+        "a union such as regex+low-entity",
+    )
+    phase1: str = setting("direct", "Phase-1 mode", choices=PHASE1_MODES)
+    phase1_epochs: int = setting(1, "Phase-1 epochs (the redacted fine-tune)", ge=1, le=1000)
+    phase1_learning_rate: float = setting(2e-4, "Phase-1 learning rate", gt=0, le=1)
+    phase1_epsilon: float = setting(
+        3.0, "light noise: target ε for missed secrets, at rate q·m̃_hi", gt=0, le=1000
+    )
+    patterns_file: Path | None = None  # the user's rules (privlm.detect.rules)
+    screened_file: Path | None = None  # screened mode: the sanitised file
+    annotated_file: Path | None = None  # light noise: the annotated sample
+    miss_rate_groups: int = 10
+    # strings the detector is made to miss, to audit a missed secret (§6.4)
+    deliberately_missed: list[str] = field(default_factory=list)
+    phase1_training: LoraTrainingConfig | None = None
+    phase1_dpsgd: DpSgdConfig | None = None
+    phase2: DpSgdConfig = field(default_factory=DpSgdConfig)
+
+    def phase1_lora(self) -> LoraTrainingConfig:
+        """Phase 1's (non-private) fine-tune on the redacted data."""
+        if self.phase1_training is not None:
+            return self.phase1_training
+        return LoraTrainingConfig(
+            epochs=self.phase1_epochs, learning_rate=self.phase1_learning_rate, pack=False,
+            block_size=self.phase2.block_size,
+        )  # fmt: skip
+
+    def phase1_dp(self) -> DpSgdConfig:
+        """Light-noise phase 1: DP-SGD at ``phase1_epsilon`` (for the missed secrets)."""
+        if self.phase1_dpsgd is not None:
+            return self.phase1_dpsgd
+        return replace(
+            self.phase2, target_epsilon=self.phase1_epsilon, noise_multiplier=None,
+            epochs=self.phase1_epochs, learning_rate=self.phase1_learning_rate,
+        )  # fmt: skip
+
+    def __post_init__(self) -> None:
+        check_settings(self)  # the declared bounds and choices first, naming the setting
+        if self.phase1 not in PHASE1_MODES:
+            raise PrivlmError(f"unknown phase-1 mode {self.phase1!r}; choose from {PHASE1_MODES}")
+        if self.phase1 == "screened" and self.screened_file is None:
+            raise PrivlmError("the screened mode needs the sanitised file (--screened FILE)")
+        if self.phase1 == "light-noise" and self.annotated_file is None:
+            raise PrivlmError(
+                "the light-noise mode needs an annotated sample to estimate the detector's "
+                "miss rate (--annotated FILE)"
+            )
