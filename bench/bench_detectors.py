@@ -1,4 +1,4 @@
-"""Secret-detector quality (issue 14 §2): for every detector, per-type full-span recall,
+"""Secret-detector quality: for every detector, per-type full-span recall,
 any-overlap recall, precision and over-redaction, with the time per 1,000 texts, on
 
 - privlm's PII corpus, dev templates (what privlm's recognisers were developed against);

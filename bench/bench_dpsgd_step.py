@@ -3,8 +3,8 @@ step at the same batch, in the same run: step time and peak memory (tracemalloc-
 
 Modes: non-private (baseline); Opacus hooks; Opacus functorch; Opacus ghost clipping and
 fast gradient clipping (per-sample norms only, a second backward pass for the clipped sum);
-secure: hooks with privlm's secure mode, every noise coordinate from os.urandom (issue 15 §4;
-also reported against hooks). Each step = forward, backward, (clip + noise), AdamW update, on
+secure: hooks with privlm's secure mode, every noise coordinate from os.urandom (also
+reported against hooks). Each step = forward, backward, (clip + noise), AdamW update, on
 a batch of B examples of L tokens.
 
 Usage: python bench/bench_dpsgd_step.py [--batch 8] [--length 128] [--steps 4]

@@ -3,7 +3,7 @@
 A random canary "My ID is <6 digits>" (seed 0) is inserted r = 10 times into the first 400 records of
 WikiText-2 train. Exposure (exact, over all 10^6 candidates) of: the public model; a
 non-private LoRA fine-tune; a DP-SGD LoRA fine-tune at ε = 3 (δ = 1/n^1.1, record level).
-Redacted and JFT models join when the secret detectors land (issue 4 §2).
+Redacted and JFT models join when the secret detectors land.
 
 Usage: python bench/bench_exposure.py   → bench/results/exposure.json
 """

@@ -1,4 +1,4 @@
-"""GPU benchmarks at real model sizes (issue 11 §5), every figure beside a baseline from the
+"""GPU benchmarks at real model sizes, every figure beside a baseline from the
 same run.
 
 Models are randomly initialised at the real configurations in ``bench/configs/*.json``
@@ -44,7 +44,7 @@ ROOT = Path(__file__).parent
 CONFIGS = ROOT / "configs"
 RESULTS = ROOT / "results"
 SECTIONS = ("pmixed", "submix", "dpsgd", "exposure", "pate")
-# the sizes each section runs at by default (issue 11 §5)
+# the sizes each section runs at by default
 DEFAULT_MODELS = {
     "pmixed": ["llama-3.2-1b", "llama-3.1-8b", "smollm2-135m"],
     "submix": ["llama-3.2-1b", "llama-3.1-8b"],
@@ -250,7 +250,7 @@ def section_submix(model_name: str, args: argparse.Namespace) -> dict[str, Any]:
     engine = EnsembleEngine(model, adapters, spec)
     del adapters
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = SubMixConfig(epsilon=1e6, alpha=2.0, beta=2.0 / 1024)  # no STOP in the timing
+        cfg = SubMixConfig(epsilon=1000.0, alpha=2.0, beta=2.0 / 1024)  # no STOP in the timing
         sm = SubMix(engine, tok, part_ledgers(Path(tmp) / "l.db", "b", args.parts, cfg), cfg)
         sm.generate(text, max_new_tokens=2)
         sync(device)

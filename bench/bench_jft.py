@@ -1,5 +1,5 @@
 """Just Fine-tune Twice with SmolLM2-135M: perplexity and canary exposure of every model of
-JFT §6 (issue 4 §3–4), on WikiText-2 or on support dialogues full of PII (issue 14 §3).
+JFT §6, on WikiText-2 or on support dialogues full of PII.
 
 ``--corpus wikitext`` (→ bench/results/jft.json): the first RECORDS records of WikiText-2
 train, with the random canary "My ID is <6 digits>" (seed 0) inserted 10 times as records of

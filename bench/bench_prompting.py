@@ -1,4 +1,4 @@
-"""Private prompt learning with SmolLM2-135M (Flocks of Stochastic Parrots), issue 5 §5.
+"""Private prompt learning with SmolLM2-135M (Flocks of Stochastic Parrots).
 
 For each task (SST-2, TREC, AG News), on TEST test examples:
 - the zero-shot lower bound (calibrated);

@@ -1,4 +1,4 @@
-"""Cost per released token of drawing privacy randomness from the OS CSPRNG (issue 15 §4).
+"""Cost per released token of drawing privacy randomness from the OS CSPRNG.
 
 Per token, PMixED draws its Poisson subset of N models and samples one token from the
 mixture over the vocabulary; SubMix samples one token. privlm draws both from ``os.urandom``

@@ -1,8 +1,8 @@
-"""Generation under concurrent clients (SmolLM2-135M, issues 6 and 16 §1).
+"""Generation under concurrent clients (SmolLM2-135M).
 
 One run, so each figure has its baseline beside it. A live ``privlm serve`` answers PMixED
 completions from 1, 8 and 32 concurrent clients, twice:
-- serialised: ``--max-batch 1``, one completion decoded at a time (the path before issue 16);
+- serialised: ``--max-batch 1``, one completion decoded at a time (the service's path before its batching scheduler);
 - batched: the default scheduler, concurrent completions decoded together, one forward pass
   per step for all of them.
 Throughout, another client polls ``/v1/health``; its latency is recorded. The library floor,

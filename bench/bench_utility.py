@@ -1,4 +1,4 @@
-"""Utility of private prediction on WikiText-2 with SmolLM2-135M (issue 3 §7, issue 15 §5).
+"""Utility of private prediction on WikiText-2 with SmolLM2-135M.
 
 Trains, on the same slice of WikiText-2 train: one fine-tuned adapter on all of it (the
 non-private reference), a PMixED ensemble of N adapters, a SubMix ensemble of k parts × 2

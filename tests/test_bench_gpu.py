@@ -1,5 +1,5 @@
 """The GPU benchmark's code paths, at tiny sizes on the CPU, so the script cannot rot
-between GPU runs (issue 11 §5). Its figures come only from a GPU (docs/results.md)."""
+between GPU runs. Its figures come only from a GPU (docs/results.md)."""
 
 from __future__ import annotations
 

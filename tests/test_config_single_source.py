@@ -1,4 +1,4 @@
-"""Issue 13 §1: each job's settings are defined once, in its config class; the CLI's options
+"""Each job's settings are defined once, in its config class; the CLI's options
 and the service's request models take their defaults (and bounds) from it. These tests walk
 every job command and request model, so a default restated by hand that drifts fails."""
 
@@ -9,93 +9,122 @@ import dataclasses
 import pytest
 from pydantic import BaseModel
 
-from privlm.cli import load_command
-from privlm.config import setting, settings_of
+from privlm.config import option, setting, setting_of, settings_of
 from privlm.errors import PrivlmError
 from privlm.predict.pmixed import PMixEDConfig
 from privlm.predict.submix import SubMixConfig
 from privlm.prompting.pate_pipeline import PromptPateConfig
-from privlm.prompting.prompt_dpsgd import PromptDpSgdConfig
 from privlm.service.deployments import DeploymentParams
 from privlm.service.jobs import (
     DpSgdParams,
     EnsembleParams,
-    JftParams,
-    PateParams,
-    PromptDpSgdParams,
 )
 from privlm.training.dpsgd import DpSgdConfig
-from privlm.training.ensemble import EnsembleConfig
-from privlm.training.jft import JftConfig
 from privlm.training.lora_finetune import LoraTrainingConfig
 
-# (command path, config classes in priority order, CLI parameter -> setting where renamed)
-COMMANDS = [
-    (("train", "dpsgd"), [DpSgdConfig], {"epsilon": "target_epsilon"}),
-    (("train", "jft"), [JftConfig, DpSgdConfig],
-     {"epsilon": "target_epsilon", "phase1_lr": "phase1_learning_rate"}),
-    (("ensemble", "train"), [EnsembleConfig, LoraTrainingConfig], {}),
-    (("generate",), [PMixEDConfig], {}),
-    (("eval", "ppl"), [PMixEDConfig], {}),
-    (("prompt", "dpsgd"), [PromptDpSgdConfig], {"epsilon": "target_epsilon"}),
-    (("prompt", "pate"), [PromptPateConfig], {"candidates": "student_candidates"}),
-]  # fmt: skip
-# parameters whose default is deliberately not a config setting, with the reason
+# parameters named like a setting of their command's config class yet deliberately not that
+# setting, with the reason
 NOT_SETTINGS = {
-    "epsilon": "generate/eval ppl: the mechanism's own default (PMixED 8, SubMix 2)",
-    "alpha": "generate/eval ppl: the mechanism's own default (PMixED 3, SubMix 2)",
-    "beta": "ε/T of the deployment's own ε and T (SubMixConfig's 2/1024 at the defaults)",
+    ("generate", "epsilon"): "the mechanism's own default (PMixED 8, SubMix 2): None here",
+    ("generate", "alpha"): "the mechanism's own default (PMixED 3, SubMix 2): None here",
+    ("eval ppl", "epsilon"): "the mechanism's own default (PMixED 8, SubMix 2): None here",
+    ("eval ppl", "alpha"): "the mechanism's own default (PMixED 3, SubMix 2): None here",
+    ("DeploymentParams", "epsilon"): "the mechanism's own default: None, resolved per mechanism",
+    ("DeploymentParams", "alpha"): "the mechanism's own default: None, resolved per mechanism",
+    ("DeploymentParams", "beta"): "ε/T of the deployment's own ε and T",
 }
-REQUESTS = [
-    (DpSgdParams, [DpSgdConfig], {"epsilon": "target_epsilon"}),
-    (JftParams, [JftConfig, DpSgdConfig], {"epsilon": "target_epsilon"}),
-    (EnsembleParams, [EnsembleConfig, LoraTrainingConfig], {}),
-    (PateParams, [PromptPateConfig], {}),
-    (PromptDpSgdParams, [PromptDpSgdConfig], {"epsilon": "target_epsilon", "prompt_kind": "kind"}),
-    (DeploymentParams, [PMixEDConfig, SubMixConfig], {}),
-]  # fmt: skip
 
 
-def command(path: tuple[str, ...]):
-    cmd = load_command(path[0])
-    for name in path[1:]:
-        cmd = cmd.commands[name]
-    return cmd
+def every_command():
+    """(path, click command) of every leaf command of the whole command line."""
+    import importlib
+
+    import typer
+
+    def walk(cmd, path):
+        subs = getattr(cmd, "commands", None)
+        if subs:
+            for name, sub in subs.items():
+                yield from walk(sub, [*path, name])
+        else:
+            yield " ".join(path), cmd
+
+    yield from walk(typer.main.get_command(importlib.import_module("privlm.cli").full_app()), [])
 
 
-def find_setting(classes, name):
-    for cls in classes:
-        if name in settings_of(cls):
-            return cls, settings_of(cls)[name]
-    return None, None
+def every_request_model():
+    """Every pydantic model the service defines, found by walking privlm.service."""
+    import importlib
+    import pkgutil
+
+    import privlm.service
+
+    for info in pkgutil.walk_packages(privlm.service.__path__, "privlm.service."):
+        module = importlib.import_module(info.name)
+        for obj in vars(module).values():
+            if (isinstance(obj, type) and issubclass(obj, BaseModel)
+                    and obj.__module__ == module.__name__):  # fmt: skip
+                yield obj
 
 
-@pytest.mark.parametrize(("path", "classes", "renamed"), COMMANDS, ids=lambda v: str(v))
-def test_every_cli_default_is_its_config_default(path, classes, renamed):
+def marked_setting(param):
+    """The (config class, setting) a CLI option was generated from by ``option``, or None."""
+    return getattr(param.callback, "privlm_setting", None)
+
+
+def test_every_cli_option_of_a_setting_is_generated_from_its_config_class():
+    """Every command, found by walking the command line: an option made by ``option`` has
+    its setting's default; any other parameter named like a setting of the same command's
+    config classes is a listed, reasoned exception (a default restated by hand fails)."""
+    checked = commands = 0
+    for path, cmd in every_command():
+        classes = {marked_setting(p)[0] for p in cmd.params if marked_setting(p)}
+        commands += bool(classes)
+        for param in cmd.params:
+            mark = marked_setting(param)
+            if mark is not None:
+                assert param.default == setting_of(*mark).default, f"{path} --{param.name}"
+                checked += 1
+                continue
+            clash = [c.__name__ for c in classes if param.name in settings_of(c)]
+            assert not clash or (path, param.name) in NOT_SETTINGS, (
+                f"{path} --{param.name} restates a setting of {clash} by hand: use option()"
+            )
+    assert commands >= 9 and checked >= 60
+
+
+def test_every_service_field_of_a_setting_is_generated_from_its_config_class():
+    """Every request model, found by walking privlm.service: a field made by
+    ``request_field`` has its setting's default and help; any other field named like a
+    setting of the same model's config classes is a listed exception."""
+    import importlib
+
+    def origin(info):
+        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+        where = extra.get("x-privlm-setting")
+        if where is None:
+            return None
+        cls_name, name = str(where).split(".")
+        return CLASSES[cls_name], name
+
     checked = 0
-    for param in command(path).params:
-        cls, s = find_setting(classes, renamed.get(param.name, param.name))
-        if s is None:
-            continue
-        if (path[0] in ("generate", "eval")) and param.name in NOT_SETTINGS:
-            assert param.default is None, NOT_SETTINGS[param.name]
-            continue
-        assert param.default == s.default, f"{' '.join(path)} --{param.name}: {cls.__name__}"
-        checked += 1
-    assert checked >= 2
-
-
-@pytest.mark.parametrize(("model", "classes", "renamed"), REQUESTS, ids=lambda v: str(v))
-def test_every_service_default_is_its_config_default(model: type[BaseModel], classes, renamed):
-    checked = 0
-    for name, info in model.model_fields.items():
-        cls, s = find_setting(classes, renamed.get(name, name))
-        if s is None or (model is DeploymentParams and name in NOT_SETTINGS):
-            continue
-        assert info.default == s.default, f"{model.__name__}.{name}: {cls.__name__}"
-        assert info.description == s.help
-        checked += 1
-    assert checked >= 2
+    for model in every_request_model():
+        marked = {f: origin(i) for f, i in model.model_fields.items() if origin(i)}
+        classes = {cls for cls, _ in marked.values()}
+        for field, info in model.model_fields.items():
+            if field in marked:
+                s = setting_of(*marked[field])
+                assert info.default == s.default and info.description == s.help, (
+                    f"{model.__name__}.{field}"
+                )
+                checked += 1
+            else:
+                clash = [c.__name__ for c in classes if field in settings_of(c)]
+                assert not clash or (model.__name__, field) in NOT_SETTINGS, (
+                    f"{model.__name__}.{field} restates a setting of {clash}: use request_field()"
+                )
+    assert checked >= 40
+    assert importlib.import_module("privlm.service.jobs").DpSgdParams in set(every_request_model())
 
 
 def test_the_drifted_defaults_are_one_value_now():
@@ -179,6 +208,19 @@ def test_strict_bounds_reach_the_cli(args, why):
     assert res.exit_code == 2 and why in res.output.replace("\n", " "), res.output
 
 
+def test_cli_help_and_request_schema_carry_the_bounds():
+    import typer
+
+    opt = option(DpSgdConfig, "batch_size")
+    assert opt.default == 64 and "Range: ≥ 1" in opt.help
+    with pytest.raises(typer.BadParameter, match="must be at least 1"):
+        opt.callback(0)
+    schema = DpSgdParams.model_json_schema()["properties"]["batch_size"]
+    assert schema["default"] == 64 and schema["minimum"] == 1
+    assert schema["description"] == setting_of(DpSgdConfig, "batch_size").help
+    assert schema["x-privlm-setting"] == "DpSgdConfig.batch_size"
+
+
 def test_a_setting_copies_mutable_defaults():
     @dataclasses.dataclass
     class Demo:
@@ -187,3 +229,6 @@ def test_a_setting_copies_mutable_defaults():
     one, two = Demo(), Demo()
     one.names.append("b")
     assert two.names == ["a"]
+
+
+CLASSES = {cls.__name__: cls for cls in config_classes()}

@@ -1,4 +1,4 @@
-"""Issue 13 §2: a command that needs a missing extra says which ``pip install`` to run."""
+"""A command that needs a missing extra says which ``pip install`` to run."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 13 §1: privlm.training, privlm.prompting and privlm.predict export the functions the
+"""Privlm.training, privlm.prompting and privlm.predict export the functions the
 CLI calls; every exported name resolves, and importing the packages stays cheap."""
 
 from __future__ import annotations

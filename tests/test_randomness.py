@@ -1,4 +1,4 @@
-"""Privacy randomness (issue 17 §1): the OS CSPRNG by default, fresh every run; a seed only
+"""Privacy randomness: the OS CSPRNG by default, fresh every run; a seed only
 for reproducible experiments, and then a warning. Distributions checked against scipy."""
 
 from __future__ import annotations

@@ -3,8 +3,9 @@ virtualenv with CPU torch first (as the Makefile does), then the wheel with its 
 extra and their declared dependencies only (at the lock's versions, from the package index
 or pip's cache). Nothing of the development environment or the checkout is visible to it:
 it runs from a scratch folder, with no PRIVLM_DATA. There ``privlm serve`` serves the page
-and its perturbation vocabulary, the PLD accountant trains, every command answers --help,
-and what is not installed (an extra, the corpora) is named with the way to get it.
+and its perturbation vocabulary, the quickstart runs, the PLD accountant trains, every
+command answers --help, and what is not installed (an extra, the corpora) is named with the
+way to get it.
 
 The install takes about 80 s on the 2-core development machine (torch's wheel is the most).
 """
@@ -146,3 +147,13 @@ def test_the_installed_wheel_names_what_is_missing_and_how_to_get_it(installed, 
     assert corpora.returncode == 2 and "PRIVLM_DATA" in corpora.stderr
     assert "docs/data.md" in corpora.stderr and "site-packages" not in corpora.stderr
     assert "Traceback" not in corpora.stderr
+
+
+def test_the_installed_wheel_runs_the_quickstart_without_the_corpora(installed, tmp_path):
+    """The main job from a plain install: no PRIVLM_DATA, so it runs on the head of
+    WikiText-2 that ships with privlm, and says so."""
+    res = privlm(installed, tmp_path, "quickstart", "--model", "tiny", "--ensemble-size", "2",
+                 "--train-records", "40", "--blocks", "2", "--block-size", "64")  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "head of WikiText-2 that ships with privlm" in res.stdout
+    assert "PMixED:" in res.stdout and "ledger:" in res.stdout

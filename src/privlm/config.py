@@ -1,4 +1,4 @@
-"""One definition per job setting (issue 13 §1).
+"""One definition per job setting.
 
 A job's config class (``DpSgdConfig``, ``JftConfig``, ``LoraTrainingConfig`` with
 ``EnsembleConfig``, ``PMixEDConfig``/``SubMixConfig``, ``PromptDpSgdConfig``,
@@ -141,6 +141,7 @@ def option(cls: type, name: str, *decls: str, help: str | None = None, **kw: Any
             raise typer.BadParameter(why)
         return value
 
+    check.privlm_setting = (cls, name)  # type: ignore[attr-defined]  # found by the tests
     kw.setdefault("callback", check)
     return typer.Option(s.default, *decls, help=help or s.describe(), **kw)
 
@@ -156,4 +157,6 @@ def request_field(cls: type, name: str, **overrides: Any) -> Any:
     kw: dict[str, Any] = {**s.bounds, **overrides}
     if s.choices:
         kw.setdefault("pattern", "^(" + "|".join(s.choices) + ")$")
+    # where the field comes from, in the schema too (the single-source test finds it there)
+    kw.setdefault("json_schema_extra", {"x-privlm-setting": f"{cls.__name__}.{name}"})
     return Field(s.default, description=s.help, **kw)

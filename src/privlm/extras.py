@@ -1,4 +1,4 @@
-"""Optional parts of privlm and the extra that installs each (issue 13 §2).
+"""Optional parts of privlm and the extra that installs each.
 
 ``pip install privlm`` gives the library and the CLI; the service, the secret detectors, Ray
 and PostgreSQL are extras. A command that needs a missing one stops with the ``pip install``

@@ -1,4 +1,4 @@
-"""Where every mechanism's noise and sampling come from (issue 17 §1).
+"""Where every mechanism's noise and sampling come from.
 
 Every DP analysis in privlm assumes the adversary does not know the mechanism's random
 draws: DP-SGD's Gaussian noise and Poisson batches, PMixED's Poisson subsets and sampled

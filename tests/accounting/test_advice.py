@@ -1,4 +1,4 @@
-"""Issue 15 §6: the plain-language checks of δ and of PromptPATE's threshold, against
+"""The plain-language checks of δ and of PromptPATE's threshold, against
 closed forms computed here and a Monte Carlo of the threshold check."""
 
 from __future__ import annotations

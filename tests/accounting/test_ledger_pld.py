@@ -1,4 +1,4 @@
-"""Issue 15 §2: mechanism events, PLD composition in the ledger, and ledgers written before
+"""Mechanism events, PLD composition in the ledger, and ledgers written before
 events existed. Every figure is checked against dp-accounting or Opacus directly."""
 
 from __future__ import annotations
@@ -185,7 +185,7 @@ def test_a_ledger_written_before_events_opens_and_reports_the_same_epsilon(tmp_p
 
 @pytest.mark.parametrize("accountant", ["rdp", "prv"])
 def test_what_one_tagged_job_spent_is_its_charges_composed_alone(tmp_path, accountant):
-    """Issue 16 §3: a job's ε is its own charges, not the dataset's running total: equal to
+    """A job's ε is its own charges, not the dataset's running total: equal to
     a fresh ledger holding only that job's charges, and to dp-accounting's composition."""
     shared = PrivacyLedger(tmp_path / "l.db", "dataset", Budget(50.0, DELTA))
     mine = [dpsgd_charge(1.1, 0.01, 500, accountant), dpsgd_charge(0.9, 0.02, 200, accountant)]

@@ -1,4 +1,4 @@
-"""Issue 13 §1: ``import privlm.accounting`` loads neither torch nor Opacus, and the Opacus
+"""``import privlm.accounting`` loads neither torch nor Opacus, and the Opacus
 analysis it loads on its own is Opacus's code, giving Opacus's numbers."""
 
 from __future__ import annotations

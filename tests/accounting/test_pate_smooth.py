@@ -1,4 +1,4 @@
-"""Smooth-sensitivity release of PATE's data-dependent RDP (issue 15 §3), checked against an
+"""Smooth-sensitivity release of PATE's data-dependent RDP, checked against an
 independent computation of Papernot et al. 2018's analysis (written here from the paper's
 formulas, in their erfc form), against brute-force enumeration of every histogram of a tiny
 ensemble, and against the exact Rényi divergence of the GNSS mechanism's worst pairs (which

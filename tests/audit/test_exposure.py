@@ -46,7 +46,7 @@ def test_tree_scores_equal_brute_force(tiny, max_rows):
 
 
 def test_the_tree_on_a_bf16_model_scores_its_own_distribution():
-    """Issue 11: on a bf16 model (a GPU's default) the tree still equals brute force over
+    """On a bf16 model (a GPU's default) the tree still equals brute force over
     that model's outputs; bf16 weights move the scores only a little from float32's."""
     from privlm.models import load_public_model
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from privlm.audit.config import ExtractionConfig
 from privlm.audit.extraction import PREFIX, code_corpus, extract_code, make_codes, run_extraction
+from privlm.errors import PrivlmError
 from privlm.training.lora_finetune import LoraTrainingConfig
 
 
@@ -34,7 +36,8 @@ def test_only_an_exact_length_code_counts(text, code):
 
 def test_attack_runs_all_three_models_within_budget(tmp_path):
     cfg = LoraTrainingConfig(epochs=2, learning_rate=1e-2, batch_size=2, block_size=16, pack=False)
-    out = run_extraction("tiny", 2, 2, 3, training=cfg, workdir=tmp_path, seed=0, progress=False)
+    attack = ExtractionConfig(codes=2, length=2, generations=3, seed=0)
+    out = run_extraction("tiny", attack, training=cfg, workdir=tmp_path, progress=False)
     methods = [r["method"] for r in out["results"]]
     assert methods == ["finetuned", "pmixed", "submix"]
     for r in out["results"]:
@@ -43,5 +46,5 @@ def test_attack_runs_all_three_models_within_budget(tmp_path):
     assert 0 < pm["epsilon_spent"] <= 8.0
     assert 0 <= sm["epsilon_spent"] <= 2.0
     assert out["chance_hit_rate"] == 0.02
-    with pytest.raises(ValueError, match="even number"):
-        run_extraction("tiny", 3, 2, 1, training=cfg, workdir=tmp_path / "x", progress=False)
+    with pytest.raises(PrivlmError, match="codes must be an even number"):
+        ExtractionConfig(codes=3)

@@ -206,7 +206,7 @@ def test_quickstart_runs_with_the_tiny_model():
 
 @requires_data
 def test_prompt_eval_runs_where_it_is_told(tmp_path):
-    """Issue 11 §1: the prompt commands take --device and --dtype and say what they used."""
+    """The prompt commands take --device and --dtype and say what they used."""
     import json
 
     from typer.testing import CliRunner

@@ -1,4 +1,4 @@
-"""Issue 13 §1: ``privlm`` starts fast. The top level imports a command's module only when
+"""``privlm`` starts fast. The top level imports a command's module only when
 that command runs, so ``privlm --help`` loads neither torch nor transformers, and the lazy
 command line is the same as the whole one."""
 

@@ -200,7 +200,7 @@ def test_plan_pmixed():
 
 
 def test_generate_places_the_model_as_asked_and_says_so(ensembles, tmp_path):
-    """Issue 11 §1: --device/--dtype, recorded in the --json output; a seed warns."""
+    """--device/--dtype, recorded in the --json output; a seed warns."""
     res = ok(
         "generate", str(ensembles / "pm"), "--prompt", "note", "--ledger", str(tmp_path / "l.db"),
         "--queries", "4", "--max-new-tokens", "2", "--device", "cpu", "--dtype", "bfloat16",

@@ -1,4 +1,4 @@
-"""Issue 12 §1 through the CLI: a task privlm does not ship, from a task file and the user's
+"""Through the CLI: a task privlm does not ship, from a task file and the user's
 own labelled CSV, with an out-of-distribution public file, end to end on the tiny model."""
 
 from __future__ import annotations

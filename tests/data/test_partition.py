@@ -1,4 +1,4 @@
-"""Partitioning by privacy unit (issue 18 §1): disjoint, complete, unit-preserving, and
+"""Partitioning by privacy unit: disjoint, complete, unit-preserving, and
 stable: removing one unit changes exactly one part, which sample-and-aggregate assumes."""
 
 from __future__ import annotations

@@ -112,7 +112,7 @@ def test_utf8_bom_is_accepted(tmp_path):
 
 
 def test_a_missing_column_never_quotes_the_header_row(tmp_path):
-    """Issue 12 §2: in a file without a header the 'header' is a private record."""
+    """In a file without a header the 'header' is a private record."""
     p = tmp_path / "h.csv"
     p.write_text("Alice Smith called about card 4111,billing\nBob,outage\n")
     with pytest.raises(DataError) as err:

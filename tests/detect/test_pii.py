@@ -1,4 +1,4 @@
-"""Issue 14: privlm's PII corpus, the per-type quality table, privlm's recognisers, the
+"""Privlm's PII corpus, the per-type quality table, privlm's recognisers, the
 ``pii`` detector's targets on text it was never tuned on, and a user's rules file."""
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def test_ordinary_sentences_are_left_alone():
 
 
 def test_the_pii_detector_meets_its_targets_on_held_out_text():
-    """Issue 14 §2: ≥ 95 % full-span recall overall, ≥ 90 % for every structured type, at
+    """≥ 95 % full-span recall overall, ≥ 90 % for every structured type, at
     most 20 % of flagged characters outside PII, on templates and locales no recogniser was
     developed against (a fresh seed, too)."""
     q = evaluate_pii(make_detector("pii"), pii_corpus(400, seed=11, held_out=True))

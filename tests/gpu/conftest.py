@@ -1,4 +1,4 @@
-"""GPU tests (issue 11 §4): marked ``gpu``, skipped without CUDA, run by ``make test-gpu``.
+"""GPU tests: marked ``gpu``, skipped without CUDA, run by ``make test-gpu``.
 
 Each compares what a tiny model computes on the GPU with what it computes on the CPU, or
 checks a guarantee on the GPU's own outputs. The CPU suite pins itself to the CPU

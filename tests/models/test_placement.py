@@ -1,4 +1,4 @@
-"""The device and precision policy (issue 11 §1), on a machine without CUDA."""
+"""The device and precision policy, on a machine without CUDA."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Python and JavaScript perturbation agree with the shared test vectors (issue 6 §3)."""
+"""Python and JavaScript perturbation agree with the shared test vectors."""
 
 from __future__ import annotations
 

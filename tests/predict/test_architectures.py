@@ -1,4 +1,4 @@
-"""Any Hugging Face causal LM (issue 11 §3): for each family, a tiny randomly initialised
+"""Any Hugging Face causal LM: for each family, a tiny randomly initialised
 model built offline from a transformers config. LoRA targets are discovered, the stacked
 engine matches PEFT adapter by adapter, and Opacus's per-sample gradients of the LoRA
 parameters equal a batch-size-1 loop (what DP-SGD needs)."""

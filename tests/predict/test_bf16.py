@@ -1,4 +1,4 @@
-"""bf16 model outputs through PMixED and SubMix (issue 11 §1): the privacy math upcasts to
+"""bf16 model outputs through PMixED and SubMix: the privacy math upcasts to
 float64, so the charged cost still bounds the exact divergence between neighbouring
 ensembles, computed on the distributions a bf16 model actually produces."""
 

@@ -28,7 +28,7 @@ def test_each_row_equals_its_peft_adapter_in_one_pass(engine, adapter_dirs):
     base = load_public_model("tiny").model
     with torch.no_grad():
         ref0 = torch.log_softmax(base(torch.tensor([ctx])).logits[0, -1].double(), -1)
-    assert lp.dtype == torch.float64  # upcast before the softmax (issue 11 §1)
+    assert lp.dtype == torch.float64  # upcast before the softmax
     assert torch.allclose(lp[0], ref0, atol=1e-5)
     for i, path in enumerate(adapter_dirs):
         assert torch.allclose(lp[i + 1], peft_log_probs(path, ctx).double(), atol=1e-5)
@@ -56,7 +56,7 @@ def test_bad_rows_and_adapters_refused(engine, tmp_path):
 
 
 def test_engines_sharing_one_base_model_each_compute_their_own_adapters(adapter_dirs):
-    """Issue 11 §2: deployments of one public model share its weights. Two engines attach
+    """Deployments of one public model share its weights. Two engines attach
     their stacks to one base; each must give exactly what an engine on its own copy gives,
     the public row must stay the public model, and there is one copy of the weights."""
     from privlm.models.pool import ModelPool

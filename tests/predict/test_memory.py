@@ -1,4 +1,4 @@
-"""What will not fit is refused before any work (issue 11 §2), with estimates checked
+"""What will not fit is refused before any work, with estimates checked
 against what the tiny model really allocates."""
 
 from __future__ import annotations

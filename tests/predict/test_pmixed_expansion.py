@@ -1,4 +1,4 @@
-"""Issue 15 §1: PMixED's subset bound by the exact (binomial) expansion of the mixture's
+"""PMixED's subset bound by the exact (binomial) expansion of the mixture's
 Rényi moments, Theorem C.4 at rate 1/m, instead of Theorem 5.1's Jensen step.
 
 Checked three ways: the formula against Eq. 12 summed independently in 40-digit arithmetic;

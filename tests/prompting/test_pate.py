@@ -1,6 +1,6 @@
 """PromptPATE: disjoint teachers, vote histograms (OTHER never votes), Confident-GNMax
 labelling charged before release, on a number of queries the votes never change; the
-data-dependent cost released through smooth sensitivity (issue 15 §3)."""
+data-dependent cost released through smooth sensitivity."""
 
 from __future__ import annotations
 
@@ -116,7 +116,7 @@ def test_data_independent_labels_follow_consensus_and_each_query_is_charged_firs
 
 @pytest.mark.parametrize("votes", [[99, 1], [50, 50], [0, 0]])
 def test_data_independent_query_count_never_depends_on_the_votes(tmp_path, votes):
-    """Issue 15 §3: the stopping decision is a function of the budget and σ's only."""
+    """The stopping decision is a function of the budget and σ's only."""
     per = data_independent_query_curve(5.0, 5.0)
     led = ledger(tmp_path, per.times(7).to_dp(1e-5).epsilon * 1.0001)
     res = label_with_confident_gnmax(

@@ -52,14 +52,14 @@ def test_prompt_pate_end_to_end(tmp_path, monkeypatch, accounting):
     assert led.count() == (1 if accounting == "data-dependent" else 24)
     assert res.epsilon == led.spent().epsilon <= 50
     assert res.accounting == accounting and (res.release is not None) == (led.count() == 1)
-    assert res.delta == default_prompt_delta(60) == 1e-6  # not 1/N (issue 18 §3)
+    assert res.delta == default_prompt_delta(60) == 1e-6  # not 1/N
     saved = (tmp_path / "out" / "student_prompt.json").read_text()
     assert "secret" not in saved  # the student is built from public inputs only
     statement = json.loads((tmp_path / "out" / "privacy.json").read_text())
     assert statement["epsilon"] == res.epsilon and statement["teachers"] == 20
     assert statement["data_dependent_release"] == res.release
     assert statement["accounting"].startswith(accounting)
-    card = (tmp_path / "out" / "README.md").read_text()  # issue 13 §3: the student's card
+    card = (tmp_path / "out" / "README.md").read_text()  # the student's card
     assert "-DP per record or user" in card and "Confident-GNMax" in card
     assert "Data size:** 60 units" in card
     assert res.other_rate == np.mean(np.arange(24) % 7 == 0)
@@ -87,7 +87,7 @@ def test_label_votes_never_vote_other_and_cost_the_same(tmp_path):
 
 
 def test_pooled_teacher_scoring_equals_scoring_each_teacher_alone():
-    """All teachers' prompts are scored in shared, length-sorted batches (issue 11 §2); every
+    """All teachers' prompts are scored in shared, length-sorted batches; every
     teacher's answers must be what its own full-vocabulary logits give."""
 
     from privlm.prompting.pate import make_teachers, teacher_prompts
@@ -134,7 +134,7 @@ def test_too_few_labels_is_a_clear_error(tmp_path):
     led = pate_ledger(tmp_path / "l.db", "pate", cfg, 10)
     with pytest.raises(PrivlmError, match="were labelled"):
         run_prompt_pate(
-            "tiny",  # a name works as well as a loaded model (issue 13 §1)
+            "tiny",  # a name works as well as a loaded model
             get_task("sst2"),
             recs("s", 10),
             recs("p", 4),
@@ -147,7 +147,7 @@ def test_too_few_labels_is_a_clear_error(tmp_path):
 
 
 def test_teachers_answer_from_a_bf16_model_with_float64_votes():
-    """Issue 11: teachers scored on a bf16 model (a GPU's default) give answers in the
+    """Teachers scored on a bf16 model (a GPU's default) give answers in the
     same classes; the calibration runs in float64 on upcast label logits."""
     import numpy as np
 

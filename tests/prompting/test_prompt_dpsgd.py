@@ -80,7 +80,7 @@ def test_non_private_baseline_has_no_epsilon(tmp_path):
 
 
 def test_config_errors():
-    with pytest.raises(PrivlmError, match="unknown prompt kind"):
+    with pytest.raises(PrivlmError, match="kind must be one of"):
         PromptDpSgdConfig(kind="lora")
 
 
@@ -137,7 +137,7 @@ def test_the_prefix_starts_at_zero_and_the_soft_prompt_does_not():
 
 
 def test_noise_is_fresh_unless_seeded_and_a_seed_says_so(tmp_path):
-    """Issue 17 §1 for PromptDPSGD: no default seed decides the noise or the batches."""
+    """For PromptDPSGD: no default seed decides the noise or the batches."""
     from safetensors.torch import load_file
 
     from privlm.randomness import SEEDED_WARNING
@@ -158,7 +158,7 @@ def test_noise_is_fresh_unless_seeded_and_a_seed_says_so(tmp_path):
 
 
 def test_prompt_dpsgd_on_a_bf16_model(tmp_path):
-    """Issue 11: the frozen model in bfloat16 (a GPU's default), here on the CPU. The prompt
+    """The frozen model in bfloat16 (a GPU's default), here on the CPU. The prompt
     parameters, their per-sample gradients and the noise stay float32, the statement
     records the placement, and the adapter serves from a bf16 model."""
     from safetensors.torch import load_file
@@ -180,7 +180,7 @@ def test_prompt_dpsgd_on_a_bf16_model(tmp_path):
 
 @pytest.mark.parametrize("kind", ["soft-prompt", "prefix"])
 def test_secure_mode_trains_from_the_os_csprng_only_and_says_so(tmp_path, monkeypatch, kind):
-    """Issue 15 §4 for PromptDPSGD: noise and Poisson coins from os.urandom; no torch
+    """For PromptDPSGD: noise and Poisson coins from os.urandom; no torch
     generator is ever asked for, two runs differ, and the statement names the mode."""
     from safetensors.torch import load_file
 

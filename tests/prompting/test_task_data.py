@@ -1,4 +1,4 @@
-"""A task's data from the user's files (issue 12 §1): labels and template fields checked per
+"""A task's data from the user's files: labels and template fields checked per
 line, errors that name the file, the line and the field but never the content, public files
 that may be out of distribution, and the unit PromptDPSGD protects."""
 

@@ -1,4 +1,4 @@
-"""Task files (issue 12 §1): the bundled tasks are task files, a user's task loads from YAML
+"""Task files: the bundled tasks are task files, a user's task loads from YAML
 or JSON, and every error names the file and the field."""
 
 from __future__ import annotations

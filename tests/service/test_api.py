@@ -25,6 +25,24 @@ def test_requests_without_a_valid_key_are_refused(service):
     assert r.status_code == 401 and r.json()["error"]["type"] == "unauthorized"
 
 
+def test_the_budget_defaults_come_from_one_definition(service):
+    """The upload form's default budget and what the page reads from /v1/defaults are both
+    DatasetBudget's; a budget outside its bounds is refused with the setting named."""
+    from privlm.service.datasets import DatasetBudget
+
+    defaults = service.client.get("/v1/defaults").json()["dataset_budget"]
+    assert defaults == {"epsilon": DatasetBudget().epsilon, "delta": DatasetBudget().delta}
+    ds = service.upload("acme").json()
+    assert (ds["budget"]["epsilon"], ds["budget"]["delta"]) == (
+        defaults["epsilon"],
+        defaults["delta"],
+    )
+    bad = service.upload("acme", text="other text\n", budget_delta=1.5)
+    assert bad.status_code == 400 and "budget_delta must be less than 1" in bad.text
+    page = (Path(__file__).parents[2] / "src/privlm/service/static/index.html").read_text()
+    assert 'id="budget-epsilon" type="number" min="0"' in page  # no value restated there
+
+
 def test_upload_list_get_delete(service):
     r = service.upload("acme", budget_epsilon=4, budget_delta=1e-6)
     assert r.status_code == 201, r.text

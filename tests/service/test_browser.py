@@ -1,5 +1,5 @@
 """The perturbation page in headless Chromium (Playwright, Debian's chromium): a file is
-perturbed in the browser and only the perturbed text reaches the server (issue 6 §6)."""
+perturbed in the browser and only the perturbed text reaches the server."""
 
 from __future__ import annotations
 
@@ -155,7 +155,7 @@ PEOPLE = [  # (user_id, customer, email): none of these may leave the page in cl
 
 @pytest.mark.parametrize("kind", ["csv", "jsonl"])
 def test_other_columns_never_leave_and_user_ids_leave_only_as_pseudonyms(server, tmp_path, kind):
-    """Issue 17 §2: only the perturbed text, a chosen label and a keyed pseudonym of a chosen
+    """Only the perturbed text, a chosen label and a keyed pseudonym of a chosen
     user id are uploaded; every other column is dropped; the server stores nothing else."""
     from playwright.sync_api import sync_playwright
 
@@ -243,7 +243,7 @@ def test_the_server_refuses_columns_no_job_uses(server):
     assert "someone@example.org" not in message
 
 
-# -- issue 16 §4: the page does the whole job ------------------------------------------------
+# the page does the whole job ------------------------------------------------
 
 SHOTS = Path(__file__).resolve().parents[2] / "build" / "test-output" / "screenshots"
 NOTES = "\n".join(

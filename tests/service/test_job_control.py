@@ -1,4 +1,4 @@
-"""Issue 16 §3: jobs users can control (cancel), with honest figures (the job's own ε,
+"""Jobs users can control (cancel), with honest figures (the job's own ε,
 progress with elapsed time and an estimate) and artefacts that never reveal server paths."""
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ def test_pmixed_deployment_charges_every_token_then_refuses(service, ensemble_jo
 
 
 def test_deployments_of_one_model_share_its_weights(service, ensemble_job):
-    """Issue 11 §2: two deployments of the same public model hold one copy of its weights
+    """Two deployments of the same public model hold one copy of its weights
     (the runtime's model pool), each with its own adapters and its own ledger."""
     deps = [
         deploy(service, "acme", ensemble_job["id"], mechanism="pmixed", epsilon=5, queries=2)
@@ -190,7 +190,7 @@ def test_submix_deployment_charges_its_part_ledgers(service):
         total_private += body["privlm"]["private_tokens"]
     b = service.client.get(f"/v1/deployments/{dep}/budget", headers=service.auth("acme")).json()
     assert b["mechanism"] == "submix" and b["spent"]["rdp_epsilon"] <= 2 + 1e-9
-    # issue 18 §3: an order-α RDP value, shown as one, with its (ε, δ) conversion beside it
+    # an order-α RDP value, shown as one, with its (ε, δ) conversion beside it
     from privlm.accounting import RdpCurve
 
     as_dp = RdpCurve.from_mapping({3.0: 2.0}).to_dp(1e-5).epsilon  # about 6.8
@@ -202,7 +202,7 @@ def test_submix_deployment_charges_its_part_ledgers(service):
 
 
 def test_deployments_reserve_the_dataset_budget_until_one_is_refused(service, ensemble_job):
-    """Issue 17 §3: every deployment of a dataset's ensembles counts against the dataset's
+    """Every deployment of a dataset's ensembles counts against the dataset's
     one budget. Each reserves its whole cost when created; the one that would not fit is
     refused, and what is reserved never exceeds the dataset's ε."""
     from privlm.accounting import Budget, PrivacyLedger
@@ -253,7 +253,7 @@ def test_a_dp_job_and_deployments_share_one_dataset_budget(service, ensemble_job
 
 
 def test_a_jft_job_says_sdp_in_its_job_artefact_card_and_deployment(service):
-    """Issue 18 §2: a JFT model is (ε, δ)-SDP under its policy, never presented as DP."""
+    """A JFT model is (ε, δ)-SDP under its policy, never presented as DP."""
     import io
     import zipfile
 
@@ -333,7 +333,7 @@ def test_a_database_from_before_require_dp_is_migrated(tmp_path):
 
 
 def test_the_service_never_passes_a_seed():
-    """Issue 17 §1: a tenant cannot ask for (or be given) reproducible noise."""
+    """A tenant cannot ask for (or be given) reproducible noise."""
     from privlm.service import jobs as jobs_api
 
     for kind, model in jobs_api.PARAMS.items():

@@ -1,5 +1,5 @@
 """The service as a real process on loopback: 50 concurrent clients against a small budget,
-and SIGKILL mid-generation and mid-job (issue 6 §6)."""
+and SIGKILL mid-generation and mid-job."""
 
 from __future__ import annotations
 
@@ -103,7 +103,7 @@ def test_fifty_concurrent_clients_never_exceed_the_budget(live):
 
 
 def test_one_tenant_flooding_a_deployment_does_not_stall_another(live):
-    """Issue 16 §1: 45 concurrent completions from one tenant; another tenant's listing and
+    """45 concurrent completions from one tenant; another tenant's listing and
     the health check are answered promptly throughout, and the flood past the tenant's cap
     is refused at once with Retry-After."""
     srv, key, job_id = live

@@ -1,4 +1,4 @@
-"""Issue 13 §4: the official ``openai`` client against privlm on loopback (a real uvicorn
+"""The official ``openai`` client against privlm on loopback (a real uvicorn
 server in a thread): completions, chat with the model's template, streaming, /v1/models, a
 429 when the budget runs out, a streamed token only after its charge, and a disconnect that
 stops generation."""

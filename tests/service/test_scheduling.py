@@ -1,4 +1,4 @@
-"""Generation off the request threads (issue 16 §1): batching across requests, bounded
+"""Generation off the request threads: batching across requests, bounded
 queues, per-tenant caps, deadlines, prompt limits in tokens, health never waiting."""
 
 from __future__ import annotations
@@ -193,7 +193,7 @@ def test_health_answers_while_a_deployment_generates(service, ensemble_job):
 
 @pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
 def test_stop_strings_work_through_the_scheduler(service, ensemble_job, path):
-    """Issue 16 §2: ``stop`` is honoured, never ignored (post-processing: no privacy cost)."""
+    """``stop`` is honoured, never ignored (post-processing: no privacy cost)."""
     dep = pmixed(service, ensemble_job)
     stops = [" ", "e", "a", "t"]  # 32 random tokens almost surely hold one
     body = {"model": dep, "max_tokens": 32, "stop": stops}

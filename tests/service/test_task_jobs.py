@@ -1,4 +1,4 @@
-"""Issue 12 §1 through the service: a tenant's own task (a task spec in the job's
+"""Through the service: a tenant's own task (a task spec in the job's
 parameters) on its own datasets, with an out-of-distribution public dataset; bad specs and
 bad data refused at submission, naming the field and the line, never the content."""
 

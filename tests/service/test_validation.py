@@ -1,4 +1,4 @@
-"""Issue 16 §2: every job and deployment parameter is validated when it is submitted, and a
+"""Every job and deployment parameter is validated when it is submitted, and a
 bad one is refused with a 400 in the documented error shape, naming the field. Nothing is
 coerced: true and "3" are not numbers, Infinity and NaN are not finite."""
 

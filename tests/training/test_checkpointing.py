@@ -1,4 +1,4 @@
-"""Gradient checkpointing under DP-SGD (issue 11 §2): per-sample gradients and norms are
+"""Gradient checkpointing under DP-SGD: per-sample gradients and norms are
 exactly those of the plain model in the form privlm enables, the form it avoids really is
 broken under Opacus, and what cannot checkpoint is refused with the reason."""
 

@@ -82,7 +82,7 @@ def test_dpsgd_under_torchrun_with_two_processes(tmp_path):
 
 
 def test_gpus_talk_nccl_and_each_rank_takes_its_own_gpu(monkeypatch):
-    """Issue 11 §2: under torchrun, NCCL between GPUs (one per process), gloo between CPUs."""
+    """Under torchrun, NCCL between GPUs (one per process), gloo between CPUs."""
     import torch
 
     from privlm.errors import PrivlmError

@@ -181,7 +181,7 @@ def test_a_run_that_does_not_fit_the_ledger_is_refused_before_training(tmp_path,
     from privlm.accounting import Budget, PrivacyLedger
     from privlm.errors import BudgetExceededError
 
-    ledger = PrivacyLedger(tmp_path / "l.db", "data", Budget(1.0, 1 / 48**1.1))
+    ledger = PrivacyLedger(tmp_path / "l.db", "data", Budget(1.0, 1e-6))
     monkeypatch.setattr(dp, "lora_model", lambda *a: pytest.fail("training started"))
     with pytest.raises(BudgetExceededError, match="refused before training"):
         dp.train_dpsgd(
@@ -199,7 +199,7 @@ def test_the_run_is_charged_before_the_adapter_is_written(tmp_path, monkeypatch)
     from privlm.accounting import Budget, PrivacyLedger
     from privlm.errors import BudgetExceededError
 
-    ledger = PrivacyLedger(tmp_path / "l.db", "data", Budget(3.0, 1 / 48**1.1))
+    ledger = PrivacyLedger(tmp_path / "l.db", "data", Budget(3.0, 1e-6))
     st = dp.train_dpsgd(
         "tiny",
         dataset(),
@@ -212,7 +212,7 @@ def test_the_run_is_charged_before_the_adapter_is_written(tmp_path, monkeypatch)
     assert rec.mechanism == "dpsgd" and rec.unit == "record"
     assert ledger.spent().epsilon == pytest.approx(st.epsilon, rel=1e-12)  # same accountant
     # a charge refused at the end (the budget went elsewhere meanwhile): no adapter leaves
-    other = PrivacyLedger(tmp_path / "l.db", "other", Budget(3.0, 1 / 48**1.1))
+    other = PrivacyLedger(tmp_path / "l.db", "other", Budget(3.0, 1e-6))
 
     def refuse(charge):
         raise BudgetExceededError("refused: spent elsewhere")
@@ -349,7 +349,7 @@ def adapter_digest(path):
 
 @pytest.fixture
 def batch_log(monkeypatch):
-    """Every Poisson batch Opacus draws, in order (issue 17 §1)."""
+    """Every Poisson batch Opacus draws, in order."""
     from opacus.utils.uniform_sampler import UniformWithReplacementSampler
 
     log: list[list[int]] = []
@@ -412,7 +412,7 @@ def test_the_cli_warns_about_a_seed(tmp_path):
 
 
 def test_dpsgd_on_a_bf16_model(tmp_path):
-    """Issue 11: the base model in bfloat16 (what a GPU runs by default), on the CPU. The
+    """The base model in bfloat16 (what a GPU runs by default), on the CPU. The
     LoRA parameters, their per-sample gradients and the noise stay float32; the statement
     records where the model ran."""
     from peft import PeftModel
@@ -432,7 +432,7 @@ def test_dpsgd_on_a_bf16_model(tmp_path):
 def test_a_run_that_ends_with_non_finite_parameters_writes_nothing_and_stays_charged(
     tmp_path, monkeypatch
 ):
-    """Issue 16 §2: training checks its own result. The noise ran on the data, so the charge
+    """Training checks its own result. The noise ran on the data, so the charge
     is not refunded; no adapter of NaNs leaves."""
     from privlm.accounting import Budget, PrivacyLedger
 
@@ -446,7 +446,7 @@ def test_a_run_that_ends_with_non_finite_parameters_writes_nothing_and_stays_cha
                     p.fill_(float("nan"))
 
     monkeypatch.setattr(dp, "_train_examples", then_nan)
-    ledger = PrivacyLedger(tmp_path / "l.db", "data", Budget(3.0, 1 / 48**1.1))
+    ledger = PrivacyLedger(tmp_path / "l.db", "data", Budget(3.0, 1e-6))
     cfg = dp.DpSgdConfig(target_epsilon=3.0, **CFG)
     with pytest.raises(PrivlmError, match=r"non-finite parameters.*stays charged"):
         dp.train_dpsgd("tiny", dataset(), tmp_path / "a", cfg, progress=False, ledger=ledger)

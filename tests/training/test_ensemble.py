@@ -206,7 +206,7 @@ def test_a_fresh_key_is_drawn_and_recorded(tmp_path):
 
 
 def test_an_ensemble_trains_on_a_bf16_model_and_serves_privately(tmp_path):
-    """Issue 11: ensemble members on a bfloat16 base (a GPU's default), here on the CPU; the
+    """Ensemble members on a bfloat16 base (a GPU's default), here on the CPU; the
     adapters are saved in float32, and PMixED serves them from a bf16 engine."""
     from safetensors.torch import load_file
 

@@ -90,11 +90,11 @@ def test_direct_mode_is_sdp_at_phase_twos_epsilon(tmp_path):
     )
     assert st.dp_epsilon is None and st.epsilon_range is None
     assert 0 < st.phase1["redacted_token_fraction"] < 0.5
-    assert "assumes a perfect detector without measuring it" in st.assumption  # issue 15 §6
+    assert "assumes a perfect detector without measuring it" in st.assumption
     saved = json.loads((tmp_path / "m" / "sdp.json").read_text())
     assert saved["epsilon"] == st.epsilon and "SDP" in saved["guarantee"]
     assert (tmp_path / "m-phase1" / "adapter_config.json").is_file()
-    card = (tmp_path / "m-phase1" / "README.md").read_text()  # issue 13 §3: phase 1's card
+    card = (tmp_path / "m-phase1" / "README.md").read_text()  # phase 1's card
     assert "**Guarantee:** none" in card and "policy 'regex'" in card and "Do not" in card
     assert json.loads((tmp_path / "m" / "privacy.json").read_text())["init_adapter"] == str(
         tmp_path / "m-phase1"
@@ -153,7 +153,7 @@ def test_light_noise_accounts_at_q_times_the_miss_rate(tmp_path):
 
 
 def test_direct_mode_states_the_miss_rate_an_annotated_sample_measures(tmp_path):
-    """Issue 15 §6: the regex detector misses the names; the statement says how many, counted
+    """The regex detector misses the names; the statement says how many, counted
     here independently, and that the SDP assumption does not hold."""
     path = annotated(tmp_path / "a.jsonl")
     st = train_jft("tiny", dataset(), tmp_path / "m", cfg(annotated_file=path), progress=False)
@@ -177,7 +177,7 @@ def test_light_noise_needs_a_detector_that_misses_something(tmp_path):
 
 
 def test_mode_errors():
-    with pytest.raises(PrivlmError, match="unknown phase-1 mode"):
+    with pytest.raises(PrivlmError, match="phase1 must be one of"):
         JftConfig(phase1="twice")
     with pytest.raises(PrivlmError, match="--screened"):
         JftConfig(phase1="screened")

@@ -1,4 +1,4 @@
-"""Issue 13 §3: every artefact privlm writes carries a model card with its guarantee, and its
+"""Every artefact privlm writes carries a model card with its guarantee, and its
 adapters load in plain PEFT on the base model named in their config, giving privlm's logits."""
 
 from __future__ import annotations

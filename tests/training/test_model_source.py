@@ -1,4 +1,4 @@
-"""Issue 13 §1: every training entry point accepts a loaded model as well as a name, gives
+"""Every training entry point accepts a loaded model as well as a name, gives
 the same adapter either way, records a name the model can be loaded again by, and leaves the
 caller's model as it was (PEFT wraps its model in place, so privlm trains a copy)."""
 

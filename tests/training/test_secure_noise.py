@@ -1,4 +1,4 @@
-"""Issue 15 §4: DP-SGD's secure mode without torchcsprng. The noise's law is checked against
+"""DP-SGD's secure mode without torchcsprng. The noise's law is checked against
 the normal distribution, the coins' rate against q, and a secure run is shown to leave every
 torch and numpy generator untouched, so nothing in it is predictable from a PRNG stream."""
 

@@ -1,4 +1,4 @@
-"""User-level DP-SGD on all of each user's data (issue 12 §2): every token is trained on
+"""User-level DP-SGD on all of each user's data: every token is trained on
 unless a cap says otherwise, a user's gradient is the sum (or mean) of their blocks'
 gradients, clipped jointly, and the token usage is reported."""
 

@@ -1,4 +1,4 @@
-"""Plain-language checks of a guarantee's parameters (issue 15 §6).
+"""Plain-language checks of a guarantee's parameters.
 
 δ is the probability with which an (ε, δ) guarantee may fail outright: a mechanism that
 publishes each unit's data with probability δ is (0, δ)-DP. So δ must be far below 1/n for
@@ -46,7 +46,7 @@ def weak_delta_warning(delta: float, units: int, unit: str = "record") -> str | 
 def threshold_warning(
     threshold: float, sigma_threshold: float, teachers: int, classes: int
 ) -> str | None:
-    """Confident-GNMax's threshold check against the teacher count (issue 15 §6).
+    """Confident-GNMax's threshold check against the teacher count.
 
     A query passes when max vote + N(0, σ₁²) ≥ T. With ``teachers`` voters the max vote is at
     most ``teachers``; when the teachers split evenly it is about teachers/classes. If noise

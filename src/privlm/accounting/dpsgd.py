@@ -9,7 +9,7 @@ sample rate q and noise multiplier σ (Abadi et al. 2016). Two accountants:
   Gopi et al. 2021), computed by dp-accounting's PLD accountant with pessimistic
   discretisation (:func:`privlm.accounting.events.pld_epsilon`), an upper bound. Tighter
   than RDP. The ledger composes a ``prv`` run with the same function, so its ε equals the
-  run's ``privacy.json`` (issue 15 §2); tests compare it with Opacus's PRV accountant.
+  run's ``privacy.json``; tests compare it with Opacus's PRV accountant.
 
 Calibration returns a σ whose ε is at most the target: never overshooting ε.
 """

@@ -1,5 +1,5 @@
 """Mechanisms with a known privacy-loss distribution, as dp-accounting ``DpEvent`` objects,
-and their ε by PLD composition (issue 15 §2).
+and their ε by PLD composition.
 
 A :class:`MechanismEvent` names a data-independent mechanism whose worst-case pair of
 output distributions is known: the Gaussian (sensitivity 1, noise multiplier σ), its

@@ -7,7 +7,7 @@ fail-closed: a charge that would take the spent ε above the budget raises
 :class:`BudgetExceededError` and records nothing. A charge that is recorded is committed
 before ``charge`` returns.
 
-How the spent ε is composed (issue 15 §2). Two sound statements are computed and the
+How the spent ε is composed. Two sound statements are computed and the
 smaller is reported (the composition satisfies both, so it satisfies the tighter):
 
 1. **RDP for everything:** every charge's RDP curve (an event's own curve included) adds

@@ -19,6 +19,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from privlm.accounting import Budget, PrivacyLedger
+from privlm.audit.config import EXTRACTION_DELTA, ExtractionConfig
 from privlm.data import Dataset, Record
 from privlm.predict import PMixED, PMixEDConfig, SubMix, SubMixConfig, part_ledgers
 from privlm.predict.engine import CachedDecoder, EnsembleEngine
@@ -82,23 +83,17 @@ def _sample_plain(
 
 def run_extraction(
     model: str,
-    n_codes: int = 8,
-    length: int = 4,
-    generations: int = 100,
-    epsilon_pmixed: float = 8.0,
-    epsilon_submix: float = 2.0,
-    sample_rate: float = 0.3,
+    config: ExtractionConfig | None = None,
     training: LoraTrainingConfig | None = None,
     workdir: str | Path | None = None,
-    seed: int | None = 0,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Train the three models on fresh random codes and attack each; returns the results."""
-    if n_codes < 2 or n_codes % 2:
-        raise ValueError("use an even number of codes ≥ 2 (SubMix puts one user per half-part)")
-    cfg = training or LoraTrainingConfig(
-        epochs=60, learning_rate=3e-3, batch_size=4, block_size=32, pack=False, rank=8
-    )
+    """Train the three models on fresh random codes and attack each; returns the results.
+    ``training`` overrides how the models are fine-tuned (default: ``config.training()``)."""
+    c = config or ExtractionConfig()
+    n_codes, length, generations, seed = c.codes, c.length, c.generations, c.seed
+    epsilon_pmixed, epsilon_submix, sample_rate = c.epsilon_pmixed, c.epsilon_submix, c.sample_rate
+    cfg = training or c.training()
     codes = make_codes(n_codes, length, seed)
     secret = set(codes)
     data = code_corpus(codes)
@@ -118,8 +113,8 @@ def run_extraction(
 
     train_ensemble(model, data, n_codes, root / "pmixed", "pmixed", cfg, progress=progress)
     lm, eng, _ = load_ensemble(root / "pmixed", cfg.device, cfg.dtype)
-    pcfg = PMixEDConfig(epsilon_pmixed, 1e-5, 3, queries, sample_rate)
-    led = PrivacyLedger(root / "ledger.db", "pmixed", Budget(epsilon_pmixed, 1e-5))
+    pcfg = PMixEDConfig(epsilon_pmixed, EXTRACTION_DELTA, 3, queries, sample_rate)
+    led = PrivacyLedger(root / "ledger.db", "pmixed", Budget(epsilon_pmixed, EXTRACTION_DELTA))
     pm = PMixED(eng, lm.tokenizer, led, pcfg, seed)
     hits = 0
     for _ in tqdm(range(generations), desc="attack pmixed", disable=not progress):

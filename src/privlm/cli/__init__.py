@@ -1,6 +1,6 @@
 """The ``privlm`` command line (Typer). Every command takes ``--json``.
 
-``privlm`` starts fast (issue 13 §1): its top level is a lazy group that imports a command's
+``privlm`` starts fast: its top level is a lazy group that imports a command's
 module only when that command runs, so ``privlm --help`` or ``privlm account dpsgd`` never
 loads torch. :data:`COMMANDS` lists each command, where it lives and its one-line help (a
 test checks the help against the module's own). ``privlm.cli.app`` is the whole command

@@ -8,9 +8,10 @@ from typing import Any
 import typer
 
 from privlm.audit import DEFAULT_PREFIX
+from privlm.audit.config import ExtractionConfig
 from privlm.cli.common import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit_json, user_errors
+from privlm.config import option
 from privlm.models import DEFAULT_MODEL
-from privlm.training.config import LoraTrainingConfig
 
 app = typer.Typer(help="Attacks and audits.", no_args_is_help=True)
 
@@ -19,16 +20,16 @@ app = typer.Typer(help="Attacks and audits.", no_args_is_help=True)
 @user_errors
 def extraction(
     model: str = typer.Option(DEFAULT_MODEL, help="Public model."),
-    codes: int = typer.Option(8, help="m users, one secret code each (even)."),
-    length: int = typer.Option(4, help="ℓ, digits per code."),
-    generations: int = typer.Option(100, help="g, attack generations per model."),
-    epsilon_pmixed: float = typer.Option(8.0, help="PMixED ε_G over all g generations."),
-    epsilon_submix: float = typer.Option(2.0, help="SubMix ε per part (α = 2)."),
-    sample_rate: float = typer.Option(0.3, help="PMixED q."),
-    epochs: int = typer.Option(60, help="Fine-tuning epochs (enough to memorise)."),
-    learning_rate: float = typer.Option(3e-3, "--lr", help="Fine-tuning learning rate."),
+    codes: int = option(ExtractionConfig, "codes"),
+    length: int = option(ExtractionConfig, "length"),
+    generations: int = option(ExtractionConfig, "generations"),
+    epsilon_pmixed: float = option(ExtractionConfig, "epsilon_pmixed"),
+    epsilon_submix: float = option(ExtractionConfig, "epsilon_submix"),
+    sample_rate: float = option(ExtractionConfig, "sample_rate"),
+    epochs: int = option(ExtractionConfig, "epochs"),
+    learning_rate: float = option(ExtractionConfig, "learning_rate", "--lr"),
     workdir: Path | None = typer.Option(None, help="Where to keep the models (default: temp)."),
-    seed: int | None = typer.Option(0, help="Seed for codes and sampling (none: OS randomness)."),
+    seed: int | None = option(ExtractionConfig, "seed"),
     device: str = DEVICE_OPTION,
     dtype: str = DTYPE_OPTION,
     as_json: bool = JSON_OPTION,
@@ -37,23 +38,9 @@ def extraction(
     PMixED and SubMix."""
     from privlm.audit.extraction import run_extraction
 
-    cfg = LoraTrainingConfig(
-        epochs=epochs, learning_rate=learning_rate, batch_size=4, block_size=32, pack=False, rank=8,
-        device=device, dtype=dtype,
-    )  # fmt: skip
-    out = run_extraction(
-        model,
-        codes,
-        length,
-        generations,
-        epsilon_pmixed,
-        epsilon_submix,
-        sample_rate,
-        cfg,
-        workdir,
-        seed,
-        progress=not as_json,
-    )
+    cfg = ExtractionConfig(codes, length, generations, epsilon_pmixed, epsilon_submix,
+                           sample_rate, epochs, learning_rate, seed)  # fmt: skip
+    out = run_extraction(model, cfg, cfg.training(device, dtype), workdir, progress=not as_json)
     if as_json:
         emit_json(out)
         return

@@ -49,7 +49,7 @@ SECURE_MODE_OPTION = typer.Option(
 
 
 def warn_if_seeded(seed: int | None) -> None:
-    """Print, on stderr, what a seed does to the guarantee (issue 17)."""
+    """Print, on stderr, what a seed does to the guarantee."""
     if seed is not None:
         from privlm.randomness import SEEDED_WARNING
 
@@ -57,7 +57,7 @@ def warn_if_seeded(seed: int | None) -> None:
 
 
 def warn_if_weak_delta(delta: float, units: int, unit: str = "record") -> None:
-    """Print, on stderr, when δ is weak for the number of privacy units (issue 15 §6)."""
+    """Print, on stderr, when δ is weak for the number of privacy units."""
     from privlm.accounting.advice import weak_delta_warning
 
     message = weak_delta_warning(delta, units, unit)

@@ -259,7 +259,7 @@ def pate(
 
 
 def warn_if_weak_threshold(cfg: PromptPateConfig, classes: int) -> None:
-    """Before any query: print, on stderr, when noise alone will pass queries (issue 15 §6)."""
+    """Before any query: print, on stderr, when noise alone will pass queries."""
     from privlm.accounting.advice import threshold_warning
 
     message = threshold_warning(cfg.threshold, cfg.sigma_threshold, cfg.teachers, classes)

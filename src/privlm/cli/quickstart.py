@@ -107,7 +107,7 @@ def private_pipeline(
     from privlm.predict.loading import load_ensemble
     from privlm.training.ensemble import ensemble_statistics, train_ensemble
 
-    train = corpora.wikitext2("train")
+    train = corpora.wikitext2_or_shipped_head("train")[0]
     train.records = train.records[:records]
     cfg = LoraTrainingConfig(
         epochs=1, block_size=128, batch_size=4, learning_rate=2e-3, max_blocks=16,
@@ -129,7 +129,7 @@ def private_pipeline(
 
     lm, engine, _ = load_ensemble(out_dir, device, dtype)
     q = min(1.0, 2.4 / n_models)  # about as many models per query as the paper's N=80, q=0.03
-    config = PMixEDConfig(epsilon=8.0, delta=1e-5, alpha=3, queries=1024, sample_rate=q)
+    config = PMixEDConfig(sample_rate=q)  # the defaults (PMixED Table 1) but q
     with tempfile.TemporaryDirectory() as tmp:
         ledger = PrivacyLedger(
             Path(tmp) / "deploy.db", "quickstart", Budget(config.epsilon, config.delta)
@@ -147,7 +147,10 @@ def private_pipeline(
         )
 
         blocks = token_blocks(
-            lm.tokenizer, corpora.wikitext2("valid").texts(), eval_block_size, eval_blocks
+            lm.tokenizer,
+            corpora.wikitext2_or_shipped_head("valid")[0].texts(),
+            eval_block_size,
+            eval_blocks,
         ).tolist()
         public = evaluate(plain_predictor("public", engine, lm.tokenizer), blocks, progress)
         ensemble = evaluate(plain_predictor("ensemble", engine, lm.tokenizer), blocks, progress)
@@ -213,8 +216,13 @@ def quickstart(
         f"in {lm.placement.describe()['dtype']}"
     )
 
+    valid, shipped = corpora.wikitext2_or_shipped_head("valid")
+    if shipped:
+        say(
+            "      (no corpora under PRIVLM_DATA: using the head of WikiText-2 that ships with "
+            "privlm, 2,000 train and 400 validation lines; docs/data.md)"
+        )
     say(f"[2/{steps}] perplexity on WikiText-2 validation ({blocks} blocks of {block_size} tokens)")
-    valid = corpora.wikitext2("valid")
     t0 = time.perf_counter()
     ppl = perplexity(
         lm.model, lm.tokenizer, valid.texts(), block_size, blocks, progress=not as_json
@@ -226,7 +234,7 @@ def quickstart(
     )
 
     say(f"[3/{steps}] DP-SGD budget example on WikiText-2 train (record-level privacy)")
-    train_units = len(corpora.wikitext2("train").units())
+    train_units = len(corpora.wikitext2_or_shipped_head("train")[0].units())
     example = budget_example(train_units)
     e = example
     say(

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from privlm.data.records import Dataset, Record, Skip
-from privlm.errors import DataError
+from privlm.errors import DataError, PrivlmError
 from privlm.settings import data_dir
 
 SST2_LABELS = {"0": "negative", "1": "positive"}
@@ -44,6 +44,27 @@ def wikitext2(split: str = "valid", variant: str = "raw") -> Dataset:
     _check_split("wikitext2", split, ("train", "valid", "test"))
     _check_split("wikitext2 variant", variant, ("raw", "tokens"))
     p, lines = _lines(f"wikitext2/{variant}/{split}.txt.gz")
+    return _wikitext_records(p, lines)
+
+
+SHIPPED = Path(__file__).with_name("samples")
+
+
+def wikitext2_or_shipped_head(split: str) -> tuple[Dataset, bool]:
+    """WikiText-2 (raw) from the data directory; where there is none, the head of it that
+    ships with privlm for the quickstart: the first 2,000 train and 400 validation lines of
+    wikitext-2-raw-v1 (Merity et al. 2016; CC BY-SA 3.0, see docs/data.md). Returns the
+    dataset and whether it is the shipped head."""
+    _check_split("wikitext2 head", split, ("train", "valid"))
+    try:
+        return wikitext2(split), False
+    except PrivlmError:
+        p = SHIPPED / f"wikitext2-{split}-head.txt.gz"
+        with gzip.open(p, "rt", encoding="utf-8") as fh:
+            return _wikitext_records(p, fh.read().splitlines()), True
+
+
+def _wikitext_records(p: Path, lines: list[str]) -> Dataset:
     records: list[Record] = []
     skipped: list[Skip] = []
     for i, line in enumerate(lines, start=1):

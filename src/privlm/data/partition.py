@@ -1,4 +1,4 @@
-"""Split a dataset into disjoint parts by privacy unit, stably (issue 18 §1).
+"""Split a dataset into disjoint parts by privacy unit, stably.
 
 The sample-and-aggregate protocols (PMixED, SubMix, PromptPATE) fine-tune one model, or
 build one teacher, per part. Their guarantee assumes that neighbouring datasets (one unit

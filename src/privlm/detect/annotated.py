@@ -1,4 +1,4 @@
-"""Annotated text: a text with its true sensitive spans, each with a type (issue 14 §2).
+"""Annotated text: a text with its true sensitive spans, each with a type.
 
 The file format (JSON lines) that ``privlm detect eval``, ``detect miss-rate`` and JFT's
 light noise read, one record per line, with character offsets:

@@ -39,7 +39,7 @@ WORD = re.compile(r"\w+|[^\w\s]")
 
 @dataclass(frozen=True)
 class MissRateInterval:
-    """Two rates (issue 14 §2). ``mean``/``low``/``high`` are per token, JFT's m = missed
+    """Two rates. ``mean``/``low``/``high`` are per token, JFT's m = missed
     sensitive tokens / all tokens: the chance that a sampled token is a secret the detector
     let through, the subsampling ratio of JFT §3.1's amplification argument, so it is what
     light noise is calibrated at (q·m̃_hi). ``sensitive_miss_rate`` = missed / sensitive

@@ -1,11 +1,11 @@
-"""privlm's PII evaluation corpus (issue 14 §2): template sentences filled with values that
+"""privlm's PII evaluation corpus: template sentences filled with values that
 Faker generates from a seed, each value's character span recorded with its type.
 
 The corpus is built on demand (``privlm detect corpus``, ``bench/bench_detectors.py``) and
 never committed. ``held_out=True`` uses the other template set and a mix of locales (US and
 UK names, addresses, postcodes and phone numbers) that no recogniser was developed against.
 :func:`support_dialogues` builds multi-turn support chats, one persona per customer, for JFT
-on dialogue data (issue 14 §3).
+on dialogue data.
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ def _persona(values: dict[str, Callable[[], str]]) -> dict[str, Callable[[], str
 def support_dialogues(
     customers: int, seed: int = 0, turns: tuple[int, int] = (3, 5), held_out: bool = False
 ) -> list[list[AnnotatedText]]:
-    """``customers`` support dialogues (issue 14 §3), each a list of turns: the customer's
+    """``customers`` support dialogues, each a list of turns: the customer's
     chat turns (the ``chat`` templates of both template sets, filled from one persona per
     customer), between ``turns[0]`` and ``turns[1]`` of them, each followed at random by an
     agent turn without personal data. Seeded like :func:`pii_corpus`."""

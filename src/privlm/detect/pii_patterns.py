@@ -1,4 +1,4 @@
-"""The recognisers privlm adds to Presidio's (issue 14 §1): street addresses, ZIP and postal
+"""The recognisers privlm adds to Presidio's: street addresses, ZIP and postal
 codes, names after titles and honorifics, dates (of birth), support-data IDs, usernames, and
 names written in lower case.
 

@@ -1,4 +1,4 @@
-"""How well a detector finds typed PII in annotated text (issue 14 §2).
+"""How well a detector finds typed PII in annotated text.
 
 Coverage is counted over non-blank characters, so "John Smith" caught as two spans is still
 fully caught. For each gold type:

@@ -1,4 +1,4 @@
-"""Template sentences for privlm's PII evaluation corpus (issue 14 §2), in the styles of
+"""Template sentences for privlm's PII evaluation corpus, in the styles of
 support tickets, clinical notes, e-mail and support chat.
 
 Two sets, written before any detector was tuned and never edited to suit one:
@@ -102,7 +102,7 @@ HELDOUT: dict[str, tuple[str, ...]] = {
     ),
 }
 
-# Support-dialogue agent turns without personal data (issue 14 §3): a dialogue interleaves
+# Support-dialogue agent turns without personal data: a dialogue interleaves
 # them with the customer's chat turns so that its text reads as a conversation. Written for
 # the benchmark, never tuned against a detector.
 AGENT_TURNS: tuple[str, ...] = (

@@ -1,4 +1,4 @@
-"""A user's own detection rules from a file (issue 14 §1, ``--patterns FILE``).
+"""A user's own detection rules from a file (``--patterns FILE``).
 
 YAML or JSON, every entry with a label::
 

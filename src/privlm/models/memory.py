@@ -1,4 +1,4 @@
-"""Refuse, before any work starts, what will not fit in memory (issue 11 §2).
+"""Refuse, before any work starts, what will not fit in memory.
 
 A model, an ensemble's stacked adapters and a KV cache are sized from their shapes alone
 (the model from its config, instantiated on the ``meta`` device, which allocates nothing)

@@ -1,4 +1,4 @@
-"""One device and precision policy for every model privlm loads (issue 11 §1).
+"""One device and precision policy for every model privlm loads.
 
 - ``device="auto"`` is ``$PRIVLM_DEVICE`` when set, else CUDA when torch sees a GPU, else
   the CPU. An explicit device that is not there is refused with the reason.
@@ -39,7 +39,7 @@ DTYPES = {
 DeviceSpec = str | torch.device | None
 DtypeSpec = str | torch.dtype | None
 # For loads that run no model: a tokenizer, a conversion to cache. Every capability that
-# computes with a model follows the policy (issue 11 §2).
+# computes with a model follows the policy.
 CPU_FLOAT32: dict[str, Any] = {"device": "cpu", "dtype": "float32"}
 
 

@@ -1,4 +1,4 @@
-"""One copy of each public model per process (issue 11 §2): the service's deployments of
+"""One copy of each public model per process: the service's deployments of
 the same model share its weights on the device, each attaching its own adapter stack
 (``privlm.predict.engine``), instead of loading one copy each.
 

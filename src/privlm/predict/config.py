@@ -71,7 +71,7 @@ class PMixEDConfig:
 
     def lifetime_curve(self, n_models: int) -> RdpCurve:
         """What all T queries can cost together: the most a deployment can ever release,
-        reserved on the dataset's ledger when the deployment is created (issue 17 §3)."""
+        reserved on the dataset's ledger when the deployment is created."""
         return self.query_cost(n_models)[1].times(self.queries)
 
 
@@ -81,7 +81,12 @@ class SubMixConfig:
 
     epsilon: float = setting(2.0, "SubMix: RDP ε of every part, at order α", gt=0, le=1000)
     alpha: float = setting(2.0, "SubMix: Rényi order α", gt=1, le=256)
-    beta: float = setting(2.0 / 1024, "SubMix: target leakage β per query (default ε/T)", gt=0)
+    beta: float = setting(
+        2.0 / 1024,
+        "SubMix: target leakage β per query (here ε/T at the default ε and T = 1024; generate "
+        "and deployments default to ε/T of their own ε and T)",
+        gt=0,
+    )
     delta: float = setting(1e-5, "δ (only for reporting conversions)", gt=0, lt=1)
 
     def __post_init__(self) -> None:

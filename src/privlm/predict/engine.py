@@ -238,7 +238,7 @@ class Prefill:
     """A prompt's KV cache for ``rows``, built a chunk of tokens per forward pass.
 
     Chunks let a long prompt be interleaved with other work and stopped between passes (the
-    service's scheduler, issue 16 §1); each pass computes the output layer for its last
+    service's scheduler); each pass computes the output layer for its last
     position only. The result equals one pass over the whole prompt up to float rounding
     (``tests/predict/test_batching.py``)."""
 

@@ -1,4 +1,4 @@
-"""One interface for everything that answers a prompt (issue 13 §1).
+"""One interface for everything that answers a prompt.
 
 PMixED, SubMix, a DP-trained adapter and the public model all answer through
 :class:`Predictor`: ``stream`` (tokens one at a time, each released only after its cost is

@@ -35,7 +35,7 @@ class PromptDpSgdConfig:
     learning_rate: float = setting(1e-2, "AdamW learning rate", gt=0, le=10)
     max_length: int = 96
     accountant: str = "rdp"
-    seed: int | None = None  # None: fresh OS entropy; a seed voids the guarantee (issue 17)
+    seed: int | None = None  # None: fresh OS entropy; a seed voids the guarantee
     # every noise coordinate and Poisson coin straight from os.urandom, as DP-SGD's secure
     # mode (privlm.training.secure_noise); cannot be seeded
     secure_mode: bool = False
@@ -53,12 +53,6 @@ class PromptDpSgdConfig:
 
     def __post_init__(self) -> None:
         check_settings(self)  # the declared bounds and choices first, naming the setting
-        if self.unit not in UNITS:
-            raise PrivlmError(f"unit must be one of {', '.join(UNITS)}, not {self.unit!r}")
-        if self.kind not in PROMPT_KINDS:
-            raise PrivlmError(f"unknown prompt kind {self.kind!r}; choose from {PROMPT_KINDS}")
-        if self.virtual_tokens < 1 or self.batch_size < 1 or self.epochs < 1:
-            raise PrivlmError("virtual tokens, batch size and epochs must be at least 1")
         if self.secure_mode and self.seed is not None:
             raise PrivlmError(
                 "secure mode draws every noise coordinate and batch from the OS CSPRNG, so it "
@@ -121,10 +115,6 @@ class PromptPateConfig:
 
     def __post_init__(self) -> None:
         check_settings(self)  # the declared bounds and choices first, naming the setting
-        if self.teacher_votes not in TEACHER_VOTES:
-            raise PrivlmError(
-                f"teacher_votes must be one of {', '.join(TEACHER_VOTES)}, not {self.teacher_votes!r}"
-            )
         self.smooth_release()  # refuses a λ too large for β now, not after the votes
 
     def smooth_release(self) -> SmoothRelease:

@@ -69,7 +69,7 @@ def _identities(private: Sequence[Record]) -> list[str]:
 def make_teachers(
     private: Sequence[Record], teachers: int, shots: int = 1, key: str | None = None
 ) -> list[Teacher]:
-    """``teachers`` prompts from disjoint private units (issue 18 §1).
+    """``teachers`` prompts from disjoint private units.
 
     Each unit goes to teacher ``HMAC(key, identity) mod teachers``, a function of that unit
     alone, so removing one unit changes one teacher only: the sensitivity GNMax assumes.

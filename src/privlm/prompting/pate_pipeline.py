@@ -71,7 +71,7 @@ class PromptPateResult:
     accounting: str
     release: dict[str, Any] | None  # the smooth-sensitivity release (data-dependent)
     config: dict[str, Any]
-    # the threshold check against the teacher count (issue 15 §6); None when it is sound
+    # the threshold check against the teacher count; None when it is sound
     threshold_warning: str | None = None
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""A task's private, public and test examples from the user's own files (issue 12 §1).
+"""A task's private, public and test examples from the user's own files.
 
 - **private** and **test** files are labelled: every record's label must be one of the
   task's labels;

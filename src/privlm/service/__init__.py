@@ -1,4 +1,4 @@
-"""The privlm service (paper 003, issue 6): a multi-tenant FastAPI app with datasets
+"""The privlm service (paper 003): a multi-tenant FastAPI app with datasets
 perturbed in the browser, durable DP jobs run by a worker process, and deployments whose
 every private token is charged to a ledger before it is sent.
 

@@ -1,4 +1,4 @@
-"""Admission control for generation (issue 16 §1): how much the service takes on, and each
+"""Admission control for generation: how much the service takes on, and each
 tenant's cap on completions in flight. Light to import (the CLI's ``serve`` options come
 from :class:`SchedulerLimits`)."""
 

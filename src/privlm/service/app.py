@@ -179,6 +179,13 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         _, blob = vocabulary(checked_clip(clip))
         return Response(blob, media_type="application/octet-stream")
 
+    @app.get("/v1/defaults")
+    def defaults() -> dict[str, Any]:
+        """The defaults the page's forms start from, read from the config classes (so the
+        page never restates one)."""
+        return {"dataset_budget": {"epsilon": ds_api.DEFAULT_BUDGET.epsilon,
+                                   "delta": ds_api.DEFAULT_BUDGET.delta}}  # fmt: skip
+
     @app.get("/v1/health")
     async def health() -> dict[str, Any]:
         """A coroutine on the event loop: it never waits for a thread, or for generation."""
@@ -195,8 +202,8 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         s: Db,
         me: Me,
         file: Annotated[UploadFile, File()],
-        budget_epsilon: Annotated[float, Form()] = 8.0,
-        budget_delta: Annotated[float, Form()] = 1e-5,
+        budget_epsilon: Annotated[float, Form()] = ds_api.DEFAULT_BUDGET.epsilon,
+        budget_delta: Annotated[float, Form()] = ds_api.DEFAULT_BUDGET.delta,
         perturbation: Annotated[str | None, Form(max_length=10_000)] = None,
         name: Annotated[str | None, Form(max_length=200)] = None,
         require_dp: Annotated[bool, Form()] = False,

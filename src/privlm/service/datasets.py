@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from privlm.accounting import PrivacyLedger
+from privlm.config import check_settings, setting
 from privlm.data import Dataset as Records
 from privlm.data import load_file
 from privlm.data.records import content_digest
@@ -25,7 +27,7 @@ from privlm.training.sdp_charges import SDP_NOTE, charge_guarantee
 FORMATS = (".txt", ".jsonl", ".csv")
 MAX_NAME = 200
 # The fields a job reads: the text, a label, a (pseudonymous) user id, and the second text of
-# the bundled sentence-pair tasks. Anything else is refused, never stored (issue 17 §2),
+# the bundled sentence-pair tasks. Anything else is refused, never stored,
 # unless the upload names it in ``fields``: a field its own task's template uses.
 USED_FIELDS = ("text", "label", "user_id", "hypothesis")
 MAX_EXTRA_FIELDS = 16
@@ -57,15 +59,29 @@ def parse_fields(fields: str | None) -> tuple[str, ...]:
     return names
 
 
-def check_budget(epsilon: float, delta: float) -> None:
-    import math
+@dataclass(frozen=True)
+class DatasetBudget:
+    """A dataset's privacy budget, fixed at upload: what every job and deployment on it may
+    spend together. The upload form, the API and the page take their defaults from here."""
 
-    if not (math.isfinite(epsilon) and 0 < epsilon <= MAX_BUDGET_EPSILON):
-        raise UploadError(
-            f"budget_epsilon must be a positive finite number, at most {MAX_BUDGET_EPSILON:g}"
-        )
-    if not (0 < delta < 1):
-        raise UploadError("budget_delta must lie strictly between 0 and 1")
+    epsilon: float = setting(
+        8.0, "The dataset's budget ε: every job and deployment on it together (1 to 8 is usual)",
+        gt=0, le=MAX_BUDGET_EPSILON,
+    )  # fmt: skip
+    delta: float = setting(1e-5, "The dataset's budget δ", gt=0, lt=1)
+
+    def __post_init__(self) -> None:
+        check_settings(self)
+
+
+DEFAULT_BUDGET = DatasetBudget()
+
+
+def check_budget(epsilon: float, delta: float) -> None:
+    try:
+        DatasetBudget(epsilon, delta)
+    except PrivlmError as exc:
+        raise UploadError(f"budget_{exc}") from None
 
 
 def store_dataset(
@@ -165,7 +181,7 @@ def delete_dataset(session: Session, row: Dataset) -> None:
 
 
 def budget_state(ledger: PrivacyLedger) -> dict[str, Any]:
-    """What the dataset's ledger has spent and reserved, and what is left (issue 17 §3).
+    """What the dataset's ledger has spent and reserved, and what is left.
     JFT's charges (selective DP, no DP bound) are summed apart from DP spending."""
     spent = ledger.spent()
     sdp = ledger.spent_by(lambda r: charge_guarantee(r.mechanism) == "SDP")

@@ -231,7 +231,7 @@ def restate_reservation(ledger_url: str, job: Job, row: Deployment, predictor: P
 
 
 def deployment_guarantee(row: Deployment, job: Job | None) -> dict[str, Any]:
-    """What a deployment's answers guarantee (issue 18 §2 and §3): PMixED in (ε, δ), SubMix
+    """What a deployment's answers guarantee: PMixED in (ε, δ), SubMix
     in Rényi DP at its order, a DP adapter's training ε, or a JFT adapter's SDP."""
     p = json.loads(row.params)
     if row.mechanism == "pmixed":
@@ -263,8 +263,7 @@ def lifetime_cost(p: DeploymentParams, job: Job) -> RdpCurve | None:
     PMixED's T queries at the radius its ensemble gets, or SubMix's (α, ε) per part. None
     for a DP adapter, whose tokens are post-processing of a release already charged.
 
-    privlm reserves this on the dataset's ledger when the deployment is created (issue 17
-    §3), so every deployment of every ensemble counts against the dataset's one budget."""
+    privlm reserves this on the dataset's ledger when the deployment is created, so every deployment of every ensemble counts against the dataset's one budget."""
     from privlm.training.ensemble import load_manifest
 
     if p.mechanism == "pmixed":

@@ -214,7 +214,7 @@ def job_ledger(ctx: JobContext) -> PrivacyLedger:
 
 def job_epsilon(ledger: PrivacyLedger, job_id: str) -> float:
     """What one job charged to its dataset's budget (ε at the budget's δ): its own charges
-    composed, not the dataset's running total (issue 16 §3)."""
+    composed, not the dataset's running total."""
     own = ledger.spent_by(lambda r: r.params.get("job") == job_id and "deployment" not in r.params)
     return own.epsilon
 
@@ -388,7 +388,7 @@ def scrub(text: str, roots: list[str]) -> str:
 
 def zip_artifact(out_dir: Path, model: str, data_dir: Path) -> bytes:
     """The output directory as a zip (adapter or student prompt, and privacy statement),
-    revealing no server path (issue 16 §3): PEFT writes the base model's local directory
+    revealing no server path: PEFT writes the base model's local directory
     into ``adapter_config.json`` and its model card; they name ``model`` instead."""
     import io
     import zipfile
@@ -413,7 +413,7 @@ def zip_artifact(out_dir: Path, model: str, data_dir: Path) -> bytes:
 
 def guarantee(job: Job) -> dict[str, Any]:
     """What a job's output guarantees, in the words the page, the API and the model card use
-    (issue 18 §2): a JFT model is selective DP under its policy, never plain DP."""
+    : a JFT model is selective DP under its policy, never plain DP."""
     if job.kind == "jft":
         policy = json.loads(job.params).get("detector")
         return {

@@ -1,5 +1,5 @@
 """OpenAI-compatible generation: ``POST /v1/completions`` and ``POST /v1/chat/completions``,
-each with ``stream: true`` as server-sent events (issue 13 §4).
+each with ``stream: true`` as server-sent events.
 
 Every token is charged before it is sent (the deployment's scheduler charges, then emits). A
 client that disconnects, streaming or not, cancels its completion: the scheduler stops it at
@@ -175,7 +175,7 @@ def refusal(event: Refused) -> ApiError:
 
 
 def check_prompt_length(n_prompt: int, max_tokens: int, dep: LoadedDeployment) -> None:
-    """A prompt may take the model's context less the tokens asked for (issue 16 §1)."""
+    """A prompt may take the model's context less the tokens asked for."""
     room = dep.context_tokens - max_tokens
     if n_prompt > room:
         raise invalid(

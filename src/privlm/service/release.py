@@ -1,6 +1,6 @@
 """One completion as the scheduler runs it: which sequence answers (the private mechanism,
 or the public model when the budget is spent and the deployment allows it), and the text its
-tokens become, seen through ``stop`` (issue 13 §4, issue 16 §1).
+tokens become, seen through ``stop``.
 
 A :class:`Completion` is driven by the deployment's scheduler thread
 (:mod:`privlm.service.scheduler`): the scheduler evaluates the sequence's rows, the sequence

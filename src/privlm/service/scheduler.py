@@ -1,5 +1,5 @@
 """Generation off the request threads: a scheduler per deployment, with admission control
-(issue 16 §1).
+.
 
 Each deployment has one scheduler thread and a bounded queue. A request that cannot be
 queued is refused at once, 503 with ``Retry-After``; a tenant over its cap of completions in

@@ -1,4 +1,4 @@
-"""How every request body is read (issue 16 §2): unknown fields refused, no coercion
+"""How every request body is read: unknown fields refused, no coercion
 ("epsilon": true or "3" is an error, not 1.0 or 3.0), and no Infinity or NaN."""
 
 from __future__ import annotations

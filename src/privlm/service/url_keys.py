@@ -1,4 +1,4 @@
-"""Keys at the door (issue 16 §2). API keys never travel in a URL. A URL is written to access logs, proxies
+"""Keys at the door. API keys never travel in a URL. A URL is written to access logs, proxies
 and browser history, so a request whose query string carries a key, or a parameter named
 like one, is refused with 400 before it reaches any route; the refusal never repeats the
 URL. privlm's own access log (``AccessLog``) writes the method, the path and the status,

@@ -1,6 +1,6 @@
 """The job worker: a separate process that claims queued jobs and runs them.
 
-Durability (issue 6 §4): the job row is the truth. A running job carries its worker's pid,
+Durability: the job row is the truth. A running job carries its worker's pid,
 host and a heartbeat. When a worker starts (and every minute after) it looks for running jobs
 whose worker is gone (pid dead on this host, or heartbeat older than ``STALE_SECONDS``):
 such a job is put back in the queue to resume (an ensemble resumes from its finished

@@ -1,4 +1,4 @@
-"""Gradient checkpointing for big models (issue 11 §2), in the one form DP-SGD can use.
+"""Gradient checkpointing for big models, in the one form DP-SGD can use.
 
 Checkpointing keeps only each decoder layer's input and recomputes the layer's activations
 during the backward pass, trading compute for activation memory. Opacus computes

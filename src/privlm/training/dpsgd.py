@@ -110,11 +110,11 @@ class PrivacyStatement:
     token_usage: dict[str, Any] | None = None  # tokens trained on and dropped, per unit
     device: str = "cpu"
     dtype: str = "float32"  # of the base model's weights; LoRA parameters are float32
-    # where the noise and batches came from; a seeded run carries the warning (issue 17)
+    # where the noise and batches came from; a seeded run carries the warning
     randomness: str = "fresh OS entropy (CSPRNG); no seed"
     seed: int | None = None
     warning: str | None = None
-    delta_warning: str | None = None  # δ weak for the number of units (issue 15 §6)
+    delta_warning: str | None = None  # δ weak for the number of units
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

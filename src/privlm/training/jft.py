@@ -250,7 +250,7 @@ def policy_name(cfg: JftConfig, det: Detector) -> str:
 
 
 def sdp_release_label(cfg: JftConfig, det: Detector, dp_epsilon: float | None) -> dict[str, Any]:
-    """What a JFT model's privacy.json, model card and service say it is (issue 18 §2):
+    """What a JFT model's privacy.json, model card and service say it is:
     (ε, δ)-SDP under the named policy, with its honest DP figure: none for the direct and
     screened modes (phase 1 saw everything the policy let through, with no noise), the
     composed light-noise bound otherwise. The ε in the statement is phase 2's."""
@@ -304,7 +304,7 @@ def _check_fits(
 
 def _perfect_detector_assumption(phase1: dict[str, Any]) -> str:
     """What the SDP statement of direct and screened mode assumes, with the detector's miss
-    rate when an annotated sample measured it (issue 15 §6)."""
+    rate when an annotated sample measured it."""
     base = (
         "the phase-1 data contain no sensitive token under the policy (a detector with 100% "
         "recall on this data, or a complete manual screening); phase 1 is then (0, 0)-SDP but "

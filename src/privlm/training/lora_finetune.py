@@ -126,7 +126,7 @@ def training_token_usage(
     redact: list[list[Span]] | None,
 ) -> dict[str, Any]:
     """How many of the texts' tokens (each text's tokens and its EOS) are trained on: the
-    labelled positions of the blocks kept, redaction slots counted as used (issue 12 §2)."""
+    labelled positions of the blocks kept, redaction slots counted as used."""
     total = sum(len(ids) + 1 for ids in tokenizer(texts, add_special_tokens=False)["input_ids"])
     used = int((labels != IGNORE).sum()) + (0 if masked is None else int(masked.sum()))
     used = min(used, total)

@@ -2,7 +2,7 @@
 statement in ``privacy.json`` means, in words a reader of the Hugging Face page can check.
 
 A JFT adapter's card says selective DP (SDP) under its policy, and its ordinary DP figure
-(none, unless phase 1 ran with light noise), never plain DP (issue 18 §2). A seeded run's
+(none, unless phase 1 ran with light noise), never plain DP. A seeded run's
 card carries the warning that its guarantee does not hold against anyone who knows the seed.
 """
 
@@ -148,7 +148,7 @@ def ensemble_card(manifest: Mapping[str, Any], member: str | None = None) -> str
 def jft_phase1_card(model: str, policy: str, units: int) -> str:
     """The card of a JFT phase-1 adapter trained without noise (direct or screened mode): no
     guarantee at all, since what the policy missed was learnt in the clear (JFT §3); only the
-    phase-2 adapter is released (issue 13 §3: every artefact says what it is)."""
+    phase-2 adapter is released (every artefact says what it is)."""
     return "\n".join([
         *front_matter(model, "peft", "privlm, not-private"),
         "# privlm: phase 1 of Just Fine-tune Twice",

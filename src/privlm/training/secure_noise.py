@@ -1,4 +1,4 @@
-"""DP-SGD's noise and Poisson coins straight from the OS CSPRNG (issue 15 §4).
+"""DP-SGD's noise and Poisson coins straight from the OS CSPRNG.
 
 privlm's default DP-SGD noise comes from a torch generator whose whole state is drawn from
 the OS CSPRNG (:mod:`privlm.randomness`): unpredictable to anyone who did not see the state,

@@ -1,4 +1,4 @@
-"""User-level DP-SGD on *all* of each user's data (issue 12 §2).
+"""User-level DP-SGD on *all* of each user's data.
 
 A user's records are joined (EOS between them) and cut into blocks of ``block_size``
 tokens; the last, shorter block is padded. Every block is trained on, unless

@@ -4,7 +4,7 @@ The analysis module is plain numpy and scipy, but ``import opacus.accountants.an
 runs ``opacus/__init__``, which imports torch and the whole privacy engine: seconds of
 start-up for a budget calculation. This loads the one module file from the installed
 Opacus package instead, so ``import privlm.accounting`` loads neither torch nor Opacus
-(issue 13 §1). The functions are Opacus's own; a test checks this module is the same code
+. The functions are Opacus's own; a test checks this module is the same code
 as ``opacus.accountants.analysis.rdp``.
 """
 

@@ -28,7 +28,7 @@ with R = p₀. If every mollified model satisfies D↔_{2α}(p̄_j ‖ p₀) ≤
 (the order-(2k−1) and 2k terms are bounded by ρ since Rényi divergence grows with the order
 and is jointly quasi-convex).
 
-**From one model to a subset of m (issue 15 §1).** With Q the average of the other m − 1
+**From one model to a subset of m.** With Q the average of the other m − 1
 mollified models and R = p̄_i, the subset's output is the two-point mixture
 P = (1 − 1/m)·Q + (1/m)·R, and D_ℓ(R ‖ Q), D_ℓ(Q ‖ R) ≤ d(ℓ) for every integer ℓ ≤ α.
 That is Theorem C.4 (Steinke 2022) on a one-element input: let M(⊥) = Q and M(x₁) = R, which

@@ -204,7 +204,7 @@
     }).catch(function (e) { status("perturb-status", e.message, true); });
   }
 
-  /* Plain-words warnings where the figures promise little (issue 16 §4). */
+  /* Plain-words warnings where the figures promise little. */
   function showWarnings(p) {
     var list = $("warnings"), out = [];
     list.innerHTML = "";
@@ -542,6 +542,11 @@
   $("deploy").addEventListener("click", onDeploy);
   $("play").addEventListener("click", onPlay);
   $("play-deployment").addEventListener("change", refresh);
+  // the forms' defaults come from the server's config classes, never restated here
+  fetch("/v1/defaults").then(function (r) { return r.json(); }).then(function (d) {
+    if (!$("budget-epsilon").value) $("budget-epsilon").value = d.dataset_budget.epsilon;
+    if (!$("budget-delta").value) $("budget-delta").value = d.dataset_budget.delta;
+  }).catch(function () {});
   setInterval(refresh, 2000);
   refresh();
 })();
