@@ -66,7 +66,11 @@ def test_csv_with_custom_text_column(tmp_path):
         ("nocol.jsonl", '{"body": "x"}\n', r"no 'text' column", None),
         ("badjson.jsonl", '{"text": "ok"}\n{"text": \n', "invalid JSON", 2),
         ("notobj.jsonl", '{"text": "ok"}\n["x"]\n', "JSON object", 2),
-        ("extra.csv", "text\nok\na,b\n", "more fields", 3),
+        ("extra.csv", "text\nok\na,b\n", "2 fields, more than the 1 column the header has", 3),
+        ("ragged.csv", "text,user_id\na,u1\nb\n", "1 field, fewer than the 2 columns", 3),
+        ("unterminated.csv", 'text,user_id\n"first note,u1\nsecond,u2\n', "malformed CSV", 2),
+        ("quote.csv", 'text,user_id\na,u1\n"b" x,u2\n', "malformed CSV", 3),
+        ("nul.csv", "text,user_id\na,u1\nb\x00c,u2\n", "a NUL byte", 3),
         ("onlyheader.csv", "text\n", "no data rows", None),
         ("nonstr.jsonl", '{"text": 5}\n', "must be a string", 1),
         (

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from sqlalchemy import select
 
 from privlm.service.db import ApiKey, make_engine, session_factory
@@ -41,6 +42,28 @@ def test_the_budget_defaults_come_from_one_definition(service):
     assert bad.status_code == 400 and "budget_delta must be less than 1" in bad.text
     page = (Path(__file__).parents[2] / "src/privlm/service/static/index.html").read_text()
     assert 'id="budget-epsilon" type="number" min="0"' in page  # no value restated there
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        ('text,user_id\n"an unterminated note,u1\nsecond,u2\n', "line 2: malformed CSV"),
+        ("text,user_id\na,u1\nb\n", "line 3: 1 field, fewer than the 2 columns"),
+        ("text,user_id\na,u1,extra\n", "line 2: 3 fields, more than the 2 columns"),
+        ("text,user_id\na\x00b,u1\n", "line 2: a NUL byte"),
+    ],
+)
+def test_a_malformed_csv_is_refused_with_its_line_and_nothing_is_stored(service, content, why):
+    r = service.upload("acme", text=content, filename="notes.csv")
+    assert r.status_code == 400 and why in r.json()["error"]["message"], r.text
+    assert not list((service.settings.data_dir / "tenants").rglob("*.csv"))
+    assert service.client.get("/v1/datasets", headers=service.auth("acme")).json()["data"] == []
+
+
+def test_health_answers_at_both_paths_without_a_key(service):
+    for path in ("/v1/health", "/health"):
+        r = service.client.get(path)
+        assert r.status_code == 200 and r.json()["status"] == "ok", path
 
 
 def test_upload_list_get_delete(service):

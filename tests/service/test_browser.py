@@ -414,3 +414,95 @@ def test_a_newcomer_goes_from_the_page_to_a_private_completion(working_server, t
     assert output.startswith("The patient was")
     left = [int(n) for n in re.findall(r"(\d+) of 64 private tokens left", budget)]
     assert len(left) == 2 and left[0] == 64 and left[1] < 64  # it fell with each token
+
+
+def wait_for_jobs(client, ids, timeout=300.0):
+    """Every job in ``ids`` succeeded (or fail the test with the one that did not)."""
+    import time
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        jobs = {j["id"]: j for j in client.get("/v1/jobs").json()["data"]}
+        bad = [jobs[i] for i in ids if jobs[i]["status"] in ("failed", "cancelled")]
+        assert not bad, bad
+        if all(jobs[i]["status"] == "succeeded" for i in ids):
+            return jobs
+        time.sleep(1)
+    raise AssertionError(f"jobs {ids} did not finish in {timeout} s")
+
+
+def test_a_user_with_history_acts_on_what_they_just_made(working_server, tmp_path):
+    """A tenant with two datasets, two finished jobs and two deployments walks the page: the
+    job trains on the dataset just uploaded, the deploy serves the job just trained (with the
+    queries typed in), and the playground queries the deployment just made."""
+    from playwright.sync_api import sync_playwright
+
+    srv = working_server
+    key = srv.tenant("with-history")
+    with srv.client(key) as c:
+        old = []
+        for i in range(2):
+            files = {
+                "file": (f"old{i}.txt", f"{NOTES}\nan older note {i}\n".encode(), "text/plain")
+            }
+            r = c.post(
+                "/v1/datasets", files=files, data={"name": f"old-{i}", "budget_epsilon": "50"}
+            )
+            assert r.status_code == 201, r.text
+            old.append(r.json()["id"])
+        ens = c.post("/v1/jobs", json={"kind": "ensemble", "dataset_id": old[0],
+                                       "params": {"parts": 2, "block_size": 16}}).json()  # fmt: skip
+        dp = c.post("/v1/jobs", json={"kind": "dpsgd", "dataset_id": old[1],
+                                      "params": {"epsilon": 1, "block_size": 16}}).json()  # fmt: skip
+        wait_for_jobs(c, [ens["id"], dp["id"]])
+        old_deps = [
+            c.post("/v1/deployments", json={"job_id": ens["id"], "mechanism": "pmixed",
+                                            "epsilon": 8, "queries": 32}).json()["id"],
+            c.post("/v1/deployments", json={"job_id": dp["id"], "mechanism": "adapter"}).json()["id"],
+        ]  # fmt: skip
+    src = tmp_path / "tickets-nov.txt"
+    src.write_text(NOTES + "\n")
+    with sync_playwright() as p:
+        browser = launch(p)
+        page = browser.new_page()
+        perturb_in_page(page, srv.url, key, src)
+        page.fill("#ds-name", "tickets-nov")
+        page.click("#upload")
+        page.wait_for_selector("#upload-status:has-text('stored as')", timeout=60_000)
+        new_ds = page.inner_text("#upload-status").split("stored as ")[1].split(" ")[0]
+        page.wait_for_function(f"document.getElementById('job-dataset').value === '{new_ds}'")
+        page.select_option("#job-kind", "ensemble")
+        page.fill("#job-parts", "2")
+        assert "trains on tickets-nov" in page.inner_text("#job-target")
+        page.click("#submit-job")
+        page.wait_for_selector("#job-status:has-text('queued')")
+        new_job = page.inner_text("#job-status").split("queued ")[1].strip()
+        page.wait_for_function(
+            f"document.getElementById('dep-job').value === '{new_job}'", timeout=240_000
+        )
+        assert page.is_visible("#dep-queries-label") and page.is_visible("#dep-epsilon-label")
+        page.select_option("#dep-job", dp["id"])  # an adapter takes neither ε nor queries
+        assert page.is_hidden("#dep-queries-label") and page.is_hidden("#dep-epsilon-label")
+        assert "costs nothing more" in page.inner_text("#dep-target")
+        page.select_option("#dep-job", new_job)
+        page.fill("#dep-epsilon", "8")
+        page.fill("#dep-queries", "64")
+        assert f"serves job {new_job} with pmixed" in page.inner_text("#dep-target")
+        page.click("#deploy")
+        page.wait_for_selector("#deploy-status:has-text('deployed')", timeout=60_000)
+        new_dep = page.inner_text("#deploy-status").split("deployed ")[1].strip()
+        page.wait_for_function(f"document.getElementById('play-deployment').value === '{new_dep}'")
+        page.fill("#play-tokens", "3")
+        page.click("#play")
+        page.wait_for_selector("#play-budget:has-text('After')", timeout=120_000)
+        shot(page, "with-history")
+        browser.close()
+    with srv.client(key) as c:
+        jobs = {j["id"]: j for j in c.get("/v1/jobs").json()["data"]}
+        assert jobs[new_job]["dataset_id"] == new_ds and new_ds not in old
+        deps = {d["id"]: d for d in c.get("/v1/deployments").json()["data"]}
+        assert deps[new_dep]["job_id"] == new_job and deps[new_dep]["params"]["queries"] == 64
+        spent = c.get(f"/v1/deployments/{new_dep}/budget").json()["queries"]
+        assert spent["left"] < 64  # the playground queried the new deployment
+        untouched = c.get(f"/v1/deployments/{old_deps[0]}/budget").json()["queries"]
+        assert untouched["left"] == untouched["total"] == 32  # and not the older one

@@ -13,7 +13,7 @@ import pytest
 from privlm.accounting import PrivacyLedger
 from privlm.predict.batching import DecodeBatch
 from privlm.predict.engine import Prefill
-from privlm.service.admission import SchedulerLimits, TenantGate
+from privlm.service.admission import Overloaded, SchedulerLimits, TenantGate
 from tests.service.conftest import complete, deploy
 
 
@@ -21,7 +21,7 @@ def limit(service, **kw) -> None:
     """Scheduling limits for deployments loaded from now on."""
     runtime = service.state.runtime
     runtime.limits = SchedulerLimits(**kw)
-    runtime.gate = TenantGate(runtime.limits.tenant_max)
+    runtime.gate = TenantGate(runtime.limits.tenant_max, runtime.limits.max_queue)
 
 
 def pmixed(service, job, queries=400) -> str:
@@ -70,22 +70,20 @@ def test_concurrent_requests_share_forward_passes_and_are_all_charged(service, e
     assert queries == list(range(1, released + 2))  # one charge per token, in order
 
 
-def test_a_full_queue_is_refused_at_once_with_retry_after(service, ensemble_job):
-    limit(service, max_batch=1, max_queue=1)
+def test_a_full_service_is_refused_at_once_with_retry_after(service, ensemble_job):
+    """The service's bound counts every completion queued or running, across tenants."""
+    limit(service, max_batch=1, max_queue=2)
     dep = pmixed(service, ensemble_job)
-    sched = service.state.runtime._loaded[dep].scheduler
+    gate = service.state.runtime.gate
     with ThreadPoolExecutor(2) as pool, model_lock(service, dep):
-        first = pool.submit(complete, service, "acme", dep, 2)
-        wait_until(lambda: sched.load()["queued"] == 0 and first.running())
-        time.sleep(0.2)  # the scheduler took it and waits for the model
-        second = pool.submit(complete, service, "acme", dep, 2)
-        wait_until(lambda: sched.load()["queued"] == 1)
+        held = [pool.submit(complete, service, "acme", dep, 2) for _ in range(2)]
+        wait_until(lambda: gate.in_flight(held_tenant(service)) == 2)
         t = time.monotonic()
         r = complete(service, "acme", dep, 2)
         assert time.monotonic() - t < 5
         assert r.status_code == 503 and r.headers["Retry-After"] == "1"
-        assert r.json()["error"]["type"] == "overloaded" and "queue is full" in r.text
-    assert first.result().status_code == second.result().status_code == 200
+        assert r.json()["error"]["type"] == "overloaded" and "its bound is 2" in r.text
+    assert [h.result().status_code for h in held] == [200, 200]
 
 
 def test_a_tenant_over_its_cap_gets_429_and_another_tenant_is_answered(service, ensemble_job):
@@ -152,6 +150,25 @@ def test_a_client_that_goes_away_stops_its_completion(service, ensemble_job):
     sched = service.state.runtime._loaded[dep].scheduler
     wait_until(lambda: sched.load() == {"running": 0, "queued": 0})
     assert ledger.count() - before < 200
+
+
+def test_both_refusals_are_reached_at_the_default_settings():
+    """At the defaults a tenant's 33rd completion gets 429, and with two tenants at their
+    cap (64 in flight) a third tenant's first gets 503: the service bound is not dead."""
+    limits = SchedulerLimits()
+    gate = TenantGate(limits.tenant_max, limits.max_queue)
+    for _ in range(limits.tenant_max):
+        gate.enter("a")
+    with pytest.raises(Overloaded) as own:
+        gate.enter("a")
+    assert own.value.status == 429
+    for _ in range(limits.tenant_max):
+        gate.enter("b")
+    with pytest.raises(Overloaded) as full:
+        gate.enter("c")
+    assert full.value.status == 503 and "bound is 64" in full.value.message
+    gate.leave("a")
+    gate.enter("c")  # one finished: the third tenant is answered
 
 
 def test_tenant_gate_counts_and_caps():

@@ -20,6 +20,7 @@ import csv
 import gzip
 import io
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -109,33 +110,49 @@ def jsonl_rows(path: Path, content: str) -> list[tuple[int, dict[str, Any]]]:
     return rows
 
 
+def _csv_rows(path: Path, content: str) -> Iterator[tuple[int, list[str]]]:
+    """(first line, fields) of every row, strictly: an unterminated quoted field, a quote
+    inside an unquoted field or a NUL byte is refused with its line, never read as one long
+    record (RFC 4180; Python's csv module in strict mode)."""
+    if "\x00" in content:
+        line = content[: content.index("\x00")].count("\n") + 1
+        raise DataError(path, "a NUL byte in a CSV file (is it binary?)", line)
+    reader = csv.reader(io.StringIO(content, newline=""), strict=True)
+    first = 1
+    try:
+        for row in reader:
+            yield first, row
+            first = reader.line_num + 1
+    except csv.Error as exc:
+        raise DataError(path, f"malformed CSV in the row starting here: {exc}", first) from None
+
+
 def _rows_csv(path: Path, content: str, no_header: bool) -> list[tuple[int, dict[str, Any]]]:
-    if no_header:
-        return _rows_headerless_csv(path, content)
-    reader = csv.DictReader(io.StringIO(content, newline=""))
-    rows = []
-    try:
-        for row in reader:
-            if None in row:
-                raise DataError(path, "more fields than the header has columns", reader.line_num)
-            rows.append((reader.line_num, row))
-    except csv.Error as exc:
-        raise DataError(path, f"malformed CSV: {exc}", reader.line_num) from None
-    if reader.fieldnames is None:
+    """Rows as {column: value}; every row has exactly as many fields as the header (or, with
+    ``no_header``, as the first row, its columns named "1", "2", … by position)."""
+    rows: list[tuple[int, dict[str, Any]]] = []
+    names: list[str] | None = None
+    for line, fields in _csv_rows(path, content):
+        if not fields:
+            continue  # a blank line
+        if names is None:
+            if no_header:
+                names = [str(i) for i in range(1, len(fields) + 1)]
+            else:
+                names = fields
+                continue
+        if len(fields) != len(names):
+            n, m = len(fields), len(names)
+            where = "the first row has" if no_header else "the header has"
+            raise DataError(
+                path,
+                f"{n} field{'s' * (n != 1)}, {'more' if n > m else 'fewer'} than the {m} "
+                f"column{'s' * (m != 1)} {where}",
+                line,
+            )
+        rows.append((line, dict(zip(names, fields, strict=True))))
+    if names is None and not no_header:
         raise DataError(path, "no header row (a .csv needs column names, or --no-header)")
-    return rows
-
-
-def _rows_headerless_csv(path: Path, content: str) -> list[tuple[int, dict[str, Any]]]:
-    """Rows of a CSV without a header, their columns named "1", "2", … by position."""
-    reader = csv.reader(io.StringIO(content, newline=""))
-    rows = []
-    try:
-        for row in reader:
-            if row:
-                rows.append((reader.line_num, {str(i): v for i, v in enumerate(row, start=1)}))
-    except csv.Error as exc:
-        raise DataError(path, f"malformed CSV: {exc}", reader.line_num) from None
     return rows
 
 

@@ -15,7 +15,10 @@ class SchedulerLimits:
     """How much generation the service takes on; ``privlm serve`` exposes each field."""
 
     max_batch: int = setting(16, "completions decoded together per deployment", ge=1, le=256)
-    max_queue: int = setting(64, "completions waiting per deployment (then 503)", ge=1, le=10_000)
+    max_queue: int = setting(
+        64, "completions queued or running in the whole service, every tenant and deployment "
+        "(then 503); keep it below the sum of the tenants' caps", ge=1, le=100_000,
+    )  # fmt: skip
     tenant_max: int = setting(
         32, "completions a tenant may have queued or running, all deployments (then 429)",
         ge=1, le=10_000,
@@ -41,10 +44,12 @@ class Overloaded(Exception):
 
 
 class TenantGate:
-    """Each tenant's completions in flight, capped."""
+    """Completions in flight (queued or running), capped per tenant (429: the tenant's own
+    load) and across the whole service (503: everyone's load). At the defaults (32 per
+    tenant, 64 in all) two busy tenants fill the service and a third is turned away."""
 
-    def __init__(self, cap: int) -> None:
-        self.cap = cap
+    def __init__(self, cap: int, total_cap: int | None = None) -> None:
+        self.cap, self.total_cap = cap, total_cap
         self._counts: dict[str, int] = {}
         self._lock = threading.Lock()
 
@@ -55,6 +60,12 @@ class TenantGate:
                 raise Overloaded(
                     429, f"this API key's tenant already has {n} completions queued or running "
                     f"(the cap is {self.cap}); retry when one has finished",
+                )  # fmt: skip
+            total = sum(self._counts.values())
+            if self.total_cap is not None and total >= self.total_cap:
+                raise Overloaded(
+                    503, f"the service has {total} completions queued or running (its bound "
+                    f"is {self.total_cap}); retry shortly",
                 )  # fmt: skip
             self._counts[tenant] = n + 1
 

@@ -187,6 +187,7 @@ def create_app(settings: ServiceSettings) -> FastAPI:
                                    "delta": ds_api.DEFAULT_BUDGET.delta}}  # fmt: skip
 
     @app.get("/v1/health")
+    @app.get("/health", include_in_schema=False)  # the path load balancers expect
     async def health() -> dict[str, Any]:
         """A coroutine on the event loop: it never waits for a thread, or for generation."""
         return {"status": "ok", "model": settings.model}

@@ -138,7 +138,7 @@ class DeploymentRuntime:
     def __init__(self, ledger_url: str, limits: SchedulerLimits | None = None) -> None:
         self.ledger_url = ledger_url
         self.limits = limits or SchedulerLimits()
-        self.gate = TenantGate(self.limits.tenant_max)
+        self.gate = TenantGate(self.limits.tenant_max, self.limits.max_queue)
         self._loaded: dict[str, LoadedDeployment] = {}
         self._lock = threading.Lock()
         self.models = ModelPool()  # one copy of each public model, shared by deployments
@@ -178,7 +178,8 @@ def load_deployment(
         facts = {k: statement.get(k) for k in keys if k in statement}
         predictor = PlainPredictor(engine, lm.tokenizer, [0], "adapter", facts)
     public = PlainPredictor(engine, lm.tokenizer, [-1], "public")
-    limits, gate = scheduling or (SchedulerLimits(), TenantGate(SchedulerLimits().tenant_max))
+    default = SchedulerLimits()
+    limits, gate = scheduling or (default, TenantGate(default.tenant_max, default.max_queue))
     return LoadedDeployment(
         row, predictor, public, DeploymentScheduler(row.id, engine, limits, gate)
     )

@@ -29,7 +29,7 @@ from collections import deque
 from privlm.predict.batching import DecodeBatch, Slot
 from privlm.predict.engine import EnsembleEngine, Prefill
 from privlm.predict.protocol import Sequence
-from privlm.service.admission import Overloaded, SchedulerLimits, TenantGate
+from privlm.service.admission import SchedulerLimits, TenantGate
 from privlm.service.release import Completion, Refused
 
 log = logging.getLogger("privlm.service.scheduler")
@@ -54,12 +54,7 @@ class DeploymentScheduler:
     def submit(self, c: Completion) -> None:
         """Queue ``c`` or refuse at once (:class:`Overloaded`)."""
         with self.wake:
-            if len(self.pending) >= self.limits.max_queue:
-                raise Overloaded(
-                    503, f"deployment {self.name} has {len(self.pending)} completions waiting "
-                    "(its queue is full); retry shortly",
-                )  # fmt: skip
-            self.gate.enter(c.tenant)
+            self.gate.enter(c.tenant)  # the tenant's cap (429), then the service's (503)
             c.on_over = lambda: self.gate.leave(c.tenant)
             self.pending.append(c)
             self.wake.notify()

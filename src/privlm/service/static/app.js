@@ -4,7 +4,9 @@
   "use strict";
   var P = window.PrivlmPerturb;
   var $ = function (id) { return document.getElementById(id); };
-  var state = { key: sessionStorage.getItem("privlm-key") || "", perturbed: null, vocab: {} };
+  var state = { key: sessionStorage.getItem("privlm-key") || "", perturbed: null, vocab: {},
+                // what the user just made, selected as soon as it is listed; then what they chose
+                want: {}, datasets: {}, jobs: {}, deployments: {} };
 
   function api(path, opts) {
     opts = opts || {};
@@ -312,6 +314,7 @@
     status("upload-status", "uploading…");
     return api("/v1/datasets", { method: "POST", body: form }).then(function (ds) {
       state.uploaded = p;  // stays disabled until another file is perturbed
+      state.want.dataset = ds.id;
       status("upload-status", "stored as " + ds.id + " (" + ds.records + " records)");
       refresh();
     });
@@ -341,10 +344,47 @@
     api("/v1/deployments").then(renderDeployments).catch(function () {});
   }
 
+  /* The select's choice after a refresh: what the user just made (once it is listed), else
+   * what they had chosen, else the newest (options are listed newest first). */
+  function choose(sel, kind, keep) {
+    var has = function (v) { return Array.prototype.some.call(sel.options, function (o) { return o.value === v; }); };
+    var want = state.want[kind];
+    if (want && has(want)) { sel.value = want; delete state.want[kind]; }
+    else if (keep && has(keep)) sel.value = keep;
+    else if (sel.options.length) sel.selectedIndex = 0;
+    describeTargets();
+  }
+
+  function newest(sel) { return sel.options.length ? sel.options[0].value : null; }
+
+  /* Next to each submit button: exactly what it acts on and what it will spend. */
+  function describeTargets() {
+    var d = state.datasets[$("job-dataset").value], kind = $("job-kind").value;
+    $("job-target").textContent = !d ? "" : "trains on " + d.name + " (" + d.records + " records); " +
+      (kind === "ensemble" ? "spends nothing now: each deployment of it reserves its own ε"
+        : "spends up to ε " + $("job-epsilon").value + " of its " + num(d.budget.remaining ? d.budget.remaining.epsilon : d.budget.epsilon) + " left");
+    var jsel = $("dep-job"), opt = jsel.options[jsel.selectedIndex], mech = opt ? opt.dataset.mechanism : null;
+    $("dep-epsilon-label").hidden = mech !== "pmixed";
+    $("dep-queries-label").hidden = !mech || mech === "adapter";
+    $("dep-target").textContent = !opt ? "" : "serves job " + opt.value + " with " + mech + "; " +
+      (mech === "adapter" ? "costs nothing more (its answers are post-processing of the trained model)"
+        : mech === "pmixed" ? "reserves ε " + $("dep-epsilon").value + " of its dataset's budget for " + $("dep-queries").value + " private tokens"
+        : "reserves its parts' RDP budget for " + $("dep-queries").value + " private tokens");
+    var dep = state.deployments[$("play-deployment").value];
+    $("play-target").textContent = !dep ? "" : "completes with " + dep.id + " (" + dep.mechanism + ")";
+  }
+
+  /* Acting on an object that is not the newest of its kind asks once. */
+  function confirmOlder(sel, what) {
+    return sel.value === newest(sel) ||
+      window.confirm("The selected " + what + " (" + sel.value + ") is not your most recent one (" + newest(sel) + "). Use it anyway?");
+  }
+
   function renderDatasets(r) {
     var sel = $("job-dataset"), keep = sel.value, body = $("datasets").tBodies[0];
-    sel.innerHTML = ""; body.innerHTML = "";
-    r.data.forEach(function (d) {
+    sel.innerHTML = ""; body.innerHTML = ""; state.datasets = {};
+    r.data.slice().reverse().forEach(function (d) {
+      state.datasets[d.id] = d;
       var tr = body.insertRow(), b = d.budget;
       tr.insertCell().textContent = d.name + " (" + d.id + ")";
       tr.insertCell().textContent = d.records;
@@ -358,7 +398,7 @@
       tr.insertCell().textContent = b.spent ? spentText(b) : "–";
       tr.insertCell().textContent = b.remaining ? num(b.remaining.epsilon) : "–";
     });
-    if (keep) sel.value = keep;
+    choose(sel, "dataset", keep);
   }
 
   /* JFT's charges are selective DP under a policy, not DP: shown apart from DP spending. */
@@ -406,16 +446,17 @@
         option(sel, j.id, j.id + " (" + j.kind + " → " + mech + ")").dataset.mechanism = mech;
       }
     });
-    if (keep) sel.value = keep;
+    choose(sel, "job", keep);
   }
 
   /* The budget is read for the deployment chosen in the playground only: reading one loads
    * the deployment on the server, which the page should not do for every row every 2 s. */
   function renderDeployments(r) {
     var body = $("deployments").tBodies[0], sel = $("play-deployment"), keep = sel.value;
-    body.innerHTML = ""; sel.innerHTML = "";
+    body.innerHTML = ""; sel.innerHTML = ""; state.deployments = {};
     var cells = {};
-    r.data.forEach(function (d) {
+    r.data.slice().reverse().forEach(function (d) {
+      state.deployments[d.id] = d;
       var tr = body.insertRow();
       tr.insertCell().textContent = d.id;
       tr.insertCell().textContent = d.mechanism;
@@ -424,7 +465,7 @@
       cells[d.id].textContent = "choose it in the playground to see";
       option(sel, d.id, d.id + " (" + d.mechanism + ")");
     });
-    if (keep) sel.value = keep;
+    choose(sel, "deployment", keep);
     if (sel.value && cells[sel.value]) {
       api("/v1/deployments/" + sel.value + "/budget")
         .then(function (b) { cells[sel.value].textContent = budgetText(b); }).catch(function () {});
@@ -469,16 +510,18 @@
       params.epsilon = Number(raw);
     }
     if (!$("job-dataset").value) { status("job-status", "upload a dataset first", true); return; }
+    if (!confirmOlder($("job-dataset"), "dataset")) return;
     api("/v1/jobs", {
       method: "POST", headers: { "Content-Type": "application/json" },
       body: JSON.stringify({ kind: kind, dataset_id: $("job-dataset").value, params: params }),
-    }).then(function (j) { status("job-status", "queued " + j.id); refresh(); })
+    }).then(function (j) { state.want.job = j.id; status("job-status", "queued " + j.id); refresh(); })
       .catch(function (e) { status("job-status", e.message, true); });
   }
 
   function onDeploy() {
     var sel = $("dep-job"), chosen = sel.options[sel.selectedIndex];
     if (!chosen) { status("deploy-status", "no finished job to deploy yet", true); return; }
+    if (!confirmOlder(sel, "job")) return;
     var body = { job_id: chosen.value, mechanism: chosen.dataset.mechanism };
     if (body.mechanism !== "adapter") body.queries = parseInt($("dep-queries").value, 10);
     if (body.mechanism === "pmixed") {
@@ -488,13 +531,14 @@
     }
     api("/v1/deployments", {
       method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
-    }).then(function (d) { status("deploy-status", "deployed " + d.id); refresh(); })
+    }).then(function (d) { state.want.deployment = d.id; status("deploy-status", "deployed " + d.id); refresh(); })
       .catch(function (e) { status("deploy-status", e.message, true); });
   }
 
   function onPlay() {
     var dep = $("play-deployment").value;
     if (!dep) { status("play-status", "deploy a job first", true); return; }
+    if (!confirmOlder($("play-deployment"), "deployment")) return;
     var before;
     status("play-status", "generating…");
     api("/v1/deployments/" + dep + "/budget").then(function (b) {
@@ -540,6 +584,8 @@
     $("job-epsilon-label").hidden = ensemble; $("job-parts-label").hidden = !ensemble;
   });
   $("deploy").addEventListener("click", onDeploy);
+  ["job-dataset", "job-kind", "job-epsilon", "dep-job", "dep-epsilon", "dep-queries", "play-deployment"]
+    .forEach(function (id) { $(id).addEventListener("input", describeTargets); $(id).addEventListener("change", describeTargets); });
   $("play").addEventListener("click", onPlay);
   $("play-deployment").addEventListener("change", refresh);
   // the forms' defaults come from the server's config classes, never restated here
