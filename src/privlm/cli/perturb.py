@@ -27,7 +27,7 @@ def perturb(
     vocabulary: int = typer.Option(
         DEFAULT_VOCABULARY,
         min=2,
-        help="GloVe words kept, most frequent first (privlm ships 50,000).",
+        help="GloVe words kept, most frequent first (privlm ships 20,000; more need --vectors).",
     ),
     vectors: Path | None = typer.Option(
         None, help="Your own GloVe text file (.gz too) instead of the vectors privlm ships."

@@ -1,5 +1,5 @@
 """The embedding vocabulary: GloVe 6B 50d, shipped inside privlm (``glove50d.npz``, the
-50,000 most frequent words at float16; PDDL 1.0, see ``privlm.perturb.pack``), capped to
+20,000 most frequent words at float16; PDDL 1.0, see ``privlm.perturb.pack``), capped to
 the most frequent words, each vector clipped to norm C (the mechanism's clipping bound)."""
 
 from __future__ import annotations
