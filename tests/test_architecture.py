@@ -20,7 +20,7 @@ ALLOWED = {
     "extras": {"errors"},
     "lazy": set(),
     "config": {"errors"},
-    "curator": set(),
+    "curator": {"fsutil"},
     "perturb": BASE | {"perturb"},
     "accounting": {"errors", "extras", "accounting"},
     "data": BASE | {"data"},

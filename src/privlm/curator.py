@@ -16,10 +16,11 @@ number of steps and the default δ are computed from it, and every statement say
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from privlm.fsutil import write_json_atomically
 
 CURATOR_HEADING = "not private: for the curator"
 CURATOR_NOTE = (
@@ -85,9 +86,7 @@ def record_statistics(out_dir: str | Path, statistics: Mapping[str, Any]) -> Non
     report = curator_report_path(out_dir)
     report.parent.mkdir(parents=True, exist_ok=True)
     body = {"note": CURATOR_NOTE, "statistics": {**read_statistics(out_dir), **statistics}}
-    tmp = report.with_name(report.name + ".tmp")
-    tmp.write_text(json.dumps(body, indent=2, default=str))
-    os.replace(tmp, report)
+    write_json_atomically(report, body)
 
 
 def release(statement: Mapping[str, Any], out_dir: str | Path) -> dict[str, Any]:

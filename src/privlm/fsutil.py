@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 
 def write_directory_atomically(target: Path, write: Callable[[Path], object]) -> None:
@@ -23,3 +25,11 @@ def write_directory_atomically(target: Path, write: Callable[[Path], object]) ->
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_json_atomically(path: Path, data: Any) -> None:
+    """Write ``data`` as JSON to ``path`` through a temporary file beside it, so a reader
+    (or a crash) sees the old file or the new one, never half of one."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str))
+    os.replace(tmp, path)

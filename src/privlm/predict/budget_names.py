@@ -13,9 +13,10 @@ is about to start another (docs/sharp_edges.md, "What leaves with an artefact").
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import TypedDict
+
+from privlm.fsutil import write_json_atomically
 
 BUDGETS = "budgets.json"
 
@@ -40,10 +41,7 @@ def record_budget(ensemble_dir: str | Path, ledger: str | Path, name: str) -> li
     this: BudgetName = {"ledger": str(Path(ledger).resolve()), "name": name}
     known = budgets_used(ensemble_dir)
     if this not in known:
-        path = Path(ensemble_dir) / BUDGETS
-        tmp = path.with_name(BUDGETS + ".tmp")
-        tmp.write_text(json.dumps({"budgets": [*known, this]}, indent=2))
-        os.replace(tmp, path)
+        write_json_atomically(Path(ensemble_dir) / BUDGETS, {"budgets": [*known, this]})
     return [b for b in known if b != this]
 
 

@@ -143,7 +143,7 @@ class BatchedSoftPrompt(torch.nn.Module):
     """The soft prompt embedded once *per row*, then the frozen model on [prompt; input].
 
     PEFT's own prompt-tuning forward embeds the prompt for one row and repeats it over the
-    batch (a memory saving, peft), so Opacus sees a batch of one at the prompt
+    batch (a memory saving; peft's GitHub issue 2043), so Opacus sees a batch of one at the prompt
     embedding and its per-sample gradients are wrong: a silent privacy bug that
     ``tests/prompting/test_prompt_dpsgd.py`` reproduces. Training therefore goes through
     this module; it shares PEFT's parameters, so the adapter is saved in PEFT's format."""

@@ -412,8 +412,8 @@ def zip_artifact(out_dir: Path, model: str, data_dir: Path) -> bytes:
 
 
 def guarantee(job: Job) -> dict[str, Any]:
-    """What a job's output guarantees, in the words the page, the API and the model card use
-    : a JFT model is selective DP under its policy, never plain DP."""
+    """What a job's output guarantees, in the words the page, the API and the model card use:
+    a JFT model is selective DP under its policy, never plain DP."""
     if job.kind == "jft":
         policy = json.loads(job.params).get("detector")
         return {

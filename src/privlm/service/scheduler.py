@@ -1,9 +1,9 @@
-"""Generation off the request threads: a scheduler per deployment, with admission control
-.
+"""Generation off the request threads: a scheduler per deployment, with admission control.
 
-Each deployment has one scheduler thread and a bounded queue. A request that cannot be
-queued is refused at once, 503 with ``Retry-After``; a tenant over its cap of completions in
-flight (queued or running, all deployments together) gets 429 with ``Retry-After``. Waiting
+Each deployment has one scheduler thread and a queue. Admission is the service's
+(:class:`~privlm.service.admission.TenantGate`): a tenant over its cap of completions in
+flight (queued or running, all deployments together) gets 429, and a request that finds the
+whole service at its bound gets 503, both at once with ``Retry-After``. Waiting
 costs a request nothing but a queue entry: the HTTP side awaits events, holding no thread.
 
 The scheduler decodes up to ``max_batch`` completions together

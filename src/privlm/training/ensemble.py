@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from privlm.curator import PUBLIC_SIZE, curator_report_path, read_statistics, re
 from privlm.data import Dataset
 from privlm.data.partition import derive_key, new_partition_key, partition_by_unit
 from privlm.errors import PrivlmError
+from privlm.fsutil import write_json_atomically
 from privlm.models import ModelSource, reference_of
 from privlm.progress import progress_bar
 from privlm.training.config import PROTOCOLS
@@ -71,7 +71,7 @@ def _migrate_legacy(out: Path, old: dict[str, Any]) -> dict[str, Any]:
                        for n, a in old["adapters"].items()}  # fmt: skip
     old.setdefault("data_size", PUBLIC_SIZE)
     record_statistics(out, {**moved, "partition": sizes, "adapters": adapters})
-    _write_json(out / MANIFEST, old)
+    write_json_atomically(out / MANIFEST, old)
     return old
 
 
@@ -138,12 +138,6 @@ def _partition_key(manifest_path: Path, given: str | None) -> str:
     return given if given is not None else new_partition_key()
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2))
-    os.replace(tmp, path)
-
-
 def train_ensemble(
     model: ModelSource,
     dataset: Dataset,
@@ -198,7 +192,7 @@ def train_ensemble(
         }
         sizes = [{"name": n, "records": len(d), "units": len(d.units())} for n, d in planned]
         record_statistics(out, {**data_identity, "partition": sizes, "adapters": {}})
-        _write_json(manifest_path, manifest)
+        write_json_atomically(manifest_path, manifest)
     todo = [(n, d) for n, d in planned if manifest["adapters"].get(n, {}).get("status") != "done"]
     bar = progress_bar(
         total=len(planned),
@@ -214,7 +208,7 @@ def train_ensemble(
         manifest["adapters"][name] = {"status": "done", "path": name}
         manifest["targets"] = stats["targets"]
         (out / name / "README.md").write_text(ensemble_card(manifest, member=name))
-        _write_json(manifest_path, manifest)
+        write_json_atomically(manifest_path, manifest)
         bar.update(1)
 
     for name in [n for n, d in todo if not d.records]:

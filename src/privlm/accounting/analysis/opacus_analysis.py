@@ -3,8 +3,8 @@
 The analysis module is plain numpy and scipy, but ``import opacus.accountants.analysis``
 runs ``opacus/__init__``, which imports torch and the whole privacy engine: seconds of
 start-up for a budget calculation. This loads the one module file from the installed
-Opacus package instead, so ``import privlm.accounting`` loads neither torch nor Opacus
-. The functions are Opacus's own; a test checks this module is the same code
+Opacus package instead, so ``import privlm.accounting`` loads neither torch nor Opacus.
+The functions are Opacus's own; a test checks this module is the same code
 as ``opacus.accountants.analysis.rdp``.
 """
 
