@@ -59,9 +59,10 @@ def clean_env() -> dict[str, str]:
     return {**{k: v for k, v in os.environ.items() if k not in drop}, "PYTHONNOUSERSITE": "1"}
 
 
-def privlm(env: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def privlm(env: Path, cwd: Path, *args: str, **extra_env: str) -> subprocess.CompletedProcess[str]:
     """``privlm ARGS`` from the fresh virtualenv, in a scratch folder outside the checkout."""
-    return subprocess.run([str(env / "bin" / "privlm"), *args], cwd=cwd, env=clean_env(),
+    return subprocess.run([str(env / "bin" / "privlm"), *args], cwd=cwd,
+                          env={**clean_env(), **extra_env},
                           capture_output=True, text=True, timeout=600)  # fmt: skip
 
 
@@ -143,10 +144,27 @@ def test_the_installed_wheel_names_what_is_missing_and_how_to_get_it(installed, 
     extra = privlm(installed, tmp_path, "detect", "redact", "notes.txt", "--detector", "presidio")
     assert extra.returncode == 2 and "pip install 'privlm[detect]'" in extra.stderr
     assert "Traceback" not in extra.stderr
-    corpora = privlm(installed, tmp_path, "data", "list")
-    assert corpora.returncode == 2 and "PRIVLM_DATA" in corpora.stderr
-    assert "docs/data.md" in corpora.stderr and "site-packages" not in corpora.stderr
+    cache = str(tmp_path / "cache")  # no corpora fetched there
+    corpora = privlm(installed, tmp_path, "data", "list", PRIVLM_CACHE=cache)
+    assert corpora.returncode == 0 and "MISSING" in corpora.stdout
+    assert "privlm data fetch" in corpora.stdout and "PRIVLM_DATA" in corpora.stdout
+    assert "docs/data.md" in corpora.stdout and "site-packages" not in corpora.stdout
     assert "Traceback" not in corpora.stderr
+
+
+def test_the_installed_wheel_fetches_a_corpus(installed, tmp_path):
+    """``privlm data fetch`` from a local mirror of the pinned sources (no GitHub here), into
+    the cache, where the installed privlm then finds it with no PRIVLM_DATA."""
+    from tests.data.test_fetch import serve_mirror
+
+    with serve_mirror(tmp_path / "mirror", ["trec"]) as url:
+        cache = str(tmp_path / "cache")
+        got = privlm(installed, tmp_path, "data", "fetch", "trec",
+                     PRIVLM_CACHE=cache, PRIVLM_DATA_MIRROR=url)  # fmt: skip
+    assert got.returncode == 0, got.stderr[-2000:]
+    listing = privlm(installed, tmp_path, "data", "list", "--json", PRIVLM_CACHE=cache)
+    present = {row["name"]: row["present"] for row in json.loads(listing.stdout)}
+    assert present["trec"] and not present["sst2"]
 
 
 def test_the_installed_wheel_runs_the_quickstart_without_the_corpora(installed, tmp_path):

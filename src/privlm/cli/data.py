@@ -10,7 +10,7 @@ import typer
 from privlm.cli.common import JSON_OPTION, NO_HEADER_OPTION, emit_json, user_errors
 from privlm.data import load_file
 from privlm.data.corpora import BUNDLED, available
-from privlm.settings import data_dir
+from privlm.settings import data_dir, data_target
 
 app = typer.Typer(help="Datasets.", no_args_is_help=True)
 
@@ -35,6 +35,32 @@ def list_corpora(as_json: bool = JSON_OPTION) -> None:
         typer.echo(
             f"  {r['name']:<10} {'present' if r['present'] else 'MISSING':<8} {r['description']}"
         )
+    if not all(present.values()):
+        typer.echo("missing corpora: `privlm data fetch NAME` downloads one (docs/data.md)")
+
+
+@app.command("fetch")
+@user_errors
+def fetch(
+    names: list[str] | None = typer.Argument(
+        None, help="Corpora to fetch (default: all); see `privlm data list`."
+    ),
+    to: Path | None = typer.Option(
+        None, help="Folder to store them in (default: PRIVLM_DATA, else $PRIVLM_CACHE/data)."
+    ),
+) -> None:
+    """Download the benchmark corpora from pinned public sources, checked by SHA-256."""
+    from privlm.data.fetch import LICENCES, SOURCES
+    from privlm.data.fetch import fetch as fetch_corpora
+
+    chosen = names or list(SOURCES)
+    root = to or data_target()
+    written = fetch_corpora(chosen, root, report=lambda line: typer.echo(f"  {line}"))
+    typer.echo(f"{len(written)} file(s) written under {root}")
+    for name in chosen:
+        typer.echo(f"  {name}: {LICENCES[name]}")
+    if to is not None:
+        typer.echo(f"set PRIVLM_DATA={root} for privlm to use them")
 
 
 @app.command("inspect")

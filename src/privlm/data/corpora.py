@@ -24,7 +24,13 @@ AGNEWS_LABELS = {"1": "World", "2": "Sports", "3": "Business", "4": "Sci/Tech"}
 def _path(relative: str) -> Path:
     p = data_dir() / relative
     if not p.is_file():
-        raise DataError(p, "corpus file not found under the data directory (PRIVLM_DATA)")
+        corpus = relative.split("/")[1] if relative.startswith("fewshot_cbu/") else relative
+        name = corpus.split("/")[0]
+        raise DataError(
+            p,
+            "corpus file not found under the data directory (PRIVLM_DATA); "
+            f"`privlm data fetch {name}` downloads it",
+        )
     return p
 
 
@@ -217,6 +223,6 @@ def available() -> dict[str, bool]:
     """Which bundled corpora are present under the data directory."""
     try:
         root = data_dir()
-    except DataError:
+    except PrivlmError:  # no data directory at all
         return {name: False for name in BUNDLED}
     return {name: all((root / f).is_file() for f in c.files) for name, c in BUNDLED.items()}
