@@ -27,8 +27,13 @@ from privlm.data import Record
 from privlm.errors import PrivlmError
 from privlm.models import load_public_model
 from privlm.prompting.evaluate import accuracy, prompt_probabilities
-from privlm.prompting.pate_pipeline import PromptPateConfig, pate_ledger, run_prompt_pate
-from privlm.prompting.prompt_dpsgd import PromptDpSgdConfig, train_prompt_dpsgd
+from privlm.prompting.pate_pipeline import (
+    PateExamples,
+    PromptPateConfig,
+    pate_ledger,
+    run_prompt_pate,
+)
+from privlm.prompting.prompt_dpsgd import PromptDpSgdConfig, TaskExamples, train_prompt_dpsgd
 from privlm.prompting.serving import prompt_adapter_accuracy
 from privlm.prompting.splits import task_splits
 from privlm.prompting.tasks import get_task
@@ -139,8 +144,9 @@ def main() -> None:
             t = time.perf_counter()
             try:
                 res = run_prompt_pate(
-                    lm, task, private, public, root / f"student-{name}-{kind}", led, cfg
-                )
+                    lm, PateExamples(task, private, public), root / f"student-{name}-{kind}",
+                    cfg, ledger=led,
+                )  # fmt: skip
             except PrivlmError as e:  # e.g. too few public inputs pass the threshold check
                 r[f"pate_{kind}"] = {"error": str(e), "seconds": time.perf_counter() - t}
                 print(f"  PromptPATE ({kind}): {e}", flush=True)
@@ -189,7 +195,7 @@ def main() -> None:
                 )
                 t = time.perf_counter()
                 out = root / f"sst2-{kind}-{eps}"
-                st = train_prompt_dpsgd(MODEL, task, splits.private, out, cfg)
+                st = train_prompt_dpsgd(MODEL, TaskExamples(task, splits.private), out, cfg)
                 seconds = time.perf_counter() - t
                 acc = prompt_adapter_accuracy(MODEL, out, task, splits.test)
                 rows[label] = {**st.to_dict(), "test_accuracy": acc, "train_seconds": seconds}

@@ -38,9 +38,8 @@ from typing import Any
 
 from tests.service.live import LiveServer, wait_for_job
 
-from privlm.accounting import Budget, PrivacyLedger
 from privlm.data import corpora
-from privlm.predict import PMixED, PMixEDConfig
+from privlm.predict import PMixEDConfig, build_predictor
 from privlm.predict.loading import load_ensemble
 
 RESULTS = Path(__file__).parent / "results"
@@ -199,9 +198,10 @@ def run_long_prompt(root: Path, key: str, dep: str, args: argparse.Namespace) ->
 
 
 def library_ms_per_token(output_dir: Path, root: Path, args: argparse.Namespace) -> float:
-    lm, engine, _ = load_ensemble(output_dir)
-    led = PrivacyLedger(root / "baseline-ledger.db", "bench", Budget(100, 1e-5))
-    pm = PMixED(engine, lm.tokenizer, led, PMixEDConfig(100, 1e-5, 3, QUERIES, 0.03))
+    pm = build_predictor(
+        PMixEDConfig(100, 1e-5, 3, QUERIES, 0.03), load_ensemble(output_dir),
+        ledger=root / "baseline-ledger.db", name="bench",
+    )  # fmt: skip
     pm.generate("x", max_new_tokens=1)
     lat = []
     for _ in range(4):

@@ -29,17 +29,18 @@ import torch
 from privlm.accounting import Budget, PrivacyLedger
 from privlm.accounting.analysis.pmixed import PER_UNIT_BOUNDS
 from privlm.data import corpora
-from privlm.models import load_public_model
 from privlm.models.perplexity import token_blocks
-from privlm.predict import PMixED, PMixEDConfig, SubMix, SubMixConfig, part_ledgers
+from privlm.predict import PMixED, PMixEDConfig, SubMixConfig
+from privlm.predict.config import PlainConfig
 from privlm.predict.engine import EnsembleEngine
 from privlm.predict.evaluate import evaluate
-from privlm.predict.factory import plain_predictor
-from privlm.predict.loading import load_ensemble
+from privlm.predict.factory import build_predictor, plain_config
+from privlm.predict.loading import load_adapter, load_ensemble
 from privlm.predict.pmixed_rule import pmixed_mixture, sample_subset
 from privlm.settings import cache_dir
+from privlm.training.config import EnsembleConfig
 from privlm.training.dpsgd import DpSgdConfig, train_dpsgd
-from privlm.training.ensemble import train_ensemble
+from privlm.training.ensemble import ensemble_statistics, train_ensemble
 from privlm.training.lora_finetune import LoraTrainingConfig
 
 RESULTS = Path(__file__).parent / "results"
@@ -72,10 +73,11 @@ def train_all(args: argparse.Namespace, train: Any, root: Path) -> dict[str, Any
         (f"submix-{args.k}", args.k, "submix"),
     ):
         t = time.perf_counter()
-        m = train_ensemble(MODEL, train, parts, root / name, protocol, cfg)
+        m = train_ensemble(MODEL, train, root / name, EnsembleConfig(parts, protocol, cfg))
+        stats = ensemble_statistics(root / name)["adapters"]
         times[name] = {
-            "adapters": len(m["adapters"]),
-            "train_seconds": sum(a["seconds"] for a in m["adapters"].values()),
+            "adapters": len(m.adapters),
+            "train_seconds": sum(a["seconds"] for a in stats.values()),
             "this_run_seconds": time.perf_counter() - t,
         }
     dp_dir = root / f"dpsgd-eps{EPSILON:g}"
@@ -132,34 +134,33 @@ def main() -> None:
     root = cache_dir() / "bench" / f"utility-{args.records}"
     times = train_all(args, train, root)
 
-    lm, single, _ = load_ensemble(root / "finetuned")
+    finetuned = load_ensemble(root / "finetuned")
+    lm = finetuned.model
     blocks = token_blocks(
         lm.tokenizer, corpora.wikitext2("test").texts(), args.block_size, args.blocks
     ).tolist()
     queries = sum(len(b) - 1 for b in blocks)
     ppl = {
-        method: evaluate(plain_predictor(method, single, lm.tokenizer), blocks).perplexity
+        method: evaluate(build_predictor(plain_config(method), finetuned), blocks).perplexity
         for method in ("public", "finetuned")
     }
-    dp_lm = load_public_model(MODEL)  # fresh: an engine wraps its model's projections
-    dp_engine = EnsembleEngine.from_directories(dp_lm.model, [root / f"dpsgd-eps{EPSILON:g}"])
-    ppl["dpsgd"] = evaluate(
-        plain_predictor("finetuned", dp_engine, lm.tokenizer), blocks
-    ).perplexity
-    _, pm_engine, _ = load_ensemble(root / f"pmixed-{args.n}")
+    dp = load_adapter(root / f"dpsgd-eps{EPSILON:g}", MODEL)  # a fresh model: an engine wraps
+    ppl["dpsgd"] = evaluate(build_predictor(PlainConfig("adapter"), dp), blocks).perplexity
+    pmixed_ensemble = load_ensemble(root / f"pmixed-{args.n}")
+    pm_engine = pmixed_ensemble.engine
     ppl["ensemble"] = evaluate(
-        plain_predictor("ensemble", pm_engine, lm.tokenizer), blocks
+        build_predictor(PlainConfig("ensemble"), pmixed_ensemble), blocks
     ).perplexity
     pmixed = {b: score_pmixed(pm_engine, lm.tokenizer, blocks, q, b) for b in PER_UNIT_BOUNDS}
     for b, r in pmixed.items():
         ppl[f"pmixed-{b}"] = r["perplexity"]
-    _, sm_engine, _ = load_ensemble(root / f"submix-{args.k}")
+    submix_ensemble = load_ensemble(root / f"submix-{args.k}")
     with tempfile.TemporaryDirectory() as tmp:
         scfg = SubMixConfig(2.0, 2.0, 2.0 / queries)
-        ledgers = part_ledgers(Path(tmp) / "l.db", "sm", args.k, scfg)
-        rep = evaluate(SubMix(sm_engine, lm.tokenizer, ledgers, scfg), blocks)
+        sm = build_predictor(scfg, submix_ensemble, ledger=Path(tmp) / "l.db", name="sm")
+        rep = evaluate(sm, blocks)
         ppl["submix"] = rep.perplexity
-        sm_eps, sm_private = max(lg.spent().epsilon for lg in ledgers), rep.private_tokens
+        sm_eps, sm_private = sm.budget()["spent"]["rdp_epsilon"], rep.private_tokens
     gap = ppl["public"] - ppl["finetuned"]
     share = {k: (ppl["public"] - v) / gap if gap else float("nan") for k, v in ppl.items()}
     out = {

@@ -15,7 +15,7 @@ from privlm.predict.pmixed import PMixEDConfig
 from privlm.predict.submix import SubMixConfig
 from privlm.prompting.pate_pipeline import PromptPateConfig
 from privlm.service.deployments import DeploymentParams
-from privlm.service.jobs import (
+from privlm.service.job_params import (
     DpSgdParams,
     EnsembleParams,
 )
@@ -124,7 +124,9 @@ def test_every_service_field_of_a_setting_is_generated_from_its_config_class():
                     f"{model.__name__}.{field} restates a setting of {clash}: use request_field()"
                 )
     assert checked >= 40
-    assert importlib.import_module("privlm.service.jobs").DpSgdParams in set(every_request_model())
+    assert importlib.import_module("privlm.service.job_params").DpSgdParams in set(
+        every_request_model()
+    )
 
 
 def test_the_drifted_defaults_are_one_value_now():
@@ -139,9 +141,8 @@ def test_the_drifted_defaults_are_one_value_now():
     assert (dep.epsilon, dep.alpha) == (PMixEDConfig().epsilon, PMixEDConfig().alpha)
     sub = DeploymentParams(job_id="j", mechanism="submix").resolved()
     assert (sub.epsilon, sub.alpha) == (SubMixConfig().epsilon, SubMixConfig().alpha)
-    from privlm.predict.factory import submix_config
-
-    assert submix_config(sub.eps, sub.rdp_order, None, sub.queries, sub.delta) == SubMixConfig()
+    assert sub.config() == SubMixConfig()  # β = ε/T at the defaults
+    assert DeploymentParams(job_id="j").config() == PMixEDConfig()
 
 
 def config_classes() -> list[type]:
@@ -232,3 +233,91 @@ def test_a_setting_copies_mutable_defaults():
 
 
 CLASSES = {cls.__name__: cls for cls in config_classes()}
+
+
+class _Captured(Exception):
+    pass
+
+
+def _capture(monkeypatch, module: str, name: str) -> dict:
+    """Replace ``module.name`` (a training entry point) by one that records its config and
+    stops: the CLI's checks and planning run, the training does not."""
+    import importlib
+
+    seen: dict = {}
+
+    def fake(*args, **kwargs):
+        seen["config"] = args[3]
+        raise _Captured
+
+    monkeypatch.setattr(importlib.import_module(module), name, fake)
+    return seen
+
+
+def test_a_dpsgd_config_round_trips_through_cli_service_and_library(tmp_path, monkeypatch):
+    """The same settings given to the CLI, the service and the library make one config."""
+    from typer.testing import CliRunner
+
+    from privlm.cli import app
+    from privlm.service.job_params import validate_params
+
+    seen = _capture(monkeypatch, "privlm.training.dpsgd", "train_dpsgd")
+    (tmp_path / "d.txt").write_text("\n".join(f"note {i}" for i in range(40)))
+    settings = {"epsilon": 2.0, "epochs": 2, "batch_size": 16, "physical_batch_size": 4,
+                "learning_rate": 1e-3, "rank": 8, "block_size": 64, "max_grad_norm": 0.5}  # fmt: skip
+    args = ["train", "dpsgd", str(tmp_path / "d.txt"), "--out", str(tmp_path / "o"),
+            "--delta", "1e-6", "--ledger", str(tmp_path / "l.db")]  # fmt: skip
+    for k, v in settings.items():
+        args += ["--lr" if k == "learning_rate" else f"--{k.replace('_', '-')}", str(v)]
+    CliRunner().invoke(app, args)
+    service = validate_params("dpsgd", settings)
+    assert isinstance(service, DpSgdParams)
+    library = DpSgdConfig(**{("target_epsilon" if k == "epsilon" else k): v
+                             for k, v in settings.items()}, delta=1e-6)  # fmt: skip
+    assert seen["config"] == service.config(1e-6) == library
+
+
+def test_a_jft_config_round_trips_through_cli_service_and_library(tmp_path, monkeypatch):
+    """JFT's phase-1 settings have one builder (``JftConfig.phase1_lora``): the CLI, the
+    service and the library reach the same phase 1."""
+    from typer.testing import CliRunner
+
+    from privlm.cli import app
+    from privlm.service.job_params import JftParams, validate_params
+    from privlm.training.config import JftConfig
+
+    seen = _capture(monkeypatch, "privlm.training.jft", "train_jft")
+    (tmp_path / "d.txt").write_text("\n".join(f"note {i}" for i in range(40)))
+    CliRunner().invoke(app, [
+        "train", "jft", str(tmp_path / "d.txt"), "--out", str(tmp_path / "o"), "--delta", "1e-6",
+        "--ledger", str(tmp_path / "l.db"), "--detector", "regex", "--phase1-epochs", "2",
+        "--phase1-lr", "1e-3", "--rank", "8", "--block-size", "64",
+    ])  # fmt: skip
+    service = validate_params("jft", {"detector": "regex", "phase1_epochs": 2,
+                                      "phase1_learning_rate": 1e-3, "rank": 8, "block_size": 64})  # fmt: skip
+    assert isinstance(service, JftParams)
+    library = JftConfig(
+        detector="regex", phase1_epochs=2, phase1_learning_rate=1e-3,
+        phase2=DpSgdConfig(delta=1e-6, rank=8, block_size=64),
+    )  # fmt: skip
+    cli = seen["config"]
+    assert cli.phase1_lora() == service.config(1e-6).phase1_lora() == library.phase1_lora()
+    assert cli.phase2 == service.config(1e-6).phase2 == library.phase2
+    assert library.phase1_lora().rank == 8 and library.phase1_lora().learning_rate == 1e-3
+
+
+def test_every_setting_is_a_service_field_or_withheld_with_a_reason():
+    """A setting added to a config class reaches the service's request model, or is
+    withheld there with a reason: a decision, never an oversight. The runner builds the
+    config from every field that is a setting (``JobParams.settings``), with no mapping by
+    hand."""
+    from privlm.service.job_params import CONFIGS, PARAMS
+
+    assert set(CONFIGS) == set(PARAMS.values())
+    for params, classes in CONFIGS.items():
+        exposed = {params.RENAMED.get(f, f) for f in params.model_fields}
+        for cls in classes:
+            undecided = set(settings_of(cls)) - exposed - set(params.WITHHELD)
+            assert not undecided, f"{params.__name__}: {cls.__name__}.{sorted(undecided)}"
+        assert all(reason for reason in params.WITHHELD.values())
+        assert not exposed & set(params.WITHHELD), params.__name__

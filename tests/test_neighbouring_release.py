@@ -116,7 +116,7 @@ def test_jft_releases_nothing_of_one_unit_but_noise(tmp_path):
 
 
 def test_prompt_dpsgd_releases_nothing_of_one_unit_but_noise(tmp_path):
-    from privlm.prompting.prompt_dpsgd import PromptDpSgdConfig, train_prompt_dpsgd
+    from privlm.prompting.prompt_dpsgd import PromptDpSgdConfig, TaskExamples, train_prompt_dpsgd
     from privlm.prompting.tasks import get_task
 
     task = get_task("sst2")
@@ -125,14 +125,19 @@ def test_prompt_dpsgd_releases_nothing_of_one_unit_but_noise(tmp_path):
     cfg = PromptDpSgdConfig(kind="soft-prompt", virtual_tokens=3, target_epsilon=8.0,
                             batch_size=10, epochs=1, learning_rate=0.5, delta=1e-6, unit="user")  # fmt: skip
     for name, data in (("full", recs), ("less", [r for r in recs if r.unit != "u3"])):
-        train_prompt_dpsgd("tiny", task, data, tmp_path / name, cfg, progress=False)
+        train_prompt_dpsgd("tiny", TaskExamples(task, data), tmp_path / name, cfg, progress=False)
     assert_neighbours_release_the_same(tmp_path / "full", tmp_path / "less")
 
 
 def test_prompt_pate_releases_nothing_of_one_unit_but_its_labels(tmp_path, monkeypatch):
     from privlm.models import load_public_model
     from privlm.prompting import pate_pipeline
-    from privlm.prompting.pate_pipeline import PromptPateConfig, pate_ledger, run_prompt_pate
+    from privlm.prompting.pate_pipeline import (
+        PateExamples,
+        PromptPateConfig,
+        pate_ledger,
+        run_prompt_pate,
+    )
     from privlm.prompting.tasks import get_task
 
     def answers(lm, task, teachers, public, batch_size, progress):
@@ -153,7 +158,8 @@ def test_prompt_pate_releases_nothing_of_one_unit_but_its_labels(tmp_path, monke
     )  # fmt: skip
     for name, data in (("full", private), ("less", private[:17] + private[18:])):
         ledger = pate_ledger(tmp_path / f"{name}.db", "pate", cfg, len(data))
-        run_prompt_pate(lm, task, data, public, tmp_path / name, ledger, cfg, progress=False)
+        run_prompt_pate(lm, PateExamples(task, data, public), tmp_path / name, cfg,
+                        ledger=ledger, progress=False)  # fmt: skip
     a, b = released_files(tmp_path / "full"), released_files(tmp_path / "less")
     assert a.keys() == b.keys()
     strip = {"answered", "queries"}  # the noisy labels' own counts: covered by ε
@@ -172,8 +178,8 @@ def test_an_ensemble_holds_nothing_of_one_unit_but_its_adapters(tmp_path):
     each part's size, which parts are empty, token usage, losses and times, and a digest of
     the set of units are in the curator's report beside it. What a deployment releases is
     its tokens, each charged as it leaves (tests/predict)."""
+    from privlm.training.config import EnsembleConfig, LoraTrainingConfig
     from privlm.training.ensemble import train_ensemble
-    from privlm.training.lora_finetune import LoraTrainingConfig
     from privlm.training.model_card import ensemble_card
 
     cfg = LoraTrainingConfig(epochs=1, block_size=16, batch_size=4)
@@ -181,8 +187,9 @@ def test_an_ensemble_holds_nothing_of_one_unit_but_its_adapters(tmp_path):
     for protocol in ("pmixed", "submix"):
         full, less = tmp_path / f"{protocol}-full", tmp_path / f"{protocol}-less"
         for out, recs in ((full, users), (less, [r for r in users if r.unit != "user-5"])):
-            train_ensemble("tiny", Dataset(recs, "notes", "user"), 2, out, protocol, cfg,
-                           progress=False, partition_key="0" * 32)  # fmt: skip
+            train_ensemble("tiny", Dataset(recs, "notes", "user"), out,
+                           EnsembleConfig(2, protocol, cfg), progress=False,
+                           partition_key="0" * 32)  # fmt: skip
         a, b = released_files(full), released_files(less)
         assert a.keys() == b.keys() and "manifest.json" in a
         for name in a:

@@ -163,7 +163,7 @@ def test_jft_defaults_to_the_pii_detector_in_the_library_cli_and_service():
 
     assert JftConfig().detector == "pii"
     pytest.importorskip("fastapi")
-    from privlm.service.jobs import JftParams
+    from privlm.service.job_params import JftParams
 
     assert JftParams.model_fields["detector"].default == "pii"
 

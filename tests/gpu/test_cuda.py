@@ -179,7 +179,7 @@ def test_the_dpsgd_noise_is_drawn_on_the_gpu():
 
 def test_prompt_dpsgd_and_its_accuracy_on_the_gpu(tmp_path):
     from privlm.data import Record
-    from privlm.prompting.prompt_dpsgd import PromptDpSgdConfig, train_prompt_dpsgd
+    from privlm.prompting.prompt_dpsgd import PromptDpSgdConfig, TaskExamples, train_prompt_dpsgd
     from privlm.prompting.serving import prompt_adapter_accuracy
     from privlm.prompting.tasks import get_task
 
@@ -187,7 +187,9 @@ def test_prompt_dpsgd_and_its_accuracy_on_the_gpu(tmp_path):
     recs = [Record(f"film {i}", f"r{i}", "positive" if i % 2 else "negative") for i in range(24)]
     for kind in ("soft-prompt", "prefix"):
         cfg = PromptDpSgdConfig(kind=kind, virtual_tokens=4, batch_size=8, epochs=1, device=DEVICE)
-        st = train_prompt_dpsgd("tiny", task, recs, tmp_path / kind, cfg, progress=False)
+        st = train_prompt_dpsgd(
+            "tiny", TaskExamples(task, recs), tmp_path / kind, cfg, progress=False
+        )
         assert st.device.startswith(DEVICE) and st.epsilon <= 8.0
         acc = prompt_adapter_accuracy("tiny", tmp_path / kind, task, recs[:8], device=DEVICE)
         assert 0.0 <= acc <= 1.0

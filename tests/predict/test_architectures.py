@@ -114,9 +114,9 @@ def test_a_model_directory_of_another_family_trains_and_serves_privately(arch, t
     from privlm.models import load_tokenizer
     from privlm.predict import PMixED, PMixEDConfig
     from privlm.predict.loading import load_ensemble
+    from privlm.training.config import EnsembleConfig, LoraTrainingConfig
     from privlm.training.dpsgd import DpSgdConfig, train_dpsgd
     from privlm.training.ensemble import train_ensemble
-    from privlm.training.lora_finetune import LoraTrainingConfig
 
     tok = load_tokenizer("tiny")
     kwargs = dict(FAMILIES[arch][0], vocab_size=len(tok), bos_token_id=tok.bos_token_id,
@@ -137,8 +137,9 @@ def test_a_model_directory_of_another_family_trains_and_serves_privately(arch, t
     )  # fmt: skip
     assert st.epsilon <= 4.0
     train_ensemble(
-        model_dir, data, 2, tmp_path / "ens", "pmixed",
-        LoraTrainingConfig(epochs=1, block_size=16, batch_size=4), progress=False,
+        model_dir, data, tmp_path / "ens",
+        EnsembleConfig(2, training=LoraTrainingConfig(epochs=1, block_size=16, batch_size=4)),
+        progress=False,
     )  # fmt: skip
     lm, engine, _ = load_ensemble(tmp_path / "ens", device="cpu")
     ledger = PrivacyLedger(tmp_path / "l.db", "x", Budget(8.0, 1e-5))

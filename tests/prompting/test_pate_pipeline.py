@@ -11,7 +11,12 @@ import torch
 from privlm.accounting import default_prompt_delta
 from privlm.data import Record
 from privlm.models import load_public_model
-from privlm.prompting.pate_pipeline import PromptPateConfig, pate_ledger, run_prompt_pate
+from privlm.prompting.pate_pipeline import (
+    PateExamples,
+    PromptPateConfig,
+    pate_ledger,
+    run_prompt_pate,
+)
 from privlm.prompting.tasks import get_task
 
 
@@ -47,7 +52,9 @@ def test_prompt_pate_end_to_end(tmp_path, monkeypatch, accounting):
         holdout=5, batch_size=16, accounting=accounting, queries=24, seed=0,
     )  # fmt: skip
     led = pate_ledger(tmp_path / "l.db", "pate", cfg, len(private))
-    res = run_prompt_pate(lm, task, private, public, tmp_path / "out", led, cfg, progress=False)
+    res = run_prompt_pate(
+        lm, PateExamples(task, private, public), tmp_path / "out", cfg, ledger=led, progress=False
+    )
     assert res.queries == 24  # fixed before the votes: the first 24 public inputs
     assert led.count() == (1 if accounting == "data-dependent" else 24)
     assert res.epsilon == led.spent().epsilon <= 50
@@ -135,12 +142,10 @@ def test_too_few_labels_is_a_clear_error(tmp_path):
     with pytest.raises(PrivlmError, match="were labelled"):
         run_prompt_pate(
             "tiny",  # a name works as well as a loaded model
-            get_task("sst2"),
-            recs("s", 10),
-            recs("p", 4),
+            PateExamples(get_task("sst2"), recs("s", 10), recs("p", 4)),
             tmp_path / "o",
-            led,
             cfg,
+            ledger=led,
             progress=False,
         )
     assert not (tmp_path / "o").exists()

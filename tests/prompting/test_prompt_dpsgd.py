@@ -15,6 +15,7 @@ from privlm.errors import PrivlmError
 from privlm.models import load_public_model
 from privlm.prompting.prompt_dpsgd import (
     PromptDpSgdConfig,
+    TaskExamples,
     class_logits,
     encode_examples,
     prompt_model,
@@ -64,7 +65,9 @@ def test_only_the_prompt_trains_and_the_target_is_met(tmp_path, kind):
     cfg = PromptDpSgdConfig(
         kind=kind, virtual_tokens=4, target_epsilon=3.0, batch_size=10, physical_batch_size=5
     )
-    st = train_prompt_dpsgd("tiny", TASK, records(), tmp_path / kind, cfg, progress=False)
+    st = train_prompt_dpsgd(
+        "tiny", TaskExamples(TASK, records()), tmp_path / kind, cfg, progress=False
+    )
     assert st.epsilon <= 3.0 and st.delta == default_prompt_delta(30) == 1e-6 and st.kind == kind
     saved = json.loads((tmp_path / kind / "privacy.json").read_text())
     assert saved["epsilon"] == st.epsilon and saved["task"] == "sst2"
@@ -75,7 +78,9 @@ def test_only_the_prompt_trains_and_the_target_is_met(tmp_path, kind):
 
 def test_non_private_baseline_has_no_epsilon(tmp_path):
     cfg = PromptDpSgdConfig(virtual_tokens=4, target_epsilon=None, batch_size=10, epochs=1)
-    st = train_prompt_dpsgd("tiny", TASK, records(), tmp_path / "np", cfg, progress=False)
+    st = train_prompt_dpsgd(
+        "tiny", TaskExamples(TASK, records()), tmp_path / "np", cfg, progress=False
+    )
     assert st.epsilon is None and st.noise_multiplier is None
 
 
@@ -112,12 +117,17 @@ def test_the_ledger_refuses_before_training_and_is_charged_before_the_prompt_is_
     small = PrivacyLedger(tmp_path / "l.db", "small", Budget(1.0, 1e-6))
     with pytest.raises(BudgetExceededError, match="refused before training"):
         train_prompt_dpsgd(
-            "tiny", TASK, records(), tmp_path / "no", cfg, ledger=small, progress=False
+            "tiny",
+            TaskExamples(TASK, records()),
+            tmp_path / "no",
+            cfg,
+            ledger=small,
+            progress=False,
         )
     assert not (tmp_path / "no").exists() and small.count() == 0
     enough = PrivacyLedger(tmp_path / "l.db", "enough", Budget(3.0, 1e-6))
     st = train_prompt_dpsgd(
-        "tiny", TASK, records(), tmp_path / "yes", cfg, ledger=enough, progress=False
+        "tiny", TaskExamples(TASK, records()), tmp_path / "yes", cfg, ledger=enough, progress=False
     )
     assert enough.count() == 1 and enough.spent().epsilon == pytest.approx(st.epsilon, rel=1e-6)
 
@@ -146,7 +156,9 @@ def test_noise_is_fresh_unless_seeded_and_a_seed_says_so(tmp_path):
         cfg = PromptDpSgdConfig(
             virtual_tokens=3, target_epsilon=8.0, batch_size=10, epochs=1, seed=seed
         )
-        st = train_prompt_dpsgd("tiny", TASK, records(), tmp_path / name, cfg, progress=False)
+        st = train_prompt_dpsgd(
+            "tiny", TaskExamples(TASK, records()), tmp_path / name, cfg, progress=False
+        )
         return st, load_file(str(tmp_path / name / "adapter_model.safetensors"))
 
     (s1, a), (_, b) = run("a", None), run("b", None)
@@ -168,7 +180,9 @@ def test_prompt_dpsgd_on_a_bf16_model(tmp_path):
     cfg = PromptDpSgdConfig(
         virtual_tokens=4, batch_size=8, epochs=1, target_epsilon=4.0, device="cpu", dtype="bf16"
     )
-    st = train_prompt_dpsgd("tiny", TASK, records(24), tmp_path / "p", cfg, progress=False)
+    st = train_prompt_dpsgd(
+        "tiny", TaskExamples(TASK, records(24)), tmp_path / "p", cfg, progress=False
+    )
     assert st.epsilon <= 4.0 and (st.device, st.dtype) == ("cpu", "bfloat16")
     saved = json.loads((tmp_path / "p" / "privacy.json").read_text())
     assert saved["dtype"] == "bfloat16"
@@ -194,8 +208,10 @@ def test_secure_mode_trains_from_the_os_csprng_only_and_says_so(tmp_path, monkey
     cfg = PromptDpSgdConfig(
         kind=kind, virtual_tokens=3, target_epsilon=8.0, batch_size=10, epochs=1, secure_mode=True
     )
-    st = train_prompt_dpsgd("tiny", TASK, records(), tmp_path / "a", cfg, progress=False)
-    train_prompt_dpsgd("tiny", TASK, records(), tmp_path / "b", cfg, progress=False)
+    st = train_prompt_dpsgd(
+        "tiny", TaskExamples(TASK, records()), tmp_path / "a", cfg, progress=False
+    )
+    train_prompt_dpsgd("tiny", TaskExamples(TASK, records()), tmp_path / "b", cfg, progress=False)
     assert st.randomness == SECURE_STATEMENT["randomness"] and st.epsilon <= 8.0
     a = load_file(str(tmp_path / "a" / "adapter_model.safetensors"))
     b = load_file(str(tmp_path / "b" / "adapter_model.safetensors"))

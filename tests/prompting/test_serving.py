@@ -13,7 +13,7 @@ from privlm.cli import app
 from privlm.data import Record
 from privlm.errors import PrivlmError
 from privlm.models import load_public_model
-from privlm.prompting.prompt_dpsgd import PromptDpSgdConfig, train_prompt_dpsgd
+from privlm.prompting.prompt_dpsgd import PromptDpSgdConfig, TaskExamples, train_prompt_dpsgd
 from privlm.prompting.serving import SoftPromptBank
 from privlm.prompting.tasks import get_task
 from tests.conftest import requires_data
@@ -30,7 +30,7 @@ def adapters(tmp_path_factory):
         cfg = PromptDpSgdConfig(
             virtual_tokens=3, target_epsilon=8.0, batch_size=10, epochs=1, seed=seed
         )
-        train_prompt_dpsgd("tiny", TASK, recs, root / f"p{seed}", cfg, progress=False)
+        train_prompt_dpsgd("tiny", TaskExamples(TASK, recs), root / f"p{seed}", cfg, progress=False)
         out.append(root / f"p{seed}")
     return out
 

@@ -334,14 +334,14 @@ def test_a_database_from_before_require_dp_is_migrated(tmp_path):
 
 def test_the_service_never_passes_a_seed():
     """A tenant cannot ask for (or be given) reproducible noise."""
-    from privlm.service import jobs as jobs_api
+    from privlm.service import job_params
 
-    for kind, model in jobs_api.PARAMS.items():
+    for kind, model in job_params.PARAMS.items():
         assert not any("seed" in f for f in model.model_fields), kind
     with pytest.raises(PrivlmError, match="seed"):
-        jobs_api.validate_params("dpsgd", {"seed": 0})
-    cfg = jobs_api._dpsgd_config(jobs_api.validate_params("dpsgd", {}), 1e-5)
-    assert cfg.seed is None
+        job_params.validate_params("dpsgd", {"seed": 0})
+    params = job_params.validate_params("dpsgd", {})
+    assert isinstance(params, job_params.DpSgdParams) and params.config(1e-5).seed is None
 
 
 def test_a_deployment_reserved_per_part_is_restated_per_unit_on_its_dataset(service, ensemble_job):

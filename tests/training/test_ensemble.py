@@ -12,7 +12,7 @@ from privlm.errors import PrivlmError
 from privlm.models import load_public_model
 from privlm.predict.engine import EnsembleEngine
 from privlm.training import ensemble as ens
-from privlm.training.lora_finetune import LoraTrainingConfig
+from privlm.training.config import EnsembleConfig, LoraTrainingConfig
 
 CFG = LoraTrainingConfig(epochs=1, block_size=32, batch_size=4, learning_rate=1e-2)
 # a partition key under which the 8 users of users_dataset split evenly (2 per part of 4;
@@ -36,14 +36,14 @@ def users_dataset(n_users=8):
 def test_pmixed_ensemble_manifest_and_adapters(tmp_path):
     ds = users_dataset()
     manifest = ens.train_ensemble(
-        "tiny", ds, 4, tmp_path, "pmixed", CFG, progress=False, partition_key=KEY
+        "tiny", ds, tmp_path, EnsembleConfig(4, "pmixed", CFG), progress=False, partition_key=KEY
     )
-    names = [p["name"] for p in manifest["partition"]]
+    names = manifest.partition
     assert names == ["part-000", "part-001", "part-002", "part-003"]
     sizes = ens.ensemble_statistics(tmp_path)["partition"]
     assert [p["name"] for p in sizes] == names and sum(p["units"] for p in sizes) == 8
-    assert manifest["privacy_unit"] == "user" and manifest["training"]["rank"] == 4
-    assert all(manifest["adapters"][n]["status"] == "done" for n in names)
+    assert manifest.privacy_unit == "user" and manifest.training["rank"] == 4
+    assert all(manifest.adapters[n]["status"] == "done" for n in names)
     text = (tmp_path / "manifest.json").read_text()
     assert "secret" not in text and "patient" not in text
     engine = EnsembleEngine.from_directories(
@@ -55,9 +55,14 @@ def test_pmixed_ensemble_manifest_and_adapters(tmp_path):
 
 def test_submix_halves(tmp_path):
     manifest = ens.train_ensemble(
-        "tiny", users_dataset(), 2, tmp_path, "submix", CFG, progress=False, partition_key=KEY
+        "tiny",
+        users_dataset(),
+        tmp_path,
+        EnsembleConfig(2, "submix", CFG),
+        progress=False,
+        partition_key=KEY,
     )
-    assert [p["name"] for p in manifest["partition"]] == [
+    assert manifest.partition == [
         "part-000-a",
         "part-000-b",
         "part-001-a",
@@ -80,7 +85,12 @@ def test_interrupted_run_resumes_from_finished_adapters(tmp_path, monkeypatch):
     monkeypatch.setattr(ens, "finetune_lora", flaky)
     with pytest.raises(KeyboardInterrupt):
         ens.train_ensemble(
-            "tiny", ds, 4, tmp_path, "pmixed", CFG, progress=False, partition_key=KEY
+            "tiny",
+            ds,
+            tmp_path,
+            EnsembleConfig(4, "pmixed", CFG),
+            progress=False,
+            partition_key=KEY,
         )
     with pytest.raises(PrivlmError, match="incomplete"):
         ens.load_manifest(tmp_path)
@@ -91,20 +101,35 @@ def test_interrupted_run_resumes_from_finished_adapters(tmp_path, monkeypatch):
     # the resume takes the key from the manifest; another key is refused
     with pytest.raises(PrivlmError, match="another key"):
         ens.train_ensemble(
-            "tiny", ds, 4, tmp_path, "pmixed", CFG, progress=False, partition_key="ab"
+            "tiny",
+            ds,
+            tmp_path,
+            EnsembleConfig(4, "pmixed", CFG),
+            progress=False,
+            partition_key="ab",
         )
-    ens.train_ensemble("tiny", ds, 4, tmp_path, "pmixed", CFG, progress=False)
+    ens.train_ensemble("tiny", ds, tmp_path, EnsembleConfig(4, "pmixed", CFG), progress=False)
     assert seen == ["part-002", "part-003"]
-    assert len(ens.load_manifest(tmp_path)["adapters"]) == 4
+    assert len(ens.load_manifest(tmp_path).adapters) == 4
 
 
 def test_resume_with_other_settings_is_refused(tmp_path):
     ens.train_ensemble(
-        "tiny", users_dataset(4), 2, tmp_path, "pmixed", CFG, progress=False, partition_key=KEY
+        "tiny",
+        users_dataset(4),
+        tmp_path,
+        EnsembleConfig(2, "pmixed", CFG),
+        progress=False,
+        partition_key=KEY,
     )
     with pytest.raises(PrivlmError, match="other settings or data"):
         ens.train_ensemble(
-            "tiny", users_dataset(4), 3, tmp_path, "pmixed", CFG, progress=False, partition_key=KEY
+            "tiny",
+            users_dataset(4),
+            tmp_path,
+            EnsembleConfig(3, "pmixed", CFG),
+            progress=False,
+            partition_key=KEY,
         )
     assert json.loads((tmp_path / "manifest.json").read_text())["n_parts"] == 2
 
@@ -113,8 +138,7 @@ def test_the_manifest_holds_no_statistic_of_the_data(tmp_path):
     """Part sizes, token usage, losses, times and a digest of the units are the curator's
     (``<out>.curator.json``, beside the folder); the manifest holds settings, the key and
     the number of units (public by declaration)."""
-    ens.train_ensemble(
-        "tiny", users_dataset(4), 2, tmp_path / "e", "pmixed", CFG, progress=False,
+    ens.train_ensemble("tiny", users_dataset(4), tmp_path / "e", EnsembleConfig(2, "pmixed", CFG), progress=False,
         partition_key=KEY,
     )  # fmt: skip
     manifest = json.loads((tmp_path / "e" / "manifest.json").read_text())
@@ -134,7 +158,12 @@ def test_a_legacy_manifest_is_migrated_and_resumes(tmp_path):
     curator's report when it is resumed, and still refuses other data."""
     ds = users_dataset(4)
     ens.train_ensemble(
-        "tiny", ds, 2, tmp_path / "e", "pmixed", CFG, progress=False, partition_key=KEY
+        "tiny",
+        ds,
+        tmp_path / "e",
+        EnsembleConfig(2, "pmixed", CFG),
+        progress=False,
+        partition_key=KEY,
     )
     path = tmp_path / "e" / "manifest.json"
     manifest = json.loads(path.read_text())
@@ -150,44 +179,55 @@ def test_a_legacy_manifest_is_migrated_and_resumes(tmp_path):
     (tmp_path / "e.curator.json").unlink()
     with pytest.raises(PrivlmError, match="other settings or data"):
         ens.train_ensemble(
-            "tiny", users_dataset(5), 2, tmp_path / "e", "pmixed", CFG, progress=False
+            "tiny",
+            users_dataset(5),
+            tmp_path / "e",
+            EnsembleConfig(2, "pmixed", CFG),
+            progress=False,
         )
     migrated = json.loads(path.read_text())
     assert "records" not in migrated and migrated["partition"][0].keys() == {"name"}
     assert ens.ensemble_statistics(tmp_path / "e")["partition"] == statistics["partition"]
-    ens.train_ensemble("tiny", ds, 2, tmp_path / "e", "pmixed", CFG, progress=False)
+    ens.train_ensemble("tiny", ds, tmp_path / "e", EnsembleConfig(2, "pmixed", CFG), progress=False)
 
 
 def test_a_resume_without_the_curators_report_is_refused(tmp_path):
-    ens.train_ensemble(
-        "tiny", users_dataset(4), 2, tmp_path / "e", "pmixed", CFG, progress=False,
+    ens.train_ensemble("tiny", users_dataset(4), tmp_path / "e", EnsembleConfig(2, "pmixed", CFG), progress=False,
         partition_key=KEY,
     )  # fmt: skip
     (tmp_path / "e.curator.json").unlink()
     with pytest.raises(PrivlmError, match="curator's report"):
         ens.train_ensemble(
-            "tiny", users_dataset(4), 2, tmp_path / "e", "pmixed", CFG, progress=False
+            "tiny",
+            users_dataset(4),
+            tmp_path / "e",
+            EnsembleConfig(2, "pmixed", CFG),
+            progress=False,
         )
 
 
 def test_too_few_units(tmp_path):
     with pytest.raises(PrivlmError, match="cannot split 2 privacy units"):
         ens.train_ensemble(
-            "tiny", users_dataset(2), 3, tmp_path, "pmixed", CFG, progress=False, partition_key=KEY
+            "tiny",
+            users_dataset(2),
+            tmp_path,
+            EnsembleConfig(3, "pmixed", CFG),
+            progress=False,
+            partition_key=KEY,
         )
 
 
 def test_an_empty_part_gets_the_public_model(tmp_path):
     """Under this key the 3 users fill parts 0 and 1 only: part 2's member is the untrained
     adapter (B = 0), i.e. the public model, still a function of its own (empty) part."""
-    manifest = ens.train_ensemble(
-        "tiny", users_dataset(3), 3, tmp_path, "pmixed", CFG, progress=False,
+    manifest = ens.train_ensemble("tiny", users_dataset(3), tmp_path, EnsembleConfig(3, "pmixed", CFG), progress=False,
         partition_key="0" * 32,
     )  # fmt: skip
     statistics = ens.ensemble_statistics(tmp_path)
     assert [p["units"] for p in statistics["partition"]] == [1, 2, 0]
     assert statistics["adapters"]["part-002"]["empty_part"]
-    assert manifest["partition_key"] == "0" * 32 and "HMAC" in manifest["partition_rule"]
+    assert manifest.partition_key == "0" * 32 and "HMAC" in manifest.partition_rule
     engine = EnsembleEngine.from_directories(
         load_public_model("tiny").model, [tmp_path / "part-002", tmp_path / "part-000"]
     )
@@ -197,12 +237,12 @@ def test_an_empty_part_gets_the_public_model(tmp_path):
 
 def test_a_fresh_key_is_drawn_and_recorded(tmp_path):
     a = ens.train_ensemble(
-        "tiny", users_dataset(4), 2, tmp_path / "a", "pmixed", CFG, progress=False
+        "tiny", users_dataset(4), tmp_path / "a", EnsembleConfig(2, "pmixed", CFG), progress=False
     )
     b = ens.train_ensemble(
-        "tiny", users_dataset(4), 2, tmp_path / "b", "pmixed", CFG, progress=False
+        "tiny", users_dataset(4), tmp_path / "b", EnsembleConfig(2, "pmixed", CFG), progress=False
     )
-    assert len(a["partition_key"]) == 32 and a["partition_key"] != b["partition_key"]
+    assert len(a.partition_key) == 32 and a.partition_key != b.partition_key
 
 
 def test_an_ensemble_trains_on_a_bf16_model_and_serves_privately(tmp_path):
@@ -218,12 +258,15 @@ def test_an_ensemble_trains_on_a_bf16_model_and_serves_privately(tmp_path):
         epochs=1, block_size=32, batch_size=4, learning_rate=1e-2, device="cpu", dtype="bf16"
     )
     manifest = ens.train_ensemble(
-        "tiny", users_dataset(), 2, tmp_path, "pmixed", cfg, progress=False, partition_key=KEY
+        "tiny",
+        users_dataset(),
+        tmp_path,
+        EnsembleConfig(2, "pmixed", cfg),
+        progress=False,
+        partition_key=KEY,
     )
     adapters = ens.ensemble_statistics(tmp_path)["adapters"]
-    assert len(manifest["adapters"]) == 2 and {a["dtype"] for a in adapters.values()} == {
-        "bfloat16"
-    }
+    assert len(manifest.adapters) == 2 and {a["dtype"] for a in adapters.values()} == {"bfloat16"}
     weights = load_file(str(tmp_path / "part-000" / "adapter_model.safetensors"))
     assert {t.dtype for t in weights.values()} == {torch.float32}
     lm, engine, _ = load_ensemble(tmp_path, device="cpu", dtype="bfloat16")

@@ -16,15 +16,16 @@ from privlm.models.loading import base_model_id
 from privlm.predict.loading import load_ensemble
 from privlm.prompting.prompt_dpsgd import (
     PromptDpSgdConfig,
+    TaskExamples,
     class_logits,
     encode_examples,
     train_prompt_dpsgd,
 )
 from privlm.prompting.serving import prompt_adapter_accuracy
 from privlm.prompting.tasks import get_task, label_token_ids
+from privlm.training.config import EnsembleConfig, LoraTrainingConfig
 from privlm.training.dpsgd import DpSgdConfig, train_dpsgd
 from privlm.training.ensemble import train_ensemble
-from privlm.training.lora_finetune import LoraTrainingConfig
 from privlm.training.model_card import model_card
 
 NOTES = [Record(f"note {i}: the patient in room {i} is feeling better", f"user-{i % 6}")
@@ -54,12 +55,12 @@ def test_a_dpsgd_adapter_states_its_guarantee_and_loads_in_plain_peft(tmp_path):
 def test_ensemble_members_load_in_plain_peft_with_privlms_logits(tmp_path):
     cfg = LoraTrainingConfig(epochs=1, block_size=16, max_blocks=2)
     ds = Dataset(NOTES, "notes", "user")
-    train_ensemble("tiny", ds, 2, tmp_path / "ens", config=cfg, progress=False)
+    train_ensemble("tiny", ds, tmp_path / "ens", EnsembleConfig(2, training=cfg), progress=False)
     card = (tmp_path / "ens" / "README.md").read_text()
     assert "none by itself" in card and "Data size:** 6 units in 2 parts" in card
     lm, engine, manifest = load_ensemble(tmp_path / "ens", "cpu", "float32")
     ids = torch.tensor([lm.tokenizer("the patient is")["input_ids"]])
-    for row, part in enumerate(p["name"] for p in manifest["partition"]):
+    for row, part in enumerate(manifest.partition):
         assert "do not release it" in (tmp_path / "ens" / part / "README.md").read_text()
         config = json.loads((tmp_path / "ens" / part / "adapter_config.json").read_text())
         assert config["base_model_name_or_path"] == "tiny"
@@ -78,7 +79,7 @@ def test_prompt_adapters_state_their_guarantee_and_load_in_plain_peft(tmp_path, 
     recs = [Record(f"film {i}", f"r{i}", "positive" if i % 2 else "negative") for i in range(20)]
     cfg = PromptDpSgdConfig(kind=kind, virtual_tokens=3, target_epsilon=8.0, batch_size=10,
                             epochs=1, learning_rate=0.5)  # fmt: skip
-    st = train_prompt_dpsgd("tiny", task, recs, tmp_path / "p", cfg, progress=False)
+    st = train_prompt_dpsgd("tiny", TaskExamples(task, recs), tmp_path / "p", cfg, progress=False)
     card = (tmp_path / "p" / "README.md").read_text()
     for needed in (f"({st.epsilon:.4g}, ", "-DP per user", "Base model:** tiny",
                    "Data size:** 20 units", "does not cover"):  # fmt: skip

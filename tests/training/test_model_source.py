@@ -13,11 +13,11 @@ from safetensors.torch import load_file
 from privlm.data import Dataset, Record
 from privlm.errors import PrivlmError
 from privlm.models import LoadedModel, load_public_model, reference_of, working_copy
-from privlm.prompting.prompt_dpsgd import PromptDpSgdConfig, train_prompt_dpsgd
+from privlm.prompting.prompt_dpsgd import PromptDpSgdConfig, TaskExamples, train_prompt_dpsgd
 from privlm.prompting.tasks import get_task
+from privlm.training.config import EnsembleConfig, LoraTrainingConfig
 from privlm.training.dpsgd import DpSgdConfig, train_dpsgd
 from privlm.training.ensemble import train_ensemble
-from privlm.training.lora_finetune import LoraTrainingConfig
 
 NOTES = [Record(f"note {i}: the patient in room {i} is feeling better", f"user-{i % 6}")
          for i in range(24)]  # fmt: skip
@@ -67,14 +67,15 @@ def test_an_ensemble_trains_from_a_loaded_model_and_records_its_name(tmp_path):
     lm = load_public_model("tiny", device="cpu")
     before = snapshot(lm)
     cfg = LoraTrainingConfig(epochs=1, block_size=16, max_blocks=2)
-    manifest = train_ensemble(lm, Dataset(NOTES, "notes", "user"), 2, tmp_path / "e",
-                              config=cfg, progress=False)  # fmt: skip
+    manifest = train_ensemble(lm, Dataset(NOTES, "notes", "user"), tmp_path / "e",
+                              EnsembleConfig(2, training=cfg), progress=False)  # fmt: skip
     assert_unchanged(lm, before)
-    assert manifest["model"] == "tiny"
-    assert all(a["status"] == "done" for a in manifest["adapters"].values())
+    assert manifest.model == "tiny"
+    assert all(a["status"] == "done" for a in manifest.adapters.values())
     with pytest.raises(PrivlmError, match="Ray workers load the model themselves"):
-        train_ensemble(lm, Dataset(NOTES, "notes", "user"), 2, tmp_path / "r", config=cfg,
-                       progress=False, ray_address="local")  # fmt: skip
+        train_ensemble(lm, Dataset(NOTES, "notes", "user"), tmp_path / "r",
+                       EnsembleConfig(2, training=cfg), progress=False,
+                       ray_address="local")  # fmt: skip
 
 
 def test_prompt_dpsgd_from_a_loaded_model_leaves_it_unchanged(tmp_path):
@@ -82,7 +83,9 @@ def test_prompt_dpsgd_from_a_loaded_model_leaves_it_unchanged(tmp_path):
     before = snapshot(lm)
     recs = [Record(f"film {i}", f"r{i}", "positive" if i % 2 else "negative") for i in range(20)]
     cfg = PromptDpSgdConfig(virtual_tokens=3, target_epsilon=8.0, batch_size=10, epochs=1)
-    train_prompt_dpsgd(lm, get_task("sst2"), recs, tmp_path / "p", cfg, progress=False)
+    train_prompt_dpsgd(
+        lm, TaskExamples(get_task("sst2"), recs), tmp_path / "p", cfg, progress=False
+    )
     assert_unchanged(lm, before)
     assert json.loads((tmp_path / "p" / "privacy.json").read_text())["model"] == "tiny"
 

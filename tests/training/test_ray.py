@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from privlm.training import ensemble as ens
+from privlm.training.config import EnsembleConfig
 from tests.training.test_ensemble import CFG, KEY, users_dataset
 
 RAY = Path(sys.executable).parent / "ray"
@@ -59,23 +60,27 @@ def ray_cluster(tmp_path_factory):
 
 def test_one_ray_task_per_adapter_gives_the_same_ensemble(ray_cluster, tmp_path):
     ds = users_dataset()
-    manifest = ens.train_ensemble(
-        "tiny", ds, 4, tmp_path / "ray", "pmixed", CFG, progress=False, ray_address=ray_cluster,
+    manifest = ens.train_ensemble("tiny", ds, tmp_path / "ray", EnsembleConfig(4, "pmixed", CFG), progress=False, ray_address=ray_cluster,
         partition_key=KEY,
     )  # fmt: skip
-    assert all(a["status"] == "done" for a in manifest["adapters"].values())
-    assert len(manifest["adapters"]) == 4
+    assert all(a["status"] == "done" for a in manifest.adapters.values())
+    assert len(manifest.adapters) == 4
     assert all(a["ray"] for a in ens.ensemble_statistics(tmp_path / "ray")["adapters"].values())
     local = ens.train_ensemble(
-        "tiny", ds, 4, tmp_path / "local", "pmixed", CFG, progress=False, partition_key=KEY
+        "tiny",
+        ds,
+        tmp_path / "local",
+        EnsembleConfig(4, "pmixed", CFG),
+        progress=False,
+        partition_key=KEY,
     )
     from safetensors.torch import load_file
 
-    for name in local["adapters"]:  # same seed, same part: the same adapter, up to the
+    for name in local.adapters:  # same seed, same part: the same adapter, up to the
         # summation order of a 1-thread Ray worker against 2 local threads
         a = load_file(str(tmp_path / "ray" / name / "adapter_model.safetensors"))
         b = load_file(str(tmp_path / "local" / name / "adapter_model.safetensors"))
         assert a.keys() == b.keys()
         assert all(torch.allclose(a[k], b[k], atol=1e-4, rtol=1e-3) for k in a)
     saved = json.loads((tmp_path / "ray" / "manifest.json").read_text())
-    assert saved["partition"] == local["partition"]
+    assert saved["partition"] == local.to_dict()["partition"]

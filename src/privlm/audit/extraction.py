@@ -18,16 +18,16 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from privlm.accounting import Budget, PrivacyLedger
 from privlm.audit.config import EXTRACTION_DELTA, ExtractionConfig
 from privlm.data import Dataset, Record
-from privlm.predict import PMixED, PMixEDConfig, SubMix, SubMixConfig, part_ledgers
+from privlm.predict.config import PMixEDConfig, SubMixConfig
 from privlm.predict.engine import CachedDecoder, EnsembleEngine
+from privlm.predict.factory import build_predictor
 from privlm.predict.loading import load_ensemble
 from privlm.predict.sampling import sample
 from privlm.randomness import PrivacyRandomness
+from privlm.training.config import EnsembleConfig, LoraTrainingConfig
 from privlm.training.ensemble import train_ensemble
-from privlm.training.lora_finetune import LoraTrainingConfig
 
 PREFIX = "My number is:"
 
@@ -103,7 +103,9 @@ def run_extraction(
     gen = PrivacyRandomness(seed)
     results: list[AttackResult] = []
 
-    train_ensemble(model, data, 1, root / "finetuned", "pmixed", cfg, progress=progress)
+    train_ensemble(
+        model, data, root / "finetuned", EnsembleConfig(1, training=cfg), progress=progress
+    )
     lm, eng, _ = load_ensemble(root / "finetuned", cfg.device, cfg.dtype)
     hits = sum(
         extract_code(_sample_plain(eng, lm.tokenizer, 0, tokens, gen), length) in secret
@@ -111,11 +113,12 @@ def run_extraction(
     )
     results.append(AttackResult("finetuned", hits, generations, None))
 
-    train_ensemble(model, data, n_codes, root / "pmixed", "pmixed", cfg, progress=progress)
-    lm, eng, _ = load_ensemble(root / "pmixed", cfg.device, cfg.dtype)
+    train_ensemble(
+        model, data, root / "pmixed", EnsembleConfig(n_codes, training=cfg), progress=progress
+    )
     pcfg = PMixEDConfig(epsilon_pmixed, EXTRACTION_DELTA, 3, queries, sample_rate)
-    led = PrivacyLedger(root / "ledger.db", "pmixed", Budget(epsilon_pmixed, EXTRACTION_DELTA))
-    pm = PMixED(eng, lm.tokenizer, led, pcfg, seed)
+    loaded = load_ensemble(root / "pmixed", cfg.device, cfg.dtype)
+    pm = build_predictor(pcfg, loaded, ledger=root / "ledger.db", name="pmixed", seed=seed)
     hits = 0
     for _ in tqdm(range(generations), desc="attack pmixed", disable=not progress):
         hits += extract_code(pm.generate(PREFIX, tokens).text, length) in secret
@@ -124,16 +127,17 @@ def run_extraction(
             "pmixed",
             hits,
             generations,
-            led.spent().epsilon,
+            pm.budget()["spent"]["epsilon"],
             "(ε, δ)-DP per unit: one member replaced",
         )
     )
 
-    train_ensemble(model, data, n_codes // 2, root / "submix", "submix", cfg, progress=progress)
-    lm, eng, _ = load_ensemble(root / "submix", cfg.device, cfg.dtype)
+    train_ensemble(
+        model, data, root / "submix", EnsembleConfig(n_codes // 2, "submix", cfg), progress=progress
+    )
     scfg = SubMixConfig(epsilon_submix, 2.0, epsilon_submix / queries)
-    ledgers = part_ledgers(root / "ledger.db", "submix", n_codes // 2, scfg)
-    sm = SubMix(eng, lm.tokenizer, ledgers, scfg, seed)
+    loaded = load_ensemble(root / "submix", cfg.device, cfg.dtype)
+    sm = build_predictor(scfg, loaded, ledger=root / "ledger.db", name="submix", seed=seed)
     hits = 0
     for _ in tqdm(range(generations), desc="attack submix", disable=not progress):
         hits += extract_code(sm.generate(PREFIX, tokens).text, length) in secret
@@ -142,7 +146,7 @@ def run_extraction(
             "submix",
             hits,
             generations,
-            max(lg.spent().epsilon for lg in ledgers),
+            sm.budget()["spent"]["rdp_epsilon"],
             "Rényi operational privacy per part (a part removed), not per unit",
         )
     )

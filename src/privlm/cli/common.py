@@ -6,46 +6,31 @@ import functools
 import json
 import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import typer
 
+from privlm.config import (
+    CHECKPOINTING_HELP,
+    DEVICE_HELP,
+    DTYPE_HELP,
+    SECURE_MODE_HELP,
+    SEED_HELP,
+)
 from privlm.errors import PrivlmError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 JSON_OPTION = typer.Option(False, "--json", help="Print machine-readable JSON.")
-DEVICE_OPTION = typer.Option(
-    "auto",
-    "--device",
-    help="auto (the PRIVLM_DEVICE variable, else CUDA when a GPU is there, else cpu), cpu, "
-    "cuda or cuda:N.",
-)
-DTYPE_OPTION = typer.Option(
-    "auto",
-    "--dtype",
-    help="The model's weights: auto (bfloat16 on a GPU that has it, else float32), float32, "
-    "bfloat16 or float16. Privacy math always runs in float64.",
-)
+# for commands whose config class does not declare these (the settings' own help texts)
+DEVICE_OPTION = typer.Option("auto", "--device", help=DEVICE_HELP + ".")
+DTYPE_OPTION = typer.Option("auto", "--dtype", help=DTYPE_HELP + ".")
 CHECKPOINTING_OPTION = typer.Option(
-    False,
-    "--gradient-checkpointing",
-    help="Recompute each layer's activations in the backward pass: less memory for big "
-    "models, about a third more compute. DP-SGD stays exact (reentrant checkpointing).",
+    False, "--gradient-checkpointing", help=CHECKPOINTING_HELP + "."
 )
-SEED_OPTION = typer.Option(
-    None,
-    "--seed",
-    help="Reproducible experiments only: fixes the noise and sampling, so the privacy "
-    "guarantee does not hold against anyone who knows the seed. Default: fresh OS entropy.",
-)
-
-SECURE_MODE_OPTION = typer.Option(
-    False,
-    "--secure-mode",
-    help="Draw every noise coordinate and Poisson coin from the OS CSPRNG (os.urandom) "
-    "instead of a CSPRNG-seeded torch generator. Same accounting; cannot be seeded.",
-)
+SEED_OPTION = typer.Option(None, "--seed", help=SEED_HELP + ".")
+SECURE_MODE_OPTION = typer.Option(False, "--secure-mode", help=SECURE_MODE_HELP + ".")
 
 
 def warn_if_seeded(seed: int | None) -> None:
@@ -105,3 +90,20 @@ LABEL_COLUMN_OPTION = typer.Option(
 NO_HEADER_OPTION = typer.Option(
     False, "--no-header", help="A .csv whose first row is data: name columns by position (1, 2, …)."
 )
+
+
+def open_run_ledger(
+    path: Path, name: str, budget_epsilon: float | None, run_cost: float, delta: float
+) -> Any:
+    """A training run's ledger: an existing one as it is, or a new one with the given budget
+    (default: the run's own cost, so the run fits exactly once)."""
+    from privlm.accounting import Budget, PrivacyLedger
+    from privlm.errors import AccountingError
+
+    if path.is_file():
+        try:
+            return PrivacyLedger(path, name)
+        except AccountingError:
+            pass  # no ledger of that name in the file yet
+    eps = budget_epsilon if budget_epsilon is not None else run_cost
+    return PrivacyLedger(path, name, Budget(eps, delta))

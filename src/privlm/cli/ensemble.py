@@ -18,7 +18,7 @@ from privlm.cli.common import (
     emit_json,
     user_errors,
 )
-from privlm.config import option
+from privlm.config import cli_settings
 from privlm.curator import CURATOR_HEADING, curator_report_path
 from privlm.data import Dataset, corpora, load_file
 from privlm.errors import PrivlmError
@@ -57,27 +57,20 @@ def load_training_data(
 
 @app.command("train")
 @user_errors
+@cli_settings(EnsembleConfig, into="shape")
+@cli_settings(LoraTrainingConfig, into="training", decls={"learning_rate": ("--lr",)})
 def train(
     data: str = typer.Argument(..., help="A .txt/.jsonl/.csv file, or wikitext2[:split]."),
     out: Path = typer.Option(..., "--out", help="Output directory (resumes if interrupted)."),
-    parts: int = option(EnsembleConfig, "parts"),
-    protocol: str = option(EnsembleConfig, "protocol"),
     model: str = typer.Option(DEFAULT_MODEL, help="Public model: name, HF id or directory."),
     limit: int | None = typer.Option(None, help="Use only the first LIMIT privacy units."),
     records: str = typer.Option("line", help=".txt only: 'line' or 'block' records."),
     text_column: str = TEXT_COLUMN_OPTION,
     user_column: str = USER_COLUMN_OPTION,
     no_header: bool = NO_HEADER_OPTION,
-    rank: int = option(LoraTrainingConfig, "rank"),
-    alpha: float = option(LoraTrainingConfig, "alpha"),
     targets: str | None = typer.Option(
         None, help="Comma-separated module names; default: discovered."
     ),
-    epochs: int = option(LoraTrainingConfig, "epochs"),
-    learning_rate: float = option(LoraTrainingConfig, "learning_rate", "--lr"),
-    block_size: int = option(LoraTrainingConfig, "block_size"),
-    batch_size: int = option(LoraTrainingConfig, "batch_size"),
-    max_blocks: int | None = option(LoraTrainingConfig, "max_blocks"),
     seed: int = typer.Option(
         0, help="Training seed (initialisation, shuffling): no privacy randomness."
     ),
@@ -92,33 +85,31 @@ def train(
     dtype: str = DTYPE_OPTION,
     gradient_checkpointing: bool = CHECKPOINTING_OPTION,
     as_json: bool = JSON_OPTION,
+    *,
+    shape: dict[str, Any],
+    training: dict[str, Any],
 ) -> None:
-    """Partition the data by privacy unit and fine-tune one LoRA adapter per (sub)part."""
+    """Partition the data by privacy unit and fine-tune one LoRA adapter per (sub)part.
+    Every EnsembleConfig and LoraTrainingConfig setting is an option here."""
     from privlm.training.ensemble import ensemble_statistics, train_ensemble
 
     ds = load_training_data(data, limit, records, text_column=text_column,
                             user_column=user_column, no_header=no_header)  # fmt: skip
     cfg = LoraTrainingConfig(
-        rank=rank,
-        alpha=alpha,
+        **training,
         targets=targets.split(",") if targets else None,
-        epochs=epochs,
-        learning_rate=learning_rate,
-        block_size=block_size,
-        batch_size=batch_size,
-        max_blocks=max_blocks,
         seed=seed,
         device=device,
         dtype=dtype,
         gradient_checkpointing=gradient_checkpointing,
     )
     manifest = train_ensemble(
-        model, ds, parts, out, protocol, cfg, progress=not as_json, ray_address=ray,
-        partition_key=partition_key,
+        model, ds, out, EnsembleConfig(**shape, training=cfg), progress=not as_json,
+        ray_address=ray, partition_key=partition_key,
     )  # fmt: skip
     statistics = ensemble_statistics(out)
     if as_json:
-        emit_json({**manifest, "not_private_for_the_curator": statistics})
+        emit_json({**manifest.to_dict(), "not_private_for_the_curator": statistics})
         return
     adapters = statistics.get("adapters", {})
     empty = [n for n, a in adapters.items() if a.get("empty_part")]
@@ -129,8 +120,8 @@ def train(
             err=True,
         )
     typer.echo(
-        f"{protocol} ensemble of {len(manifest['partition'])} adapters on {manifest['model']} in {out} "
-        f"({manifest['units']} {manifest['privacy_unit']} units)"
+        f"{manifest.protocol} ensemble of {manifest.members} adapters on {manifest.model} in {out} "
+        f"({manifest.units} {manifest.privacy_unit} units)"
     )
     secs = sum(a.get("seconds", 0.0) for a in adapters.values())
     typer.echo(f"  {CURATOR_HEADING} (in {curator_report_path(out).name})")

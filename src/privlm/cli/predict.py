@@ -22,7 +22,7 @@ from privlm.cli.common import (
 from privlm.config import option
 from privlm.errors import PrivlmError
 from privlm.predict.budget_names import BUDGETS, record_budget, second_budget_warning
-from privlm.predict.config import METHODS, PMixEDConfig
+from privlm.predict.config import METHODS, PMixEDConfig, mechanism_config
 
 if TYPE_CHECKING:
     from privlm.predict.protocol import Predictor
@@ -67,21 +67,12 @@ def generate(
     from privlm.predict.loading import load_ensemble
 
     warn_if_seeded(seed)
+    config = mechanism_config(
+        method, epsilon=epsilon, delta=delta, alpha=alpha, queries=queries,
+        sample_rate=sample_rate, beta=beta,
+    )  # fmt: skip
     loaded = load_ensemble(ensemble, device, dtype)
-    predictor = build_predictor(
-        method,
-        ensemble,
-        loaded,
-        ledger,
-        name,
-        epsilon,
-        delta,
-        alpha,
-        queries,
-        sample_rate,
-        beta,
-        seed,
-    )
+    predictor = build_predictor(config, loaded, ledger=ledger, name=name, seed=seed)
     _warn_of_a_second_budget(ensemble, ledger, name)
     gen = predictor.generate(
         prompt, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, greedy=greedy
@@ -92,7 +83,7 @@ def generate(
                 "method": method,
                 **gen.__dict__,
                 **predictor.rng.statement(),
-                **loaded[0].placement.describe(),
+                **loaded.model.placement.describe(),
             }
         )
         return
@@ -298,30 +289,37 @@ def _ensemble_ppl(
 ) -> dict[str, Any]:
     import tempfile
 
+    from privlm.predict.config import MECHANISMS, PredictorConfig
     from privlm.predict.evaluate import evaluate
-    from privlm.predict.factory import build_predictor, plain_predictor
+    from privlm.predict.factory import build_predictor, plain_config
     from privlm.predict.loading import load_ensemble
 
     loaded = load_ensemble(ensemble, device, dtype)  # once, for every run and method
-    lm, engine, manifest = loaded
+    lm, manifest = loaded.model, loaded.manifest
+    assert manifest is not None
     ids = _blocks_of(lm.tokenizer, texts, data, block_size, blocks).tolist()
     queries = sum(len(b) - 1 for b in ids)
+    config: PredictorConfig
+    if method not in MECHANISMS:
+        config = plain_config(method, adapter)
+    else:
+        config = mechanism_config(
+            method, epsilon=epsilon, delta=delta, alpha=alpha, queries=queries,
+            sample_rate=sample_rate, beta=beta,
+        )  # fmt: skip
     reports = []
     for r in range(runs):
         with tempfile.TemporaryDirectory() as tmp:
-            if method in ("pmixed", "submix"):
-                predictor = build_predictor(
-                    method, ensemble, loaded, Path(tmp) / "eval.db", f"eval-run-{r}", epsilon,
-                    delta, alpha, queries, sample_rate, beta, None if seed is None else seed + r,
-                )  # fmt: skip
-            else:
-                predictor = plain_predictor(method, engine, lm.tokenizer, adapter)
+            predictor = build_predictor(
+                config, loaded, ledger=Path(tmp) / "eval.db", name=f"eval-run-{r}",
+                seed=None if seed is None else seed + r,
+            )  # fmt: skip
             rep = evaluate(predictor, ids, progress=not as_json)
             spent = _spent(predictor)
         reports.append({**rep.__dict__, "epsilon_spent": spent})
     return {
         "method": method,
-        "model": manifest["model"],
+        "model": manifest.model,
         "ensemble": str(ensemble),
         "data": data,
         "queries_per_run": queries,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -10,13 +11,13 @@ from privlm.cli.common import (
     DEVICE_OPTION,
     DTYPE_OPTION,
     JSON_OPTION,
-    SECURE_MODE_OPTION,
     SEED_OPTION,
     emit_json,
+    open_run_ledger,
     user_errors,
     warn_if_seeded,
 )
-from privlm.config import option
+from privlm.config import cli_settings, option
 from privlm.errors import PrivlmError
 from privlm.models import DEFAULT_MODEL
 from privlm.prompting.config import PromptDpSgdConfig, PromptPateConfig
@@ -96,6 +97,10 @@ def describe_splits(splits: TaskSplits, as_json: bool) -> None:
 
 @app.command("dpsgd")
 @user_errors
+@cli_settings(
+    PromptDpSgdConfig, into="settings", exclude=("noise_multiplier",),
+    decls={"target_epsilon": ("--epsilon",), "learning_rate": ("--lr",)},
+)  # fmt: skip
 def dpsgd(
     out: Path = typer.Option(..., "--out", help="Where to write the prompt adapter."),
     task: str | None = TASK_OPTION,
@@ -106,31 +111,30 @@ def dpsgd(
     label_column: str | None = TASK_LABEL_COLUMN,
     user_column: str | None = TASK_USER_COLUMN,
     no_header: bool = TASK_NO_HEADER,
-    unit: str = option(PromptDpSgdConfig, "unit"),
-    kind: str = option(PromptDpSgdConfig, "kind"),
-    epsilon: float | None = option(PromptDpSgdConfig, "target_epsilon"),
     non_private: bool = typer.Option(False, "--non-private", help="No noise (the baseline)."),
     private: int | None = typer.Option(
         None,
         help="Private examples from the corpus (default 1000); a --private-data file is used whole.",
     ),
-    virtual_tokens: int = option(PromptDpSgdConfig, "virtual_tokens"),
-    epochs: int = option(PromptDpSgdConfig, "epochs"),
-    batch_size: int = option(PromptDpSgdConfig, "batch_size"),
-    learning_rate: float = option(PromptDpSgdConfig, "learning_rate", "--lr"),
     test: int | None = typer.Option(
         None, help="Test examples (default 200 of the corpus, or all of --test-data; 0: skip)."
     ),
     model: str = typer.Option(DEFAULT_MODEL, help="Public model."),
     split_seed: int = SPLIT_SEED_OPTION,
-    seed: int | None = SEED_OPTION,
-    secure_mode: bool = SECURE_MODE_OPTION,
-    device: str = DEVICE_OPTION,
-    dtype: str = DTYPE_OPTION,
+    ledger: Path | None = typer.Option(
+        None, help="Budget ledger charged before the prompt is written (default: none)."
+    ),
+    ledger_name: str = typer.Option("prompt-dpsgd", help="Ledger name (one per dataset)."),
+    budget_epsilon: float | None = typer.Option(
+        None, help="Budget ε of a new ledger (default: what this run costs)."
+    ),
     as_json: bool = JSON_OPTION,
+    *,
+    settings: dict[str, Any],
 ) -> None:
-    """Train a soft prompt or prefix with DP-SGD; the LLM stays frozen."""
-    from privlm.prompting.prompt_dpsgd import train_prompt_dpsgd
+    """Train a soft prompt or prefix with DP-SGD; the LLM stays frozen. With --ledger, the
+    run is refused before training if it does not fit, and charged before it is written."""
+    from privlm.prompting.prompt_dpsgd import TaskExamples, prompt_run_cost, train_prompt_dpsgd
 
     t = resolve_task(task, task_file)
     files = task_files(private_data, None, test_data, text_column, label_column, user_column,
@@ -138,13 +142,16 @@ def dpsgd(
     splits = task_data(t, files, {"private": private, "public": 0, "test": test},
                        {"private": 1000, "test": 200}, split_seed, need=("private",))  # fmt: skip
     describe_splits(splits, as_json)
-    warn_if_seeded(seed)
-    cfg = PromptDpSgdConfig(
-        kind=kind, virtual_tokens=virtual_tokens, target_epsilon=None if non_private else epsilon,
-        epochs=epochs, batch_size=batch_size, learning_rate=learning_rate, seed=seed,
-        device=device, dtype=dtype, unit=unit, secure_mode=secure_mode,
-    )  # fmt: skip
-    st = train_prompt_dpsgd(model, t, splits.private, out, cfg, progress=not as_json)
+    if non_private:
+        settings["target_epsilon"] = None
+    cfg = PromptDpSgdConfig(**settings)
+    warn_if_seeded(cfg.seed)
+    kind, device, dtype = cfg.kind, cfg.device, cfg.dtype
+    examples = TaskExamples(t, splits.private)
+    led = None
+    if ledger is not None and cfg.target_epsilon is not None:
+        led = open_run_ledger(ledger, ledger_name, budget_epsilon, *prompt_run_cost(examples, cfg))
+    st = train_prompt_dpsgd(model, examples, out, cfg, ledger=led, progress=not as_json)
     result = {**st.to_dict(), "adapter": str(out), "task": t.name}
     if splits.test:
         from privlm.prompting.serving import prompt_adapter_accuracy
@@ -214,7 +221,7 @@ def pate(
     """PromptPATE: teachers label public inputs by Confident-GNMax; a student prompt is chosen."""
     from privlm.models import load_public_model
     from privlm.prompting.evaluate import accuracy, prompt_probabilities
-    from privlm.prompting.pate_pipeline import pate_ledger, run_prompt_pate
+    from privlm.prompting.pate_pipeline import PateExamples, pate_ledger, run_prompt_pate
 
     t = resolve_task(task, task_file)
     files = task_files(private_data, public_data, test_data, text_column, label_column,
@@ -235,7 +242,10 @@ def pate(
     warn_if_weak_threshold(cfg, len(t.labels))
     led = pate_ledger(ledger, ledger_name, cfg, len({r.unit for r in splits.private}))
     lm = load_public_model(model, device=device, dtype=dtype)
-    res = run_prompt_pate(lm, t, splits.private, splits.public, out, led, cfg, progress=not as_json)
+    res = run_prompt_pate(
+        lm, PateExamples(t, splits.private, splits.public), out, cfg, ledger=led,
+        progress=not as_json,
+    )  # fmt: skip
     result = {**res.to_dict(), "task": t.name, **lm.placement.describe()}
     if splits.test:
         probs = prompt_probabilities(lm.model, lm.tokenizer, t, res.student.records(), splits.test)

@@ -35,7 +35,7 @@ from privlm.errors import BudgetExceededError
 from privlm.models import DEFAULT_MODEL
 from privlm.predict.config import PMixEDConfig
 from privlm.settings import cache_dir
-from privlm.training.config import LoraTrainingConfig
+from privlm.training.config import EnsembleConfig, LoraTrainingConfig
 
 
 def budget_example(n_units: int, batch_size: int = 256, epochs: int = 3) -> dict[str, Any]:
@@ -101,9 +101,9 @@ def private_pipeline(
 ) -> dict[str, Any]:
     """Train an N-model PMixED ensemble, generate privately, compare perplexities."""
     from privlm.models.perplexity import token_blocks
-    from privlm.predict import PMixED
+    from privlm.predict.config import PlainConfig
     from privlm.predict.evaluate import evaluate
-    from privlm.predict.factory import plain_predictor
+    from privlm.predict.factory import build_predictor
     from privlm.predict.loading import load_ensemble
     from privlm.training.ensemble import ensemble_statistics, train_ensemble
 
@@ -117,7 +117,7 @@ def private_pipeline(
     name = f"{model.replace('/', '_')}-pmixed-{n_models}-{records}-{key}"
     out_dir = cache_dir() / "quickstart" / name
     t0 = time.perf_counter()
-    train_ensemble(model, train, n_models, out_dir, "pmixed", cfg, progress=progress)
+    train_ensemble(model, train, out_dir, EnsembleConfig(n_models, training=cfg), progress=progress)
     adapters = ensemble_statistics(out_dir).get("adapters", {})
     train_seconds = sum(a.get("seconds", 0.0) for a in adapters.values())
     say(
@@ -127,14 +127,12 @@ def private_pipeline(
         f"      training time {train_seconds:.0f}s (this run: {time.perf_counter() - t0:.0f}s; reruns reuse it)"
     )
 
-    lm, engine, _ = load_ensemble(out_dir, device, dtype)
+    loaded = load_ensemble(out_dir, device, dtype)
+    lm = loaded.model
     q = min(1.0, 2.4 / n_models)  # about as many models per query as the paper's N=80, q=0.03
     config = PMixEDConfig(sample_rate=q)  # the defaults (PMixED Table 1) but q
     with tempfile.TemporaryDirectory() as tmp:
-        ledger = PrivacyLedger(
-            Path(tmp) / "deploy.db", "quickstart", Budget(config.epsilon, config.delta)
-        )
-        pm = PMixED(engine, lm.tokenizer, ledger, config)
+        pm = build_predictor(config, loaded, ledger=Path(tmp) / "deploy.db", name="quickstart")
         t0 = time.perf_counter()
         gen = pm.generate(prompt, max_new_tokens=new_tokens)
         gen_seconds = time.perf_counter() - t0
@@ -152,14 +150,11 @@ def private_pipeline(
             eval_block_size,
             eval_blocks,
         ).tolist()
-        public = evaluate(plain_predictor("public", engine, lm.tokenizer), blocks, progress)
-        ensemble = evaluate(plain_predictor("ensemble", engine, lm.tokenizer), blocks, progress)
-        eval_ledger = PrivacyLedger(
-            Path(tmp) / "eval.db", "eval", Budget(config.epsilon, config.delta)
-        )
-        scorer = PMixED(engine, lm.tokenizer, eval_ledger, config)
+        public = evaluate(build_predictor(PlainConfig("public"), loaded), blocks, progress)
+        ensemble = evaluate(build_predictor(PlainConfig("ensemble"), loaded), blocks, progress)
+        scorer = build_predictor(config, loaded, ledger=Path(tmp) / "eval.db", name="eval")
         private = evaluate(scorer, blocks, progress=progress)
-        eval_spent = eval_ledger.spent().epsilon
+        eval_spent = scorer.budget()["spent"]["epsilon"]
     say(
         f"      validation perplexity over {public.tokens} tokens: public {public.perplexity:.2f}, "
         f"ensemble (non-private) {ensemble.perplexity:.2f}, PMixED {private.perplexity:.2f} "

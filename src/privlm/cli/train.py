@@ -8,59 +8,49 @@ from typing import Any
 
 import typer
 
-from privlm.accounting import Budget, DpSgdPlan, PrivacyLedger, dpsgd_epsilon
+from privlm.accounting import DpSgdPlan, dpsgd_epsilon
 from privlm.cli.common import (
-    CHECKPOINTING_OPTION,
-    DEVICE_OPTION,
-    DTYPE_OPTION,
     JSON_OPTION,
     NO_HEADER_OPTION,
-    SECURE_MODE_OPTION,
-    SEED_OPTION,
     TEXT_COLUMN_OPTION,
     USER_COLUMN_OPTION,
     emit_json,
+    open_run_ledger,
     user_errors,
     warn_if_seeded,
     warn_if_weak_delta,
 )
 from privlm.cli.ensemble import load_training_data
-from privlm.config import option
+from privlm.config import cli_settings
 from privlm.curator import CURATOR_HEADING, split_private_statistics
-from privlm.errors import AccountingError
 from privlm.models import DEFAULT_MODEL
-from privlm.training.config import DpSgdConfig, JftConfig, LoraTrainingConfig
+from privlm.training.config import DpSgdConfig, JftConfig
 
 app = typer.Typer(help="Private fine-tuning.", no_args_is_help=True)
+
+# the flags some settings have always had
+SETTING_FLAGS: dict[str, tuple[str, ...]] = {
+    "target_epsilon": ("--epsilon",),
+    "learning_rate": ("--lr",),
+}
+PHASE2_HELP = {
+    "target_epsilon": "Target ε of phase 2 (DP-SGD on the original data)",
+    "epochs": "Phase-2 epochs",
+    "learning_rate": "Phase-2 AdamW learning rate",
+}
 
 
 @app.command("dpsgd")
 @user_errors
+@cli_settings(DpSgdConfig, into="settings", decls=SETTING_FLAGS)
 def dpsgd(
     data: str = typer.Argument(..., help="A .txt/.jsonl/.csv file, or wikitext2[:split]."),
     out: Path = typer.Option(..., "--out", help="Where to write the adapter and privacy.json."),
-    epsilon: float | None = option(DpSgdConfig, "target_epsilon"),
-    noise_multiplier: float | None = option(DpSgdConfig, "noise_multiplier"),
-    delta: float | None = option(DpSgdConfig, "delta"),
-    max_grad_norm: float = option(DpSgdConfig, "max_grad_norm"),
-    batch_size: int = option(DpSgdConfig, "batch_size"),
-    physical_batch_size: int = option(DpSgdConfig, "physical_batch_size"),
-    epochs: int = option(DpSgdConfig, "epochs"),
-    learning_rate: float = option(DpSgdConfig, "learning_rate", "--lr"),
-    rank: int = option(DpSgdConfig, "rank"),
-    block_size: int = option(DpSgdConfig, "block_size"),
-    accountant: str = option(DpSgdConfig, "accountant"),
-    user_sampling: str = option(DpSgdConfig, "user_sampling"),
-    max_blocks_per_user: int | None = option(DpSgdConfig, "max_blocks_per_user"),
-    user_reduction: str = option(DpSgdConfig, "user_reduction"),
     text_column: str = TEXT_COLUMN_OPTION,
     user_column: str = USER_COLUMN_OPTION,
     no_header: bool = NO_HEADER_OPTION,
-    grad_sample_mode: str = option(DpSgdConfig, "grad_sample_mode"),
     model: str = typer.Option(DEFAULT_MODEL, help="Public model."),
     limit: int | None = typer.Option(None, help="Use only the first LIMIT privacy units."),
-    seed: int | None = SEED_OPTION,
-    secure_mode: bool = SECURE_MODE_OPTION,
     ledger: Path = typer.Option(
         Path("privlm-ledger.db"), help="Budget ledger charged before the adapter is written."
     ),
@@ -68,46 +58,27 @@ def dpsgd(
     budget_epsilon: float | None = typer.Option(
         None, help="Budget ε of a new ledger (default: what this run costs)."
     ),
-    device: str = DEVICE_OPTION,
-    dtype: str = DTYPE_OPTION,
-    gradient_checkpointing: bool = CHECKPOINTING_OPTION,
     as_json: bool = JSON_OPTION,
+    *,
+    settings: dict[str, Any],
 ) -> None:
-    """Fine-tune a LoRA adapter with DP-SGD (Opacus); print its privacy statement."""
+    """Fine-tune a LoRA adapter with DP-SGD (Opacus); print its privacy statement. Every
+    DpSgdConfig setting is an option here (privlm.config.cli_settings)."""
     from privlm.training.dpsgd import examples_per_unit, plan, train_dpsgd
 
     ds = load_training_data(
         data, limit, text_column=text_column, user_column=user_column, no_header=no_header
     )
-    cfg = DpSgdConfig(
-        target_epsilon=None if noise_multiplier is not None else epsilon,
-        delta=delta,
-        noise_multiplier=noise_multiplier,
-        max_grad_norm=max_grad_norm,
-        batch_size=batch_size,
-        physical_batch_size=physical_batch_size,
-        epochs=epochs,
-        learning_rate=learning_rate,
-        rank=rank,
-        block_size=block_size,
-        accountant=accountant,
-        seed=seed,
-        secure_mode=secure_mode,
-        user_sampling=user_sampling,
-        max_blocks_per_user=max_blocks_per_user,
-        user_reduction=user_reduction,
-        grad_sample_mode=grad_sample_mode,
-        device=device,
-        dtype=dtype,
-        gradient_checkpointing=gradient_checkpointing,
-    )
+    if settings["noise_multiplier"] is not None:  # a fixed σ replaces the default target ε
+        settings["target_epsilon"] = None
+    cfg = DpSgdConfig(**settings)
     n_units = len(examples_per_unit(ds)[0])
     q, steps, run_delta, sigma = plan(n_units, cfg)
     # a new ledger's default budget is what this run costs, as the ledger composes it (by
     # the run's accountant: RDP, or PLD for prv), so the run fits exactly once
-    run_cost = dpsgd_epsilon(sigma, q, steps, run_delta, accountant).epsilon
-    led = _open_ledger(ledger, ledger_name, budget_epsilon, run_cost, run_delta)
-    warn_if_seeded(seed)
+    run_cost = dpsgd_epsilon(sigma, q, steps, run_delta, cfg.accountant).epsilon
+    led = open_run_ledger(ledger, ledger_name, budget_epsilon, run_cost, run_delta)
+    warn_if_seeded(cfg.seed)
     warn_if_weak_delta(run_delta, n_units, ds.unit_kind)
     st = train_dpsgd(model, ds, out, cfg, progress=not as_json, ledger=led)
     if int(os.environ.get("RANK", "0")) != 0:  # under torchrun, rank 0 reports
@@ -129,27 +100,16 @@ def with_curator_heading(statement: dict[str, Any]) -> dict[str, Any]:
     return {**released, "not_private_for_the_curator": taken}
 
 
-def _open_ledger(
-    path: Path, name: str, budget_epsilon: float | None, run_cost: float, delta: float
-) -> PrivacyLedger:
-    """An existing ledger as it is, or a new one with the given budget (default: the run's
-    own cost, so the run fits exactly once)."""
-    if _ledger_exists(path, name):
-        return PrivacyLedger(path, name)
-    eps = budget_epsilon if budget_epsilon is not None else run_cost
-    return PrivacyLedger(path, name, Budget(eps, delta))
-
-
 @app.command("jft")
 @user_errors
+@cli_settings(JftConfig, into="jft_settings", decls={"phase1_learning_rate": ("--phase1-lr",)})
+@cli_settings(DpSgdConfig, into="phase2", decls=SETTING_FLAGS, helps=PHASE2_HELP)
 def jft(
     data: str = typer.Argument(..., help="A .txt/.jsonl/.csv file, or wikitext2[:split]."),
     out: Path = typer.Option(..., "--out", help="Where to write the final (phase-2) adapter."),
-    detector: str = option(JftConfig, "detector"),
     patterns: Path | None = typer.Option(
         None, help="Rules file (YAML/JSON): your own regexes, deny- and allow-lists."
     ),
-    phase1: str = option(JftConfig, "phase1"),
     screened: Path | None = typer.Option(
         None, help="screened mode: the sanitised file (<mask> marks what was removed)."
     ),
@@ -160,22 +120,6 @@ def jft(
         'JSON lines {"text", '
         '"spans": [{"start", "end", "type"}]} or {"text", "secrets": [...]}.',
     ),
-    epsilon: float = option(
-        DpSgdConfig, "target_epsilon", help="Target ε of phase 2 (DP-SGD on the original data)."
-    ),
-    phase1_epsilon: float = option(JftConfig, "phase1_epsilon"),
-    delta: float | None = option(DpSgdConfig, "delta"),
-    phase1_epochs: int = option(JftConfig, "phase1_epochs"),
-    phase1_lr: float = option(JftConfig, "phase1_learning_rate", "--phase1-lr"),
-    epochs: int = option(DpSgdConfig, "epochs", help="Phase-2 epochs."),
-    learning_rate: float = option(
-        DpSgdConfig, "learning_rate", "--lr", help="Phase-2 AdamW learning rate."
-    ),
-    batch_size: int = option(DpSgdConfig, "batch_size"),
-    physical_batch_size: int = option(DpSgdConfig, "physical_batch_size"),
-    max_grad_norm: float = option(DpSgdConfig, "max_grad_norm"),
-    rank: int = option(DpSgdConfig, "rank"),
-    block_size: int = option(DpSgdConfig, "block_size"),
     miss: list[str] = typer.Option(
         [], "--miss", help="Audits only: a string the detector is made to miss (repeatable)."
     ),
@@ -189,74 +133,39 @@ def jft(
     no_header: bool = NO_HEADER_OPTION,
     model: str = typer.Option(DEFAULT_MODEL, help="Public model."),
     limit: int | None = typer.Option(None, help="Use only the first LIMIT privacy units."),
-    seed: int | None = SEED_OPTION,
     ledger: Path = typer.Option(Path("privlm-ledger.db"), help="Budget ledger."),
     ledger_name: str = typer.Option("jft", help="Ledger name (one per dataset)."),
     budget_epsilon: float | None = typer.Option(
         None, help="Budget ε of a new ledger (default: what this run charges)."
     ),
-    device: str = DEVICE_OPTION,
-    dtype: str = DTYPE_OPTION,
-    gradient_checkpointing: bool = CHECKPOINTING_OPTION,
     as_json: bool = JSON_OPTION,
+    *,
+    jft_settings: dict[str, Any],
+    phase2: dict[str, Any],
 ) -> None:
-    """Just Fine-tune Twice: a redacted fine-tune, then DP-SGD; print the SDP statement."""
+    """Just Fine-tune Twice: a redacted fine-tune, then DP-SGD; print the SDP statement.
+    Every JftConfig setting and every DP-SGD setting of phase 2 is an option here; phase 1's
+    are built from them (JftConfig.phase1_lora)."""
     from privlm.training.dpsgd import examples_per_unit, plan
     from privlm.training.jft import train_jft
 
     ds = load_training_data(
         data, limit, text_column=text_column, user_column=user_column, no_header=no_header
     )
-
-    def dp(target: float) -> DpSgdConfig:
-        return DpSgdConfig(
-            target_epsilon=target,
-            delta=delta,
-            max_grad_norm=max_grad_norm,
-            batch_size=batch_size,
-            physical_batch_size=physical_batch_size,
-            epochs=epochs,
-            learning_rate=learning_rate,
-            rank=rank,
-            block_size=block_size,
-            seed=seed,
-            device=device,
-            dtype=dtype,
-            gradient_checkpointing=gradient_checkpointing,
-        )
-
+    if phase2["noise_multiplier"] is not None:  # a fixed σ replaces the default target ε
+        phase2["target_epsilon"] = None
     cfg = JftConfig(
-        detector=detector,
-        phase1=phase1,
-        phase1_epochs=phase1_epochs,
-        phase1_learning_rate=phase1_lr,
-        phase1_epsilon=phase1_epsilon,
-        screened_file=screened,
-        annotated_file=annotated,
-        patterns_file=patterns,
-        deliberately_missed=list(miss),
-        phase1_training=LoraTrainingConfig(
-            epochs=phase1_epochs,
-            learning_rate=phase1_lr,
-            pack=False,
-            rank=rank,
-            block_size=block_size,
-            batch_size=physical_batch_size,
-            seed=0 if seed is None else seed,  # phase 1's shuffle: no noise, no guarantee
-            device=device,
-            dtype=dtype,
-            gradient_checkpointing=gradient_checkpointing,
-        ),
-        phase2=dp(epsilon),
-    )
+        **jft_settings, screened_file=screened, annotated_file=annotated, patterns_file=patterns,
+        deliberately_missed=list(miss), phase2=DpSgdConfig(**phase2),
+    )  # fmt: skip
     n = len(examples_per_unit(ds)[0])
     q, steps, run_delta, sigma = plan(n, cfg.phase2)
     warn_if_weak_delta(run_delta, n, ds.unit_kind)
     run_cost = DpSgdPlan(sigma, q, steps).rdp_curve().to_dp(run_delta).epsilon
-    if phase1 == "light-noise":
-        run_cost += phase1_epsilon  # a new ledger's default: room for both charges
-    led = _open_ledger(ledger, ledger_name, budget_epsilon, run_cost, run_delta)
-    warn_if_seeded(seed)
+    if cfg.phase1 == "light-noise":
+        run_cost += cfg.phase1_epsilon  # a new ledger's default: room for both charges
+    led = open_run_ledger(ledger, ledger_name, budget_epsilon, run_cost, run_delta)
+    warn_if_seeded(cfg.phase2.seed)
     st = train_jft(model, ds, out, cfg, phase1_dir=phase1_out, ledger=led, progress=not as_json)
     if as_json:
         emit_json(with_curator_heading(st.to_dict()))
@@ -275,13 +184,3 @@ def jft(
         typer.echo(f"  phase 1 {usage1['summary']}")
     if st.phase2.get("token_usage"):
         typer.echo(f"  phase 2 {st.phase2['token_usage']['summary']}")
-
-
-def _ledger_exists(path: Path, name: str) -> bool:
-    if not path.is_file():
-        return False
-    try:
-        PrivacyLedger(path, name)
-    except AccountingError:
-        return False
-    return True

@@ -2,10 +2,12 @@
 :class:`Predictor` interface every way of answering a prompt shares. The functions the CLI
 calls:
 
-- ``load_ensemble(path, device=, dtype=)`` -> (public model, engine, manifest)
-- ``build_predictor(method, path, loaded, ledger, name, ε, δ, α, T, q, β, seed)`` -> PMixED
-  or SubMix with durable ledgers; ``plain_predictor(method, engine, tokenizer)`` -> the public
-  model, one adapter or the plain ensemble average
+- ``load_ensemble(path, device=, dtype=)`` -> ``LoadedEnsemble(model, engine, manifest)``;
+  ``load_adapter(path, model)`` for one DP adapter
+- ``build_predictor(config, loaded, ledger=, name=, seed=)`` -> the predictor a typed config
+  describes: ``PMixEDConfig`` or ``SubMixConfig`` (charged to durable ledgers), or
+  ``PlainConfig`` (the public model, one adapter, the plain ensemble average);
+  ``mechanism_config(name, ε=, δ=, …)`` builds a mixture's config from loose numbers
 - ``predictor.stream(ids, n)``, ``.generate(prompt, n)``, ``.score(ids)``, ``.budget()``
 - ``evaluate(predictor, blocks)`` -> held-out perplexity
 """
@@ -27,8 +29,13 @@ EXPORTS = {
     "Token": "protocol",
     "TokenStream": "protocol",
     "build_predictor": "factory",
-    "plain_predictor": "factory",
+    "register_builder": "factory",
+    "PlainConfig": "config",
+    "PredictorConfig": "config",
+    "mechanism_config": "config",
     "load_ensemble": "loading",
+    "load_adapter": "loading",
+    "LoadedEnsemble": "loading",
     "evaluate": "evaluate",
     "PerplexityReport": "evaluate",
 }

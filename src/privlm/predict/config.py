@@ -7,15 +7,19 @@ without loading a model library.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from privlm.accounting import RdpCurve
 from privlm.accounting.analysis import pmixed as analysis
-from privlm.config import check_settings, setting
+from privlm.config import check_settings, setting, settings_of
 from privlm.errors import PrivlmError
 
 # what `privlm eval ppl --method` scores (privlm.predict.evaluate)
 METHODS = ("public", "finetuned", "ensemble", "pmixed", "submix")
+MECHANISMS = ("pmixed", "submix")  # the private mixtures, each charged token by token
+PLAIN_MEMBERS = ("public", "adapter", "ensemble")
 
 
 def rdp_budget_for(epsilon: float, delta: float, alpha: int) -> float:
@@ -98,3 +102,62 @@ class SubMixConfig:
         """The most a deployment can release about one unit: a unit lies in one part, whose
         ledger keeps its leakage within (α, ε)-RDP until STOP (Algorithm 2)."""
         return RdpCurve.from_mapping({self.alpha: self.epsilon})
+
+
+@dataclass(frozen=True)
+class PlainConfig:
+    """A predictor that charges nothing per token: ``public`` (the public model alone),
+    ``adapter`` (one member: a DP-trained adapter, whose tokens are post-processing of a
+    release already charged, or an ensemble member as a non-private baseline) or
+    ``ensemble`` (the plain average of every member: not private, a utility baseline).
+    ``statement`` carries what a DP adapter's ``privacy.json`` states, shown with its
+    budget."""
+
+    members: str = setting("public", "Which members answer", choices=PLAIN_MEMBERS)
+    adapter: int = setting(0, "adapter: which member", ge=0)
+    statement: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_settings(self)
+
+
+PredictorConfig = PMixEDConfig | SubMixConfig | PlainConfig
+
+
+def mechanism_config(
+    method: str,
+    *,
+    epsilon: float | None = None,
+    delta: float | None = None,
+    alpha: float | None = None,
+    queries: int | None = None,
+    sample_rate: float | None = None,
+    beta: float | None = None,
+    bound: str | None = None,
+) -> PMixEDConfig | SubMixConfig:
+    """A private mixture's config from loose numbers (a CLI's options, a deployment's
+    request), every one not given taken from the config class: ε and α are each
+    mechanism's own (PMixED 8 at δ with α = 3; SubMix RDP 2 at α = 2), SubMix's β is ε/T.
+    The one place a mechanism's name becomes its config."""
+    pm = {k: s.default for k, s in settings_of(PMixEDConfig).items()}
+    delta = pm["delta"] if delta is None else delta
+    queries = pm["queries"] if queries is None else queries
+    if method == "pmixed":
+        order = pm["alpha"] if alpha is None else alpha
+        if order != int(order):
+            raise PrivlmError(f"PMixED's order α must be an integer, got {order:g}")
+        return PMixEDConfig(
+            pm["epsilon"] if epsilon is None else epsilon, delta, int(order), queries,
+            pm["sample_rate"] if sample_rate is None else sample_rate,
+            pm["bound"] if bound is None else bound,
+        )  # fmt: skip
+    if method == "submix":
+        sm = {k: s.default for k, s in settings_of(SubMixConfig).items()}
+        eps = sm["epsilon"] if epsilon is None else epsilon
+        return SubMixConfig(
+            eps,
+            sm["alpha"] if alpha is None else float(alpha),
+            beta if beta is not None else eps / queries,
+            delta,
+        )
+    raise PrivlmError(f"unknown mechanism {method!r}; choose one of {', '.join(MECHANISMS)}")

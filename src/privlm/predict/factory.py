@@ -1,104 +1,119 @@
-"""Build a predictor over a loaded ensemble: PMixED or SubMix with their ledgers, or a plain
-one (the public model, one adapter, the ensemble average). The one place that maps a method's
-name to a :class:`~privlm.predict.protocol.Predictor`, for the CLI and the service."""
+"""The one way a predictor is built: :func:`build_predictor` takes a typed config
+(:class:`PMixEDConfig`, :class:`SubMixConfig` or :class:`PlainConfig`) and what it serves (a
+:class:`~privlm.predict.loading.LoadedEnsemble`), and returns a
+:class:`~privlm.predict.protocol.Predictor`. Each config type has one builder, registered
+here; the CLI, the service and the benchmarks call this function, and nothing branches on a
+mechanism's name after it (a new mechanism registers its config type with
+:func:`register_builder`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from privlm.accounting import Budget, PrivacyLedger
-from privlm.accounting.analysis import pmixed as pmixed_analysis
-from privlm.config import settings_of
 from privlm.errors import PrivlmError
-from privlm.predict.engine import EnsembleEngine
+from privlm.predict.config import PlainConfig, PMixEDConfig, PredictorConfig, SubMixConfig
+from privlm.predict.loading import LoadedEnsemble
 from privlm.predict.plain import PlainPredictor
-from privlm.predict.pmixed import PMixED, PMixEDConfig
+from privlm.predict.pmixed import PMixED
 from privlm.predict.protocol import Predictor
-from privlm.predict.submix import SubMix, SubMixConfig, part_ledgers
+from privlm.predict.submix import SubMix, part_ledgers
+
+C = TypeVar("C")
+Builder = Callable[[Any, LoadedEnsemble, "str | Path | None", str, "int | None"], Predictor]
+_BUILDERS: dict[type, Builder] = {}
 
 
-def submix_config(
-    epsilon: float, alpha: float, beta: float | None, queries: int, delta: float
-) -> SubMixConfig:
-    """SubMix's config from a deployment's numbers; β defaults to ε/T."""
-    return SubMixConfig(
-        epsilon, float(alpha), beta if beta is not None else epsilon / queries, delta
-    )
+def register_builder(config_type: type[C]) -> Callable[[Builder], Builder]:
+    """Register the builder of the predictors configured by ``config_type``."""
 
+    def register(builder: Builder) -> Builder:
+        _BUILDERS[config_type] = builder
+        return builder
 
-def mechanism_defaults(
-    method: str, epsilon: float | None, alpha: float | None
-) -> tuple[float, float]:
-    """ε and α where not given: each mechanism's own (PMixED (8 at δ, α = 3); SubMix RDP
-    (2 at α = 2)), from its config class, so the CLI and the service never restate them.
-    PMixED's α is returned as an int (its analysis takes integer orders)."""
-    cls: type = SubMixConfig if method == "submix" else PMixEDConfig
-    s = settings_of(cls)
-    eps = s["epsilon"].default if epsilon is None else epsilon
-    order = s["alpha"].default if alpha is None else alpha
-    if method == "pmixed":
-        if order != int(order):
-            raise PrivlmError(f"PMixED's order α must be an integer, got {order:g}")
-        order = int(order)
-    return eps, order
+    return register
 
 
 def build_predictor(
-    method: str,
-    ensemble: Path,
-    loaded: tuple[Any, Any, dict[str, Any]],
-    ledger: str | Path,
-    name: str,
-    epsilon: float | None,
-    delta: float,
-    alpha: float | None,
-    queries: int,
-    sample_rate: float,
-    beta: float | None,
-    seed: int | None,
-    bound: str = pmixed_analysis.DEFAULT_BOUND,
+    config: PredictorConfig,
+    loaded: LoadedEnsemble,
+    *,
+    ledger: str | Path | None = None,
+    name: str = "default",
+    seed: int | None = None,
 ) -> Predictor:
-    """A PMixED or SubMix predictor over an already loaded ensemble (``load_ensemble``),
-    its ledger(s) named ``name`` in the database ``ledger`` (a path or a SQLAlchemy URL)."""
-    lm, engine, manifest = loaded
-    epsilon, alpha = mechanism_defaults(method, epsilon, alpha)
-    if method == "pmixed":
-        if manifest["protocol"] != "pmixed":
-            raise PrivlmError(
-                f"{ensemble} is a {manifest['protocol']} ensemble; PMixED needs --protocol pmixed"
-            )
-        cfg = PMixEDConfig(epsilon, delta, int(alpha), queries, sample_rate, bound)
-        led = PrivacyLedger(ledger, name, Budget(epsilon, delta))
-        return PMixED(engine, lm.tokenizer, led, cfg, seed)
-    if method == "submix":
-        if manifest["protocol"] != "submix":
-            raise PrivlmError(
-                f"{ensemble} is a {manifest['protocol']} ensemble; SubMix needs --protocol submix"
-            )
-        scfg = submix_config(epsilon, alpha, beta, queries, delta)
-        return SubMix(
-            engine,
-            lm.tokenizer,
-            part_ledgers(ledger, name, engine.n_adapters // 2, scfg),
-            scfg,
-            seed,
+    """The predictor ``config`` describes, over ``loaded`` (``load_ensemble`` or
+    ``load_adapter``). A private mixture charges its ledger(s) named ``name`` in the
+    database ``ledger`` (a path or a SQLAlchemy URL) before each token leaves; ``seed`` is
+    for experiments only (the guarantee is void against anyone who knows it)."""
+    builder = _BUILDERS.get(type(config))
+    if builder is None:
+        raise PrivlmError(f"no predictor is built from a {type(config).__name__}")
+    return builder(config, loaded, ledger, name, seed)
+
+
+def _ensemble_of(loaded: LoadedEnsemble, protocol: str, mechanism: str) -> None:
+    manifest = loaded.manifest
+    if manifest is None:
+        raise PrivlmError(f"{mechanism} mixes an ensemble; one adapter alone cannot serve it")
+    if manifest.protocol != protocol:
+        raise PrivlmError(
+            f"this is a {manifest.protocol} ensemble; {mechanism} needs --protocol {protocol}"
         )
-    raise PrivlmError(f"unknown method {method!r}; choose pmixed or submix")
 
 
-def plain_predictor(
-    method: str, engine: EnsembleEngine, tokenizer: Any, adapter: int = 0
-) -> PlainPredictor:
-    """``public`` (the public model), ``finetuned`` (adapter number ``adapter``) or
-    ``ensemble`` (the plain average of every adapter: not private, a utility baseline)."""
-    rows = {
-        "public": [-1],
-        "finetuned": [adapter],
-        "ensemble": list(range(engine.n_adapters)),
-    }.get(method)
-    if rows is None:
+def _ledger_url(ledger: str | Path | None, mechanism: str) -> str | Path:
+    if ledger is None:
+        raise PrivlmError(f"{mechanism} charges every token to a ledger: name one")
+    return ledger
+
+
+@register_builder(PMixEDConfig)
+def _pmixed(
+    config: PMixEDConfig, loaded: LoadedEnsemble, ledger: str | Path | None, name: str,
+    seed: int | None,
+) -> Predictor:  # fmt: skip
+    _ensemble_of(loaded, "pmixed", "PMixED")
+    led = PrivacyLedger(_ledger_url(ledger, "PMixED"), name, Budget(config.epsilon, config.delta))
+    return PMixED(loaded.engine, loaded.model.tokenizer, led, config, seed)
+
+
+@register_builder(SubMixConfig)
+def _submix(
+    config: SubMixConfig, loaded: LoadedEnsemble, ledger: str | Path | None, name: str,
+    seed: int | None,
+) -> Predictor:  # fmt: skip
+    _ensemble_of(loaded, "submix", "SubMix")
+    ledgers = part_ledgers(
+        _ledger_url(ledger, "SubMix"), name, loaded.engine.n_adapters // 2, config
+    )
+    return SubMix(loaded.engine, loaded.model.tokenizer, ledgers, config, seed)
+
+
+@register_builder(PlainConfig)
+def _plain(
+    config: PlainConfig, loaded: LoadedEnsemble, ledger: str | Path | None, name: str,
+    seed: int | None,
+) -> Predictor:  # fmt: skip
+    n = loaded.engine.n_adapters
+    if config.members == "adapter" and config.adapter >= n:
+        raise PrivlmError(f"adapter {config.adapter} is not one of the {n} adapters")
+    rows = {"public": [-1], "adapter": [config.adapter], "ensemble": list(range(n))}
+    method = config.members
+    if config.members == "adapter" and loaded.manifest is not None:
+        method = "finetuned"  # an ensemble member, scored as a non-private baseline
+    return PlainPredictor(
+        loaded.engine, loaded.model.tokenizer, rows[config.members], method,
+        dict(config.statement),
+    )  # fmt: skip
+
+
+def plain_config(method: str, adapter: int = 0) -> PlainConfig:
+    """``eval ppl``'s baselines by name: ``public``, ``finetuned`` (one member) or
+    ``ensemble`` (their plain average)."""
+    members = {"public": "public", "finetuned": "adapter", "ensemble": "ensemble"}.get(method)
+    if members is None:
         raise PrivlmError(f"unknown method {method!r}; choose public, finetuned or ensemble")
-    if method == "finetuned" and not 0 <= adapter < engine.n_adapters:
-        raise PrivlmError(f"adapter {adapter} is not one of the {engine.n_adapters} adapters")
-    return PlainPredictor(engine, tokenizer, rows, method)
+    return PlainConfig(members, adapter)

@@ -1,15 +1,33 @@
-"""Open a trained ensemble directory as an engine over its public model."""
+"""Open what a predictor serves: a trained ensemble, or one DP-trained adapter, as an engine
+over its public model (:class:`LoadedEnsemble`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import NamedTuple
 
 from privlm.models import LoadedModel, load_public_model
 from privlm.models.placement import DeviceSpec, DtypeSpec
 from privlm.models.pool import ModelPool
 from privlm.predict.engine import EnsembleEngine
-from privlm.training.ensemble import load_manifest
+from privlm.training.manifest import EnsembleManifest, load_manifest
+
+
+class LoadedEnsemble(NamedTuple):
+    """The public model, the engine holding the members' adapters (in manifest order), and
+    the ensemble's manifest (None for one adapter served alone)."""
+
+    model: LoadedModel
+    engine: EnsembleEngine
+    manifest: EnsembleManifest | None
+
+
+def _public_model(
+    name: str, device: DeviceSpec, dtype: DtypeSpec, pool: ModelPool | None
+) -> LoadedModel:
+    if pool is not None:  # shared with the pool's other engines on this model
+        return pool.get(name, device, dtype)
+    return load_public_model(name, device, dtype)
 
 
 def load_ensemble(
@@ -17,17 +35,25 @@ def load_ensemble(
     device: DeviceSpec = "auto",
     dtype: DtypeSpec = "auto",
     pool: ModelPool | None = None,
-) -> tuple[LoadedModel, EnsembleEngine, dict[str, Any]]:
-    """(public model, engine with every adapter, manifest), adapters in manifest order.
+) -> LoadedEnsemble:
+    """The ensemble in ``path`` (made by ``train_ensemble``), adapters in manifest order.
 
     The public model is loaded once: the engine wraps its projections in place, and the
     wrapped model, called directly (no adapter rows), computes exactly the public model.
     """
     manifest = load_manifest(path)
-    if pool is not None:  # shared with the pool's other engines on this model
-        lm = pool.get(manifest["model"], device, dtype)
-    else:
-        lm = load_public_model(manifest["model"], device, dtype)
-    dirs = [Path(path) / p["name"] for p in manifest["partition"]]
-    engine = EnsembleEngine.from_directories(lm.model, dirs)
-    return lm, engine, manifest
+    lm = _public_model(manifest.model, device, dtype, pool)
+    engine = EnsembleEngine.from_directories(lm.model, manifest.member_dirs(path))
+    return LoadedEnsemble(lm, engine, manifest)
+
+
+def load_adapter(
+    path: str | Path,
+    model: str,
+    device: DeviceSpec = "auto",
+    dtype: DtypeSpec = "auto",
+    pool: ModelPool | None = None,
+) -> LoadedEnsemble:
+    """One LoRA adapter (a DP-SGD or JFT release) on its public model ``model``."""
+    lm = _public_model(model, device, dtype, pool)
+    return LoadedEnsemble(lm, EnsembleEngine.from_directories(lm.model, [Path(path)]), None)

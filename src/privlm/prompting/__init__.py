@@ -3,8 +3,10 @@ classification with a causal LM, PromptDPSGD (soft prompt and prefix) and Prompt
 functions the CLI calls; ``model`` is a name or a :class:`~privlm.models.LoadedModel`:
 
 - ``load_task_file(path)`` / ``get_task(name)``, and ``task_data(task, TaskFiles(...), ...)``
-- ``train_prompt_dpsgd(model, task, records, out_dir, PromptDpSgdConfig(...), ledger=...)``
-- ``run_prompt_pate(model, task, private, public, out_dir, ledger, PromptPateConfig(...))``
+- ``train_prompt_dpsgd(model, TaskExamples(task, records), out_dir, PromptDpSgdConfig(...),
+  ledger=...)``
+- ``run_prompt_pate(model, PateExamples(task, private, public), out_dir,
+  PromptPateConfig(...), ledger=...)``
 """
 
 from privlm.lazy import lazy_exports
@@ -20,6 +22,8 @@ EXPORTS = {
     "load_task_records": "task_data",
     "PromptDpSgdConfig": "prompt_dpsgd",
     "train_prompt_dpsgd": "prompt_dpsgd",
+    "TaskExamples": "tasks",
+    "PateExamples": "tasks",
     "PromptPateConfig": "pate_pipeline",
     "pate_ledger": "pate_pipeline",
     "run_prompt_pate": "pate_pipeline",

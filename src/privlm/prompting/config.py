@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from privlm.accounting import SmoothRelease
-from privlm.config import check_settings, setting
+from privlm.config import check_settings, setting, with_default
 from privlm.errors import AccountingError, PrivlmError
+from privlm.training.config import DpSgdPrivacy
 
 ACCOUNTING = ("data-independent", "data-dependent")
 PROMPT_KINDS = ("soft-prompt", "prefix")
@@ -19,31 +20,22 @@ TEACHER_VOTES = ("top1", "labels")
 
 
 @dataclass
-class PromptDpSgdConfig:
+class PromptDpSgdConfig(DpSgdPrivacy):
+    """PromptDPSGD (Flocks §3): DP-SGD's privacy settings, shared with LoRA's DP-SGD
+    (:class:`~privlm.training.config.DpSgdPrivacy`), at the prompt's own defaults, and the
+    prompt's settings."""
+
+    target_epsilon: float | None = with_default(
+        DpSgdPrivacy, "target_epsilon", 8.0,
+        "Target ε (None: non-private, the upper-bound baseline)",
+    )  # fmt: skip
+    batch_size: int = with_default(DpSgdPrivacy, "batch_size", 32)
+    physical_batch_size: int = with_default(DpSgdPrivacy, "physical_batch_size", 16)
+    epochs: int = with_default(DpSgdPrivacy, "epochs", 2)
+    learning_rate: float = setting(1e-2, "AdamW learning rate", gt=0, le=10)
     kind: str = setting("soft-prompt", "The prompt", choices=PROMPT_KINDS)
     virtual_tokens: int = setting(10, "Soft prompt / prefix length", ge=1, le=1024)
-    target_epsilon: float | None = setting(
-        8.0, "Target ε (None: non-private, the upper-bound baseline)", gt=0, le=1000
-    )
-    delta: float | None = setting(None, "δ (default min(1/N^1.1, 1e-6))", gt=0, lt=1)
-    max_grad_norm: float = setting(1.0, "Per-example clipping norm", gt=0)
-    batch_size: int = setting(
-        32, "Expected logical (Poisson) batch size: q = batch size / N", ge=1, le=65536
-    )
-    physical_batch_size: int = setting(16, "Examples per forward pass (memory)", ge=1, le=4096)
-    epochs: int = setting(2, "Epochs", ge=1, le=1000)
-    learning_rate: float = setting(1e-2, "AdamW learning rate", gt=0, le=10)
     max_length: int = 96
-    accountant: str = "rdp"
-    seed: int | None = None  # None: fresh OS entropy; a seed voids the guarantee
-    # every noise coordinate and Poisson coin straight from os.urandom, as DP-SGD's secure
-    # mode (privlm.training.secure_noise); cannot be seeded
-    secure_mode: bool = False
-    # where the frozen model runs (privlm.models.placement): auto is CUDA in bfloat16 when a
-    # GPU is there, else the CPU in float32; the prompt parameters, their gradients and the
-    # noise stay float32 either way
-    device: str = "auto"
-    dtype: str = "auto"
     unit: str = setting(
         "auto",
         "What the guarantee protects where users have several records: record, user (each "
@@ -52,12 +44,9 @@ class PromptDpSgdConfig:
     )
 
     def __post_init__(self) -> None:
-        check_settings(self)  # the declared bounds and choices first, naming the setting
-        if self.secure_mode and self.seed is not None:
-            raise PrivlmError(
-                "secure mode draws every noise coordinate and batch from the OS CSPRNG, so it "
-                "cannot be seeded; drop the seed or the secure mode"
-            )
+        super().__post_init__()  # the shared DP-SGD checks (bounds, seed and secure mode)
+        if self.noise_multiplier is not None:
+            raise PrivlmError("PromptDPSGD calibrates σ to its target ε; give --epsilon")
         if self.secure_mode and self.target_epsilon is None:
             raise PrivlmError("secure mode is for private training: give a target ε")
 

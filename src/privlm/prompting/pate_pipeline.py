@@ -41,6 +41,7 @@ from privlm.prompting.scoring import (
     top1_classes,
 )
 from privlm.prompting.student import StudentPrompt, select_student
+from privlm.prompting.tasks import PateExamples as PateExamples
 from privlm.prompting.tasks import Task, content_free_records, label_token_ids
 from privlm.randomness import PrivacyRandomness
 from privlm.training.model_card import model_card
@@ -168,19 +169,20 @@ def check_public_inputs(private: list[Record], public: list[Record]) -> None:
 
 def run_prompt_pate(
     model: ModelSource,
-    task: Task,
-    private: list[Record],
-    public: list[Record],
+    data: PateExamples,
     out_dir: str | Path,
-    ledger: PrivacyLedger,
     cfg: PromptPateConfig | None = None,
+    *,
+    ledger: PrivacyLedger,
     progress: bool = True,
 ) -> PromptPateResult:
-    """Label ``public`` privately with teachers built from ``private``, charging ``ledger``
-    (whose budget stops the labelling); select the student. ``pate_ledger`` makes a ledger
-    with the config's budget. ``model`` is a name (loaded with the default placement) or a
-    loaded model, which is only read (teachers and student are prompts, not weights)."""
+    """Label ``data.public`` privately with teachers built from ``data.private``, charging
+    ``ledger`` (required: each label is charged before it is released, and its budget stops
+    the labelling); select the student. ``pate_ledger`` makes a ledger with the config's
+    budget. ``model`` is a name (loaded with the default placement) or a loaded model, which
+    is only read (teachers and student are prompts, not weights)."""
     cfg = cfg or PromptPateConfig()
+    task, private, public = data.task, data.private, data.public
     lm = model if isinstance(model, LoadedModel) else load_public_model(model)
     t0 = time.perf_counter()
     if not public:

@@ -17,7 +17,6 @@ of Abadi et al.). δ defaults to 1/N. The output is a PEFT prompt-learning adapt
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -40,11 +39,10 @@ from privlm.accounting import (
     Charge,
     DpSgdPlan,
     PrivacyLedger,
-    calibrate_noise_multiplier,
-    default_prompt_delta,
     dpsgd_epsilon,
 )
 from privlm.accounting.advice import weak_delta_warning
+from privlm.accounting.budgeted import BudgetedRun
 from privlm.curator import PUBLIC_SIZE, release
 from privlm.data import Record
 from privlm.errors import PrivlmError
@@ -55,8 +53,10 @@ from privlm.prompting.config import PROMPT_KINDS as PROMPT_KINDS
 from privlm.prompting.config import UNITS as UNITS
 from privlm.prompting.config import PromptDpSgdConfig as PromptDpSgdConfig
 from privlm.prompting.tasks import Task, label_token_ids
+from privlm.prompting.tasks import TaskExamples as TaskExamples
 from privlm.randomness import PrivacyRandomness
 from privlm.training.distributed_dp import LockstepPoissonSampler, collate_with_empty
+from privlm.training.dpsgd import plan, plan_batches
 from privlm.training.model_card import model_card
 from privlm.training.secure_noise import SECURE_STATEMENT, install_csprng_noise
 
@@ -215,42 +215,46 @@ def class_logits(
     return scores
 
 
+def prompt_run_cost(data: TaskExamples, cfg: PromptDpSgdConfig) -> tuple[float, float]:
+    """(ε, δ) a private run on ``data`` costs, as its ledger composes it (a new ledger's
+    default budget, so the run fits exactly once)."""
+    records, _, _ = privacy_units(data.records, cfg.unit)
+    q, steps, delta, sigma = plan(len(records), cfg)
+    return dpsgd_epsilon(sigma, q, steps, delta, cfg.accountant).epsilon, delta
+
+
 def train_prompt_dpsgd(
     model: ModelSource,
-    task: Task,
-    records: list[Record],
+    data: TaskExamples,
     out_dir: str | Path,
     cfg: PromptDpSgdConfig | None = None,
+    *,
     ledger: PrivacyLedger | None = None,
     progress: bool = True,
 ) -> PromptPrivacyStatement:
     """Train a soft prompt or prefix of ``model`` (a name, or a loaded model, which is copied
-    and left unchanged) with DP-SGD (or without, if ``target_epsilon`` is None)."""
+    and left unchanged) on ``data`` with DP-SGD (or without, if ``target_epsilon`` is None):
+    plan, check, fit, charge, release (:mod:`privlm.accounting.budgeted`), with DP-SGD's own
+    planning (:func:`privlm.training.dpsgd.plan`)."""
     cfg = cfg or PromptDpSgdConfig()
-    records, unit, left_out = privacy_units(records, cfg.unit)
+    task = data.task
+    records, unit, left_out = privacy_units(data.records, cfg.unit)
     n = len(records)
     if n < 2:
         raise PrivlmError("PromptDPSGD needs at least 2 private examples")
-    batches = max(1, math.ceil(n / cfg.batch_size))
-    q, steps = 1.0 / batches, cfg.epochs * batches
     private = cfg.target_epsilon is not None
-    delta = cfg.delta if cfg.delta is not None else default_prompt_delta(n)
-    sigma = None
+    q, steps, delta, sigma = plan(n, cfg) if private else (*plan_batches(n, cfg), 0.0, 0.0)
+    charges: list[Charge] = []
     if private:
-        assert cfg.target_epsilon is not None
-        sigma = calibrate_noise_multiplier(
-            cfg.target_epsilon, delta, q, steps, cfg.accountant
-        ).noise_multiplier
         accounted = DpSgdPlan(sigma, q, steps)
-        charge = Charge(
+        charges.append(Charge(
             "prompt-dpsgd",
             rdp=accounted.rdp_curve(),
             event=accounted.event(),
             compose="pld" if cfg.accountant == "prv" else "rdp",
             params={"noise_multiplier": sigma, "sample_rate": q, "steps": steps, "kind": cfg.kind},
-        )
-        if ledger is not None:
-            ledger.require_fits(charge, "this PromptDPSGD run")
+        ))  # fmt: skip
+    budget = BudgetedRun.start(ledger, "this PromptDPSGD run", *charges)
     reference = reference_of(model)
     lm = working_copy(model, cfg.device, cfg.dtype)  # PEFT freezes its model's weights
     place = lm.placement
@@ -317,9 +321,10 @@ def train_prompt_dpsgd(
     frozen = [name for name, p in trainable if torch.equal(p.detach(), before[name])]
     if frozen:
         raise PrivlmError(f"prompt parameters did not change during training: {frozen[:5]}")
-    epsilon = dpsgd_epsilon(sigma, q, steps, delta, cfg.accountant).epsilon if sigma else None
+    epsilon = dpsgd_epsilon(sigma, q, steps, delta, cfg.accountant).epsilon if private else None
     statement = PromptPrivacyStatement(
-        epsilon, delta if private else None, sigma, q, steps, cfg.accountant, n, cfg.kind,
+        epsilon, delta if private else None, sigma if private else None, q, steps,
+        cfg.accountant, n, cfg.kind,
         unit=unit, device=str(place.device), dtype=place.describe()["dtype"],
         records_left_out=left_out,
         **(SECURE_STATEMENT if cfg.secure_mode else rng.statement()),
@@ -336,15 +341,20 @@ def train_prompt_dpsgd(
         "seconds": time.perf_counter() - t0,
     }
 
-    def write(d: Path) -> None:
-        prompted.save_pretrained(str(d))
-        (d / "privacy.json").write_text(json.dumps(privacy, indent=2))
-        (d / "README.md").write_text(model_card(privacy))  # after PEFT's own card
+    def write() -> None:
+        released = release(privacy, out_dir)  # exact statistics to the curator's report
 
-    if private and ledger is not None:
-        ledger.charge(charge)
-    privacy = release(privacy, out_dir)  # exact statistics to the curator's report, beside
-    write_directory_atomically(Path(out_dir), write)
+        def save(d: Path) -> None:
+            prompted.save_pretrained(str(d))
+            (d / "privacy.json").write_text(json.dumps(released, indent=2))
+            (d / "README.md").write_text(model_card(released))  # after PEFT's own card
+
+        write_directory_atomically(Path(out_dir), save)
+
+    if private:
+        budget.release(charges[0], write)
+    else:
+        write()
     return statement
 
 

@@ -134,6 +134,24 @@ class Task:
         return spec
 
 
+@dataclass(frozen=True)
+class TaskExamples:
+    """A task and its labelled private examples: the data PromptDPSGD trains on."""
+
+    task: Task
+    records: list[Record]
+
+
+@dataclass(frozen=True)
+class PateExamples:
+    """PromptPATE's data: a task, its labelled private examples (the teachers' shots) and
+    the unlabelled public inputs the teachers label (released verbatim in the student)."""
+
+    task: Task
+    private: list[Record]
+    public: list[Record]
+
+
 def task_from_spec(spec: Any, source: str) -> Task:
     """A :class:`Task` from a task file's parsed content; errors name ``source`` and the field."""
     if not isinstance(spec, dict):

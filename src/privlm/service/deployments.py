@@ -26,16 +26,22 @@ from privlm.accounting.analysis.pmixed import REPLACEMENT
 from privlm.config import request_field
 from privlm.errors import BudgetExceededError, PrivlmError
 from privlm.models.pool import ModelPool
-from privlm.predict.engine import EnsembleEngine
-from privlm.predict.factory import build_predictor, mechanism_defaults, submix_config
-from privlm.predict.loading import load_ensemble
-from privlm.predict.plain import PlainPredictor
+from privlm.predict.config import (
+    PlainConfig,
+    PMixEDConfig,
+    PredictorConfig,
+    SubMixConfig,
+    mechanism_config,
+)
+from privlm.predict.factory import build_predictor
+from privlm.predict.loading import LoadedEnsemble, load_adapter, load_ensemble
 from privlm.predict.pmixed import UNIT as PMIXED_UNIT
-from privlm.predict.pmixed import PMixED, PMixEDConfig
+from privlm.predict.pmixed import PMixED
 from privlm.predict.protocol import Predictor
 from privlm.service.admission import SchedulerLimits, TenantGate
 from privlm.service.db import Deployment, Job
-from privlm.service.jobs import guarantee
+from privlm.service.job_params import EnsembleParams, stored_params
+from privlm.service.job_views import guarantee
 from privlm.service.scheduler import DeploymentScheduler
 from privlm.service.strict import STRICT_BODY
 
@@ -64,29 +70,26 @@ class DeploymentParams(BaseModel):
     beta: float | None = Field(None, gt=0, le=1000, description="SubMix per-query β (default ε/T)")
     fallback: bool = Field(False, description="answer from the public model once spent")
 
+    def mixture(self) -> PMixEDConfig | SubMixConfig:
+        """The private mixture's config (PMixED's for an adapter deployment, whose budget
+        columns have always held PMixED's defaults; its tokens charge nothing)."""
+        return mechanism_config(
+            "submix" if self.mechanism == "submix" else "pmixed",
+            epsilon=self.epsilon, delta=self.delta, alpha=self.alpha, queries=self.queries,
+            sample_rate=self.sample_rate, beta=self.beta, bound=self.bound,
+        )  # fmt: skip
+
+    def config(self, statement: dict[str, Any] | None = None) -> PredictorConfig:
+        """The typed config the factory builds this deployment's predictor from: the request
+        is parsed here, once; nothing after it branches on the mechanism's name."""
+        if self.mechanism == "adapter":
+            return PlainConfig("adapter", statement=statement or {})
+        return self.mixture()
+
     def resolved(self) -> DeploymentParams:
         """The same settings with ε and α filled in from the mechanism's defaults."""
-        epsilon, alpha = mechanism_defaults(self.mechanism, self.epsilon, self.alpha)
-        return self.model_copy(update={"epsilon": epsilon, "alpha": alpha})
-
-    @property
-    def eps(self) -> float:
-        """ε (after :meth:`resolved`)."""
-        if self.epsilon is None:
-            raise PrivlmError("the deployment's ε is not resolved")
-        return self.epsilon
-
-    @property
-    def rdp_order(self) -> float:
-        """α (after :meth:`resolved`)."""
-        if self.alpha is None:
-            raise PrivlmError("the deployment's α is not resolved")
-        return self.alpha
-
-    @property
-    def order(self) -> int:
-        """α as PMixED takes it (after :meth:`resolved`)."""
-        return int(self.rdp_order)
+        cfg = self.mixture()
+        return self.model_copy(update={"epsilon": cfg.epsilon, "alpha": cfg.alpha})
 
 
 @dataclass
@@ -159,30 +162,35 @@ def load_deployment(
     """A deployment ready to answer, its public model taken from ``models`` (the serve
     --device policy) so that deployments of one model share its weights."""
     models = models if models is not None else ModelPool()
-    p = json.loads(row.params)
-    out = Path(job.output_dir)
-    if row.mechanism in ("pmixed", "submix"):
-        loaded = load_ensemble(out, pool=models)
-        lm, engine, _ = loaded
-        predictor = build_predictor(
-            row.mechanism, out, loaded, ledger_url, f"deployment-{row.id}", row.budget_epsilon,
-            row.budget_delta, p["alpha"], p["queries"], p["sample_rate"], p["beta"], None,
-        )  # fmt: skip
-        if row.mechanism == "pmixed" and deployment_bound(p) != REPLACEMENT:
-            restate_reservation(ledger_url, job, row, predictor)
-    else:
-        statement = json.loads((out / "privacy.json").read_text())
-        lm = models.get(json.loads(job.params)["model"])
-        engine = EnsembleEngine.from_directories(lm.model, [out])
-        keys = ("epsilon", "delta", "mechanism", "guarantee_kind", "policy", "dp_epsilon", "not_dp")
-        facts = {k: statement.get(k) for k in keys if k in statement}
-        predictor = PlainPredictor(engine, lm.tokenizer, [0], "adapter", facts)
-    public = PlainPredictor(engine, lm.tokenizer, [-1], "public")
+    raw = json.loads(row.params)
+    params = DeploymentParams(**raw)
+    loaded, statement = _served(job, models)
+    predictor = build_predictor(
+        params.config(statement), loaded, ledger=ledger_url, name=f"deployment-{row.id}"
+    )
+    if isinstance(predictor, PMixED) and deployment_bound(raw) != REPLACEMENT:
+        restate_reservation(ledger_url, job, row, predictor)
+    public = build_predictor(PlainConfig("public"), loaded)
     default = SchedulerLimits()
     limits, gate = scheduling or (default, TenantGate(default.tenant_max, default.max_queue))
     return LoadedDeployment(
-        row, predictor, public, DeploymentScheduler(row.id, engine, limits, gate)
+        row, predictor, public, DeploymentScheduler(row.id, loaded.engine, limits, gate)
     )
+
+
+STATEMENT_FACTS = ("epsilon", "delta", "mechanism", "guarantee_kind", "policy", "dp_epsilon",
+                   "not_dp")  # fmt: skip
+
+
+def _served(job: Job, models: ModelPool) -> tuple[LoadedEnsemble, dict[str, Any]]:
+    """What a job's deployment serves: its ensemble, or its one DP adapter with what the
+    adapter's ``privacy.json`` states."""
+    out = Path(job.output_dir)
+    if job.kind == "ensemble":
+        return load_ensemble(out, pool=models), {}
+    statement = json.loads((out / "privacy.json").read_text())
+    facts = {k: statement[k] for k in STATEMENT_FACTS if k in statement}
+    return load_adapter(out, stored_params(job).model, pool=models), facts
 
 
 def deployment_bound(params: dict[str, Any]) -> str:
@@ -234,16 +242,16 @@ def restate_reservation(ledger_url: str, job: Job, row: Deployment, predictor: P
 def deployment_guarantee(row: Deployment, job: Job | None) -> dict[str, Any]:
     """What a deployment's answers guarantee: PMixED in (ε, δ), SubMix
     in Rényi DP at its order, a DP adapter's training ε, or a JFT adapter's SDP."""
-    p = json.loads(row.params)
+    p = DeploymentParams(**json.loads(row.params))
     if row.mechanism == "pmixed":
         return {"kind": "DP", "relation": pmixed_analysis.relation(REPLACEMENT),
                 "text": f"({row.budget_epsilon:g}, {row.budget_delta:g})-DP over all its "
                 "private tokens, per unit of the dataset (adding or removing one unit "
                 "replaces one ensemble member's model)"}  # fmt: skip
     if row.mechanism == "submix":
-        return {"kind": "RDP", "order": p["alpha"], "rdp_epsilon": p["epsilon"],
+        return {"kind": "RDP", "order": p.alpha, "rdp_epsilon": p.epsilon,
                 "relation": "per part: one part removed (operational privacy); not per unit",
-                "text": f"(α={p['alpha']:g}, ε={p['epsilon']:g})-Rényi operational privacy per "
+                "text": f"(α={p.alpha:g}, ε={p.epsilon:g})-Rényi operational privacy per "
                 "part (a part removed), not a per-unit DP guarantee"}  # fmt: skip
     if job is not None and job.kind == "jft":
         return guarantee(job)
@@ -252,11 +260,9 @@ def deployment_guarantee(row: Deployment, job: Job | None) -> dict[str, Any]:
 
 def check_config(p: DeploymentParams) -> None:
     """Refuse at creation a configuration the mechanism would refuse at the first token."""
-    if p.mechanism == "pmixed":
-        PMixEDConfig(p.eps, p.delta, p.order, p.queries, p.sample_rate, p.bound)
-        pmixed_analysis.check_per_unit(p.bound)
-    elif p.mechanism == "submix":
-        submix_config(p.eps, p.rdp_order, p.beta, p.queries, p.delta)
+    cfg = p.config()
+    if isinstance(cfg, PMixEDConfig):
+        pmixed_analysis.check_per_unit(cfg.bound)
 
 
 def lifetime_cost(p: DeploymentParams, job: Job) -> RdpCurve | None:
@@ -265,13 +271,13 @@ def lifetime_cost(p: DeploymentParams, job: Job) -> RdpCurve | None:
     for a DP adapter, whose tokens are post-processing of a release already charged.
 
     privlm reserves this on the dataset's ledger when the deployment is created, so every deployment of every ensemble counts against the dataset's one budget."""
-    from privlm.training.ensemble import load_manifest
+    from privlm.training.manifest import load_manifest
 
-    if p.mechanism == "pmixed":
-        cfg = PMixEDConfig(p.eps, p.delta, p.order, p.queries, p.sample_rate, p.bound)
-        return cfg.lifetime_curve(len(load_manifest(job.output_dir)["partition"]))
-    if p.mechanism == "submix":
-        return submix_config(p.eps, p.rdp_order, p.beta, p.queries, p.delta).lifetime_curve()
+    cfg = p.config()
+    if isinstance(cfg, PMixEDConfig):
+        return cfg.lifetime_curve(load_manifest(job.output_dir).members)
+    if isinstance(cfg, SubMixConfig):
+        return cfg.lifetime_curve()
     return None
 
 
@@ -307,23 +313,22 @@ def create_ledgers(row: Deployment, job: Job, ledger_url: str) -> None:
     visible) before the first token."""
     from privlm.accounting import Budget
     from privlm.predict.submix import part_ledgers
-    from privlm.training.ensemble import load_manifest
+    from privlm.training.manifest import load_manifest
 
-    p = DeploymentParams(**json.loads(row.params))
+    cfg = DeploymentParams(**json.loads(row.params)).config()
     name = f"deployment-{row.id}"
-    if row.mechanism == "pmixed":
-        PrivacyLedger(ledger_url, name, Budget(row.budget_epsilon, row.budget_delta))
-    elif row.mechanism == "submix":
-        cfg = submix_config(p.eps, p.rdp_order, p.beta, p.queries, p.delta)
-        parts = len(load_manifest(job.output_dir)["partition"]) // 2
-        part_ledgers(ledger_url, name, parts, cfg)
+    if isinstance(cfg, PMixEDConfig):
+        PrivacyLedger(ledger_url, name, Budget(cfg.epsilon, cfg.delta))
+    elif isinstance(cfg, SubMixConfig):
+        part_ledgers(ledger_url, name, load_manifest(job.output_dir).submix_parts, cfg)
 
 
 def check_deployable(job: Job, mechanism: str) -> None:
     if job.status != "succeeded":
         raise PrivlmError(f"job {job.id} has not succeeded (status {job.status})")
-    if job.kind == "ensemble":
-        protocol = json.loads(job.params)["protocol"]
+    params = stored_params(job).params
+    if isinstance(params, EnsembleParams):
+        protocol = params.protocol
         if mechanism != protocol:
             raise PrivlmError(
                 f"job {job.id} trained a {protocol} ensemble; deploy it with mechanism {protocol}"

@@ -15,11 +15,11 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from fastapi import FastAPI, Request, Response
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
@@ -31,6 +31,8 @@ from privlm.service.db import Tenant, new_id
 from privlm.service.deployments import LoadedDeployment
 from privlm.service.openai_fields import check_fields
 from privlm.service.release import MAX_TOKENS, Completion, Event, Finished, Piece, Refused
+from privlm.service.routes.deployments import loaded_deployment
+from privlm.service.state import ServiceState, State
 from privlm.service.strict import STRICT_OPENAI_BODY
 
 MAX_PROMPT_CHARS = 20_000
@@ -322,26 +324,31 @@ async def respond(
     )
 
 
-def mount_openai(app: FastAPI, loaded: Callable[[Tenant, str], LoadedDeployment]) -> None:
-    """Add the two OpenAI generation endpoints; ``loaded`` finds the caller's deployment.
-    They are coroutines: a request waiting for its tokens holds no thread."""
+router = APIRouter(prefix="/v1")
 
-    @app.post("/v1/completions", response_model=None)
-    async def completions(req: CompletionRequest, me: MeBriefly, request: Request) -> Any:
-        check_fields(req, chat=False)
-        prompt = completion_prompt(req)
-        stop_strings(req.stop)  # every check of the request before any work
-        dep = await run_in_threadpool(loaded, me, req.model)
-        ids = await run_in_threadpool(dep.predictor.prompt_ids, prompt)
-        return await respond(COMPLETION, req, dep, ids, set(), me, request)
 
-    @app.post("/v1/chat/completions", response_model=None)
-    async def chat_completions(req: ChatRequest, me: MeBriefly, request: Request) -> Any:
-        check_fields(req, chat=True)
-        for m in req.messages:
-            message_text(m)
-        stop_strings(req.stop)  # every check of the request before any work
-        dep = await run_in_threadpool(loaded, me, req.model)
-        ids = await run_in_threadpool(chat_prompt, req, dep.tokenizer)
-        stop_ids = end_of_turn_ids(dep.tokenizer)
-        return await respond(CHAT, req, dep, ids, stop_ids, me, request)
+def _loaded(state: ServiceState, me: Tenant, model: str) -> LoadedDeployment:
+    return loaded_deployment(state, me, model)
+
+
+@router.post("/completions", response_model=None)
+async def completions(req: CompletionRequest, me: MeBriefly, request: Request, state: State) -> Any:
+    """A coroutine: a request waiting for its tokens holds no thread."""
+    check_fields(req, chat=False)
+    prompt = completion_prompt(req)
+    stop_strings(req.stop)  # every check of the request before any work
+    dep = await run_in_threadpool(_loaded, state, me, req.model)
+    ids = await run_in_threadpool(dep.predictor.prompt_ids, prompt)
+    return await respond(COMPLETION, req, dep, ids, set(), me, request)
+
+
+@router.post("/chat/completions", response_model=None)
+async def chat_completions(req: ChatRequest, me: MeBriefly, request: Request, state: State) -> Any:
+    check_fields(req, chat=True)
+    for m in req.messages:
+        message_text(m)
+    stop_strings(req.stop)  # every check of the request before any work
+    dep = await run_in_threadpool(_loaded, state, me, req.model)
+    ids = await run_in_threadpool(chat_prompt, req, dep.tokenizer)
+    stop_ids = end_of_turn_ids(dep.tokenizer)
+    return await respond(CHAT, req, dep, ids, stop_ids, me, request)

@@ -29,16 +29,16 @@ from sqlalchemy.orm import Session, sessionmaker
 from privlm.errors import PrivlmError
 from privlm.progress import watch
 from privlm.service.db import Dataset, Job, ledger_url, make_engine, now, session_factory
-from privlm.service.jobs import (
+from privlm.service.job_params import PateParams, stored_params
+from privlm.service.job_runners import (
     RUNNERS,
     JobCancelled,
     JobContext,
     add_event,
     dataset_ledger,
     job_epsilon,
-    scrub,
-    server_roots,
 )
+from privlm.service.job_views import scrub, server_roots
 from privlm.service.storage import job_dir
 
 MAX_ATTEMPTS = 3
@@ -173,8 +173,8 @@ class Worker:
             job = s.get(Job, job_id)
             assert job is not None
             ds = s.get(Dataset, job.dataset_id)
-            params = json.loads(job.params)
-            pub = params.get("public_dataset_id")
+            stored = stored_params(job)
+            pub = stored.params.public_dataset_id if isinstance(stored.params, PateParams) else None
             public = s.get(Dataset, pub) if pub else None
             add_event(job, f"started (attempt {job.attempts})")
         stop = threading.Event()
@@ -185,9 +185,7 @@ class Worker:
                 raise PrivlmError("a dataset of this job was deleted before it ran")
             out = job_dir(self.root, job.tenant_id, job.id) / "output"
             out.parent.mkdir(parents=True, exist_ok=True)
-            ctx = JobContext(
-                job, ds, public, out, self.ledger_url, params.get("model") or self.model
-            )
+            ctx = JobContext(job, ds, public, out, self.ledger_url, stored.model or self.model)
             with watch(self._progress_listener(job_id, job.kind)):
                 result = RUNNERS[job.kind](ctx)
             status, error = "succeeded", None

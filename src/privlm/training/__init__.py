@@ -4,7 +4,10 @@ is a name or a :class:`~privlm.models.LoadedModel` (trained on a copy, left unch
 
 - ``train_dpsgd(model, dataset, out_dir, DpSgdConfig(...), ledger=...)``
 - ``train_jft(model, dataset, out_dir, JftConfig(...), ledger=...)``
-- ``train_ensemble(model, dataset, parts, out_dir, protocol, LoraTrainingConfig(...))``
+- ``train_ensemble(model, dataset, out_dir, EnsembleConfig(parts, protocol, training))``
+
+Each follows the one path of ``privlm.accounting.budgeted``: plan, check, run, charge,
+release.
 """
 
 from privlm.lazy import lazy_exports
@@ -19,7 +22,10 @@ EXPORTS = {
     "LoraTrainingConfig": "lora_finetune",
     "finetune_lora": "lora_finetune",
     "train_ensemble": "ensemble",
-    "load_manifest": "ensemble",
+    "EnsembleConfig": "config",
+    "DpSgdPrivacy": "config",
+    "EnsembleManifest": "manifest",
+    "load_manifest": "manifest",
     "model_card": "model_card",
 }
 __getattr__ = lazy_exports(__name__, EXPORTS)

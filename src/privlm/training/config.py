@@ -12,7 +12,15 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from privlm.config import check_settings, setting
+from privlm.config import (
+    CHECKPOINTING_HELP,
+    DEVICE_HELP,
+    DTYPE_HELP,
+    SECURE_MODE_HELP,
+    SEED_HELP,
+    check_settings,
+    setting,
+)
 from privlm.errors import PrivlmError
 
 PROTOCOLS = ("pmixed", "submix")
@@ -51,20 +59,24 @@ class LoraTrainingConfig:
 
 @dataclass(frozen=True)
 class EnsembleConfig:
-    """An ensemble's shape; each adapter's training is a :class:`LoraTrainingConfig`."""
+    """An ensemble's shape and each adapter's training (a :class:`LoraTrainingConfig`)."""
 
-    parts: int = setting(8, "N (PMixED) or k (SubMix) disjoint parts", ge=2, le=1024)
+    parts: int = setting(8, "N (PMixED) or k (SubMix) disjoint parts", ge=1, le=1024)
     protocol: str = setting(
         "pmixed", "pmixed: one adapter per part; submix: two per part", choices=PROTOCOLS
     )
+    training: LoraTrainingConfig = field(default_factory=LoraTrainingConfig)
 
     def __post_init__(self) -> None:
         check_settings(self)
 
 
 @dataclass
-class DpSgdConfig:
-    """Defaults: Table 2 of PMixED for DP-SGD (lr 4e-4, clip 1.0, rank 4, α 32), scaled."""
+class DpSgdPrivacy:
+    """DP-SGD's privacy settings (Abadi et al. 2016), declared once and shared by every
+    DP-SGD job: LoRA adapters (:class:`DpSgdConfig`, JFT's phases) and prompts
+    (``privlm.prompting.config.PromptDpSgdConfig``). A job that needs other defaults
+    restates only the default (``privlm.config.with_default``); help and bounds stay here."""
 
     target_epsilon: float | None = setting(
         3.0, "Target ε (σ is calibrated to meet it)", gt=0, le=1000
@@ -80,22 +92,38 @@ class DpSgdConfig:
     physical_batch_size: int = setting(8, "Examples per forward pass (memory)", ge=1, le=4096)
     epochs: int = setting(1, "Epochs", ge=1, le=1000)
     learning_rate: float = setting(4e-4, "AdamW learning rate", gt=0, le=1)
+    accountant: str = setting("rdp", "The accountant", choices=("rdp", "prv"))
+    # None (the default): noise, batches and initialisation from fresh OS entropy. A seed makes
+    # the run reproducible, and its guarantee void against anyone who knows the seed.
+    seed: int | None = setting(None, SEED_HELP)
+    # every noise coordinate and Poisson coin straight from os.urandom (privlm's secure mode,
+    # no torchcsprng needed; privlm.training.secure_noise); cannot be seeded
+    secure_mode: bool = setting(False, SECURE_MODE_HELP)
+    # where the base model runs (privlm.models.placement): auto is CUDA in bfloat16 when a GPU
+    # is there, else the CPU in float32; the trained parameters, their gradients and the
+    # noise are float32 either way
+    device: str = setting("auto", DEVICE_HELP)
+    dtype: str = setting("auto", DTYPE_HELP)
+
+    def __post_init__(self) -> None:
+        check_settings(self)  # the declared bounds and choices first, naming the setting
+        if self.target_epsilon is not None and self.noise_multiplier is not None:
+            raise PrivlmError("give exactly one of a target ε or a noise multiplier σ, not both")
+        if self.secure_mode and self.seed is not None:
+            raise PrivlmError(
+                "secure mode draws every noise coordinate and batch from the OS CSPRNG, so it "
+                "cannot be seeded; drop the seed or the secure mode"
+            )
+
+
+@dataclass
+class DpSgdConfig(DpSgdPrivacy):
+    """Defaults: Table 2 of PMixED for DP-SGD (lr 4e-4, clip 1.0, rank 4, α 32), scaled."""
+
     rank: int = setting(4, "LoRA rank r (Table 2)", ge=1, le=1024)
     alpha: float = setting(32.0, "LoRA α (Table 2)", gt=0)
     targets: list[str] | None = None
     block_size: int = setting(128, "Tokens per example (longer are cut)", ge=8, le=32768)
-    accountant: str = setting("rdp", "The accountant", choices=("rdp", "prv"))
-    # None (the default): noise, batches and initialisation from fresh OS entropy. A seed makes
-    # the run reproducible, and its guarantee void against anyone who knows the seed.
-    seed: int | None = None
-    # every noise coordinate and Poisson coin straight from os.urandom (privlm's secure mode,
-    # no torchcsprng needed; privlm.training.secure_noise); cannot be seeded
-    secure_mode: bool = False
-    # where the base model runs (privlm.models.placement): auto is CUDA in bfloat16 when a GPU
-    # is there, else the CPU in float32; the LoRA parameters, their gradients and the noise
-    # are float32 either way
-    device: str = "auto"
-    dtype: str = "auto"
     grad_sample_mode: str = setting(
         "hooks",
         "Per-sample gradients: hooks (materialised) or ghost (Opacus's ghost clipping: "
@@ -118,17 +146,12 @@ class DpSgdConfig:
     )
     # recompute each layer's activations in the backward pass (reentrant checkpointing, the
     # form Opacus's per-sample gradients stay exact under): less memory, more compute
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool = setting(False, CHECKPOINTING_HELP)
 
     def __post_init__(self) -> None:
-        check_settings(self)  # the declared bounds and choices first, naming the setting
-        if (self.target_epsilon is None) == (self.noise_multiplier is None):
+        super().__post_init__()
+        if self.target_epsilon is None and self.noise_multiplier is None:
             raise PrivlmError("give exactly one of a target ε or a noise multiplier σ")
-        if self.secure_mode and self.seed is not None:
-            raise PrivlmError(
-                "secure mode draws every noise coordinate and batch from the OS CSPRNG, so it "
-                "cannot be seeded; drop the seed or the secure mode"
-            )
 
 
 @dataclass
@@ -160,12 +183,20 @@ class JftConfig:
     phase2: DpSgdConfig = field(default_factory=DpSgdConfig)
 
     def phase1_lora(self) -> LoraTrainingConfig:
-        """Phase 1's (non-private) fine-tune on the redacted data."""
+        """Phase 1's (non-private) fine-tune on the redacted data: the one builder of its
+        settings (the CLI, the service and the library all come here). Its own epochs and
+        learning rate; the adapter's shape, block size, placement and memory settings are
+        phase 2's, so phase 2 continues the same adapter; one record per sequence, unpacked,
+        as JFT's masked loss needs."""
         if self.phase1_training is not None:
             return self.phase1_training
+        p2 = self.phase2
         return LoraTrainingConfig(
-            epochs=self.phase1_epochs, learning_rate=self.phase1_learning_rate, pack=False,
-            block_size=self.phase2.block_size,
+            rank=p2.rank, alpha=p2.alpha, targets=p2.targets, epochs=self.phase1_epochs,
+            learning_rate=self.phase1_learning_rate, block_size=p2.block_size,
+            batch_size=p2.physical_batch_size, pack=False,
+            seed=0 if p2.seed is None else p2.seed,  # phase 1's shuffle: no noise, no guarantee
+            device=p2.device, dtype=p2.dtype, gradient_checkpointing=p2.gradient_checkpointing,
         )  # fmt: skip
 
     def phase1_dp(self) -> DpSgdConfig:

@@ -49,6 +49,7 @@ from privlm.accounting import (
     dpsgd_epsilon,
 )
 from privlm.accounting.advice import suggested_delta, weak_delta_warning
+from privlm.accounting.budgeted import BudgetedRun
 from privlm.curator import PUBLIC_SIZE, release
 from privlm.data import Dataset
 from privlm.detect import Detector
@@ -62,6 +63,7 @@ from privlm.training.checkpointing import enable_gradient_checkpointing
 from privlm.training.config import GRAD_SAMPLE_MODES as GRAD_SAMPLE_MODES
 from privlm.training.config import USER_SAMPLING as USER_SAMPLING
 from privlm.training.config import DpSgdConfig as DpSgdConfig
+from privlm.training.config import DpSgdPrivacy as DpSgdPrivacy
 from privlm.training.distributed_dp import (
     LockstepPoissonSampler,
     barrier,
@@ -204,18 +206,22 @@ def _split_by_group(flat: list[Any], groups: list[list[str]]) -> list[list[Any]]
     return out
 
 
+def plan_batches(n_units: int, cfg: DpSgdPrivacy) -> tuple[float, int]:
+    """(q, steps) for ``n_units`` examples: Opacus's q = 1/len(loader)."""
+    batches = max(1, math.ceil(n_units / cfg.batch_size))
+    return 1.0 / batches, cfg.epochs * batches
+
+
 def plan(
-    n_units: int, cfg: DpSgdConfig, rate_factor: float = 1.0
+    n_units: int, cfg: DpSgdPrivacy, rate_factor: float = 1.0
 ) -> tuple[float, int, float, float]:
-    """(q, steps, δ, σ) for ``n_units`` examples: Opacus's q = 1/len(loader).
+    """(q, steps, δ, σ) for ``n_units`` examples (LoRA's DP-SGD and PromptDPSGD alike).
 
     ``rate_factor`` < 1 calibrates σ at the rate q·rate_factor instead of q: JFT's light
     noise, where only the detector's misses (rate m̃) need protection (JFT §3.1)."""
     if not 0 < rate_factor <= 1:
         raise PrivlmError(f"the sampling-rate factor must lie in (0, 1], got {rate_factor}")
-    batches = max(1, math.ceil(n_units / cfg.batch_size))
-    q = 1.0 / batches
-    steps = cfg.epochs * batches
+    q, steps = plan_batches(n_units, cfg)
     delta = cfg.delta if cfg.delta is not None else suggested_delta(n_units)
     if cfg.noise_multiplier is not None:
         sigma = cfg.noise_multiplier
@@ -340,53 +346,178 @@ def _train_examples(
     bar.close()
 
 
+@dataclass(frozen=True)
+class DpSgdRun:
+    """A planned DP-SGD run: its sampling rate, steps, δ and σ for ``units`` privacy units,
+    and the rate its accountant uses (q·``rate_factor``: JFT's light noise)."""
+
+    units: int
+    sample_rate: float
+    steps: int
+    delta: float
+    noise_multiplier: float
+    rate_factor: float = 1.0
+
+    @property
+    def accounted_rate(self) -> float:
+        return self.sample_rate * self.rate_factor
+
+    def charge(self, name: str, cfg: DpSgdConfig, unit: str, model: str) -> Charge:
+        """What the run costs, as a ledger charge (composed by PLD under ``prv``)."""
+        accounted = DpSgdPlan(self.noise_multiplier, self.accounted_rate, self.steps)
+        return Charge(
+            name,
+            rdp=accounted.rdp_curve(),
+            event=accounted.event(),
+            compose="pld" if cfg.accountant == "prv" else "rdp",
+            unit=unit,
+            params={
+                "noise_multiplier": self.noise_multiplier,
+                "sample_rate": self.sample_rate,
+                "accounted_sample_rate": self.accounted_rate,
+                "steps": self.steps,
+                "model": model,
+            },
+        )
+
+
+def plan_run(dataset: Dataset, cfg: DpSgdConfig, rate_factor: float = 1.0) -> DpSgdRun:
+    """Step 1 of :mod:`privlm.accounting.budgeted`: the run's cost, from its settings and
+    the number of privacy units (public by declaration), before any data is read."""
+    n = len(records_per_unit(dataset))
+    q, steps, delta, sigma = plan(n, cfg, rate_factor)
+    return DpSgdRun(n, q, steps, delta, sigma, rate_factor)
+
+
+@dataclass
+class FittedAdapter:
+    """A DP-SGD adapter trained but not yet released: its model, its statement and what
+    ``privacy.json`` will hold (the curator's statistics are split off when it is written)."""
+
+    adapted: Any
+    trainable: Sequence[tuple[str, torch.Tensor]]
+    statement: PrivacyStatement
+    privacy: dict[str, Any]
+    rank: int
+
+
 def train_dpsgd(
     model: ModelSource,
     dataset: Dataset,
     out_dir: str | Path,
     cfg: DpSgdConfig | None = None,
-    progress: bool = True,
-    ledger: PrivacyLedger | None = None,
     *,
-    init_adapter: str | Path | None = None,
-    detector: Detector | None = None,
-    rate_factor: float = 1.0,
-    charge_name: str = "dpsgd",
-    extra: dict[str, Any] | None = None,
+    ledger: PrivacyLedger | None = None,
+    progress: bool = True,
 ) -> PrivacyStatement:
     """Fine-tune a LoRA adapter of ``model`` (a name, or a loaded model, which is copied and
     left unchanged) with DP-SGD; charge ``ledger`` (if given), then save the adapter and its
-    privacy statement.
-
-    JFT uses the keywords: ``init_adapter`` continues from a saved adapter (phase 2 from
-    phase 1); ``detector`` redacts every example first (A.2 masks); ``rate_factor`` accounts
-    at q·m̃ (light noise). ``extra`` is merged into privacy.json."""
+    privacy statement: plan, check, fit, charge, release (:mod:`privlm.accounting.budgeted`)."""
     cfg = cfg or DpSgdConfig()
+    run = plan_run(dataset, cfg)
+    charge = run.charge("dpsgd", cfg, dataset.unit_kind, reference_of(model))
+    budget = BudgetedRun.start(ledger, "this DP-SGD run", charge)
+    fitted = fit_dpsgd(model, dataset, cfg, run, progress=progress)
+    return release_adapter(fitted, out_dir, budget, charge)
+
+
+def release_adapter(
+    fitted: FittedAdapter,
+    out_dir: str | Path,
+    budget: BudgetedRun,
+    charge: Charge,
+    extra: dict[str, Any] | None = None,
+) -> PrivacyStatement:
+    """Charge ``charge`` durably, then write the adapter, ``privacy.json`` (``extra`` merged
+    in) and its card to ``out_dir``; the exact statistics go to the curator's report. Under
+    torchrun only rank 0 charges and writes."""
+    out = Path(out_dir)
+
+    def write() -> None:
+        require_finite(fitted.trainable)  # after the charge: the run used the data either way
+        privacy = release({**fitted.privacy, **(extra or {})}, out)  # statistics beside
+
+        def save(d: Path) -> None:
+            fitted.adapted.save_pretrained(str(d))
+            (d / "privacy.json").write_text(json.dumps(privacy, indent=2))
+            (d / "README.md").write_text(model_card(privacy))  # after PEFT's own card
+
+        write_directory_atomically(out, save)
+
+    if fitted.rank == 0:  # one charge and one adapter, however many processes trained
+        budget.release(charge, write)
+    barrier()
+    return fitted.statement
+
+
+def _examples(
+    tokenizer: Any,
+    groups: list[list[str]],
+    texts: list[str],
+    spans: list[Any] | None,
+    cfg: DpSgdConfig,
+    one_per_user: bool,
+    rng: PrivacyRandomness,
+) -> TorchDataset[tuple[torch.Tensor, ...]]:
+    """One example per record (cut at the block size, redacted where ``spans`` are given),
+    or one random record of each sampled user per step."""
+    if spans is not None:
+        enc = redacted_sequences(tokenizer, texts, spans, cfg.block_size)
+        ids, labels, masked = enc.ids, enc.labels, enc.masked
+    else:
+        ids, labels = record_sequences(tokenizer, texts, cfg.block_size)
+        masked = torch.zeros_like(ids, dtype=torch.bool)
+    if one_per_user:
+        coins = None if cfg.secure_mode else rng.torch_generator()
+        return OneExamplePerUser((ids, labels, masked), _rows_by_unit(groups), coins)
+    return TensorDataset(ids, labels, masked)
+
+
+def _statement(
+    run: DpSgdRun,
+    cfg: DpSgdConfig,
+    unit: str,
+    token_usage: dict[str, Any],
+    place: Any,
+    rng: PrivacyRandomness,
+) -> PrivacyStatement:
+    """What the run guarantees, at the rate its accountant used."""
+    report = dpsgd_epsilon(
+        run.noise_multiplier, run.accounted_rate, run.steps, run.delta, cfg.accountant
+    )
+    return PrivacyStatement(
+        report.epsilon, run.delta, run.noise_multiplier, run.sample_rate, run.steps,
+        cfg.accountant, unit, run.units, cfg.max_grad_norm,
+        accounted_sample_rate=run.accounted_rate if run.rate_factor != 1.0 else None,
+        unit_detail=unit_description(unit, cfg),
+        token_usage=token_usage,
+        device=str(place.device),
+        dtype=place.describe()["dtype"],
+        **(SECURE_STATEMENT if cfg.secure_mode else rng.statement()),
+        delta_warning=weak_delta_warning(run.delta, run.units, unit),
+    )  # fmt: skip
+
+
+def fit_dpsgd(
+    model: ModelSource,
+    dataset: Dataset,
+    cfg: DpSgdConfig,
+    run: DpSgdRun,
+    *,
+    init_adapter: str | Path | None = None,
+    detector: Detector | None = None,
+    progress: bool = True,
+) -> FittedAdapter:
+    """Step 3: train the adapter as ``run`` planned, releasing nothing. JFT composes DP-SGD
+    through this step: ``init_adapter`` continues from a saved adapter (phase 2 from phase
+    1), ``detector`` redacts every example first (A.2 masks), and a run planned with a
+    rate factor accounts at q·m̃ (light noise)."""
     reference = reference_of(model)
     groups = records_per_unit(dataset)
     unit = dataset.unit_kind
     one_per_user = unit != "record" and cfg.user_sampling == "one-per-user"
     texts = [t for g in groups for t in g]  # every record, units in order
-    n = len(groups)
-    q, steps, delta, sigma = plan(n, cfg, rate_factor)
-    q_acc = q * rate_factor
-    accounted = DpSgdPlan(sigma, q_acc, steps)
-    charge = Charge(
-        charge_name,
-        rdp=accounted.rdp_curve(),
-        event=accounted.event(),
-        compose="pld" if cfg.accountant == "prv" else "rdp",
-        unit=unit,
-        params={
-            "noise_multiplier": sigma,
-            "sample_rate": q,
-            "accounted_sample_rate": q_acc,
-            "steps": steps,
-            "model": reference,
-        },
-    )
-    if ledger is not None:
-        ledger.require_fits(charge, "this DP-SGD run")
+    q, steps, sigma = run.sample_rate, run.steps, run.noise_multiplier
     rng = PrivacyRandomness(cfg.seed)
     wanted = resolve_placement(cfg.device, cfg.dtype)
     device = rank_device(wanted.device)  # under torchrun on GPUs: this rank's own GPU
@@ -434,48 +565,14 @@ def train_dpsgd(
             mask_vector=mask_vector, progress=progress,
         )  # fmt: skip
     else:
-        if spans is not None:
-            enc = redacted_sequences(lm.tokenizer, texts, spans, cfg.block_size)
-            ids, labels, masked = enc.ids, enc.labels, enc.masked
-        else:
-            ids, labels = record_sequences(lm.tokenizer, texts, cfg.block_size)
-            masked = torch.zeros_like(ids, dtype=torch.bool)
-        examples: TorchDataset[tuple[torch.Tensor, ...]] = (
-            OneExamplePerUser(
-                (ids, labels, masked),
-                _rows_by_unit(groups),
-                None if cfg.secure_mode else rng.torch_generator(),
-            )
-            if one_per_user
-            else TensorDataset(ids, labels, masked)
-        )
+        examples = _examples(lm.tokenizer, groups, texts, spans, cfg, one_per_user, rng)
         _train_examples(
             adapted, examples, cfg, sigma, q, steps, (rank, world), rng, place.device,
             mask_vector, progress,
         )  # fmt: skip
     if not replicas_agree([p for _, p in trainable]):
         raise PrivlmError("the DPDDP replicas hold different parameters after training")
-    report = dpsgd_epsilon(sigma, q_acc, steps, delta, cfg.accountant)
-    statement = PrivacyStatement(
-        report.epsilon,
-        delta,
-        sigma,
-        q,
-        steps,
-        cfg.accountant,
-        unit,
-        n,
-        cfg.max_grad_norm,
-        accounted_sample_rate=q_acc if rate_factor != 1.0 else None,
-        unit_detail=unit_description(unit, cfg),
-        token_usage=usage.to_dict(),
-        device=str(place.device),
-        dtype=place.describe()["dtype"],
-        **(SECURE_STATEMENT if cfg.secure_mode else rng.statement()),
-        delta_warning=weak_delta_warning(delta, n, unit),
-    )
-    out = Path(out_dir)
-
+    statement = _statement(run, cfg, unit, usage.to_dict(), place, rng)
     full = {
         **statement.to_dict(),
         "data_size": PUBLIC_SIZE,
@@ -486,19 +583,5 @@ def train_dpsgd(
         "redacted_token_fraction": redacted_fraction,
         "seconds": time.perf_counter() - t0,
         "processes": world,
-        **(extra or {}),
     }
-
-    def write(d: Path) -> None:
-        adapted.save_pretrained(str(d))
-        (d / "privacy.json").write_text(json.dumps(privacy, indent=2))
-        (d / "README.md").write_text(model_card(privacy))  # after PEFT's own card
-
-    if rank == 0:  # one charge and one adapter, however many processes trained
-        if ledger is not None:
-            ledger.charge(charge)  # durable; raises (and nothing is written) if it no longer fits
-        require_finite(trainable)  # after the charge: the run used the data either way
-        privacy = release(full, out)  # exact statistics to the curator's report, beside
-        write_directory_atomically(out, write)
-    barrier()
-    return statement
+    return FittedAdapter(adapted, trainable, statement, full, rank)

@@ -23,7 +23,6 @@ ensembles.
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -37,11 +36,12 @@ from privlm.models import ModelSource, reference_of
 from privlm.progress import progress_bar
 from privlm.training.config import PROTOCOLS
 from privlm.training.config import EnsembleConfig as EnsembleConfig
-from privlm.training.lora_finetune import LoraTrainingConfig, finetune_lora, save_untrained_adapter
+from privlm.training.lora_finetune import finetune_lora, save_untrained_adapter
+from privlm.training.manifest import FORMAT as FORMAT
+from privlm.training.manifest import MANIFEST as MANIFEST
+from privlm.training.manifest import EnsembleManifest, read_manifest_dict
+from privlm.training.manifest import load_manifest as load_manifest
 from privlm.training.model_card import ensemble_card
-
-MANIFEST = "manifest.json"
-FORMAT = "privlm-ensemble/1"
 
 
 def _units_fingerprint(dataset: Dataset) -> str:
@@ -75,10 +75,12 @@ def _migrate_legacy(out: Path, old: dict[str, Any]) -> dict[str, Any]:
     return old
 
 
-def _resume(out: Path, identity: dict[str, Any], data_identity: dict[str, Any]) -> dict[str, Any]:
+def _resume(out: Path, identity: dict[str, Any], data_identity: dict[str, Any]) -> EnsembleManifest:
     """The manifest of the ensemble being resumed in ``out``, if it was started with the same
     settings (its manifest) and the same data (the curator's report); else refuse."""
-    old = _migrate_legacy(out, json.loads((out / MANIFEST).read_text()))
+    raw = read_manifest_dict(out)
+    assert raw is not None
+    old = _migrate_legacy(out, raw)
     known = read_statistics(out)
     if not known:
         raise PrivlmError(
@@ -93,7 +95,7 @@ def _resume(out: Path, identity: dict[str, Any], data_identity: dict[str, Any]) 
             f"{out}: holds an ensemble trained with other settings or data ({', '.join(changed)}); "
             "use another output directory"
         )
-    return old
+    return EnsembleManifest.from_dict(old)
 
 
 def ensemble_statistics(out_dir: str | Path) -> dict[str, Any]:
@@ -120,19 +122,20 @@ def plan_parts(
     return out
 
 
-def _partition_key(manifest_path: Path, given: str | None) -> str:
+def _partition_key(out: Path, given: str | None) -> str:
     """The key of an ensemble being resumed, the one given, or a fresh random one."""
-    if manifest_path.is_file():
-        old = json.loads(manifest_path.read_text()).get("partition_key")
+    raw = read_manifest_dict(out)
+    if raw is not None:
+        old = raw.get("partition_key")
         if old is None:
             raise PrivlmError(
-                f"{manifest_path.parent}: holds an ensemble from an older privlm (no partition "
-                "key); use another output directory"
+                f"{out}: holds an ensemble from an older privlm (no partition key); use "
+                "another output directory"
             )
         if given is not None and given != old:
             raise PrivlmError(
-                f"{manifest_path.parent}: holds an ensemble partitioned with another key; use "
-                "another output directory"
+                f"{out}: holds an ensemble partitioned with another key; use another output "
+                "directory"
             )
         return str(old)
     return given if given is not None else new_partition_key()
@@ -141,20 +144,24 @@ def _partition_key(manifest_path: Path, given: str | None) -> str:
 def train_ensemble(
     model: ModelSource,
     dataset: Dataset,
-    n_parts: int,
     out_dir: str | Path,
-    protocol: str = "pmixed",
-    config: LoraTrainingConfig | None = None,
+    config: EnsembleConfig | None = None,
+    *,
     progress: bool = True,
     ray_address: str | None = None,
     partition_key: str | None = None,
-) -> dict[str, Any]:
+) -> EnsembleManifest:
     """Train (or resume) an ensemble of adapters of ``model`` (a name, or a loaded model, which
-    each adapter's training copies and leaves unchanged); returns the manifest. With
+    each adapter's training copies and leaves unchanged); returns its manifest. With
     ``ray_address``, one Ray task per adapter ('local' starts a Ray instance in this
     process), which loads the model itself, so it needs a name. ``partition_key``
-    (hex) fixes the partition; by default a fresh random key is drawn and recorded."""
-    cfg = config or LoraTrainingConfig()
+    (hex) fixes the partition; by default a fresh random key is drawn and recorded.
+
+    Training an ensemble charges no ledger: nothing private leaves it. Its tokens are
+    charged one by one when a PMixED or SubMix predictor releases them
+    (:func:`privlm.predict.factory.build_predictor`)."""
+    config = config or EnsembleConfig()
+    cfg = config.training
     reference = reference_of(model)
     if ray_address is not None and not isinstance(model, str):
         raise PrivlmError(
@@ -163,41 +170,35 @@ def train_ensemble(
         )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    manifest_path = out / MANIFEST
-    key = _partition_key(manifest_path, partition_key)
-    planned = plan_parts(dataset, n_parts, protocol, key)
-    identity = {
-        "format": FORMAT,
-        "model": reference,
-        "protocol": protocol,
-        "n_parts": n_parts,
-        "seed": cfg.seed,
-        "partition_key": key,
-        "partition_rule": "HMAC-SHA256(key, unit identity) mod parts (privlm.data.partition)",
-        "privacy_unit": dataset.unit_kind,
-        "units": len(dataset.units()),
+    key = _partition_key(out, partition_key)
+    planned = plan_parts(dataset, config.parts, config.protocol, key)
+    fresh = EnsembleManifest(
+        model=reference,
+        protocol=config.protocol,
+        n_parts=config.parts,
+        partition_key=key,
+        privacy_unit=dataset.unit_kind,
+        units=len(dataset.units()),
         # checkpointing changes memory, not the adapters: a run may resume with it turned on
-        "training": {k: v for k, v in cfg.to_dict().items() if k != "gradient_checkpointing"},
-    }
+        training={k: v for k, v in cfg.to_dict().items() if k != "gradient_checkpointing"},
+        partition=[n for n, _ in planned],
+        seed=cfg.seed,
+        data_size=PUBLIC_SIZE,
+        created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    )
     data_identity = {"records": len(dataset), "units_fingerprint": _units_fingerprint(dataset)}
-    if manifest_path.is_file():
-        manifest = _resume(out, identity, data_identity)
+    if read_manifest_dict(out) is not None:
+        manifest = _resume(out, fresh.identity(), data_identity)
     else:
-        manifest = {
-            **identity,
-            "data_size": PUBLIC_SIZE,
-            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "partition": [{"name": n} for n, _ in planned],
-            "adapters": {},
-        }
+        manifest = fresh
         sizes = [{"name": n, "records": len(d), "units": len(d.units())} for n, d in planned]
         record_statistics(out, {**data_identity, "partition": sizes, "adapters": {}})
-        write_json_atomically(manifest_path, manifest)
-    todo = [(n, d) for n, d in planned if manifest["adapters"].get(n, {}).get("status") != "done"]
+        manifest.write(out)
+    todo = [(n, d) for n, d in planned if n in manifest.missing()]
     bar = progress_bar(
         total=len(planned),
         initial=len(planned) - len(todo),
-        desc=f"{protocol} ensemble",
+        desc=f"{config.protocol} ensemble",
         unit="adapter",
         disable=not progress,
     )
@@ -205,10 +206,10 @@ def train_ensemble(
     def record(name: str, stats: dict[str, Any]) -> None:
         adapters = read_statistics(out).get("adapters", {})
         record_statistics(out, {"adapters": {**adapters, name: stats}})
-        manifest["adapters"][name] = {"status": "done", "path": name}
-        manifest["targets"] = stats["targets"]
-        (out / name / "README.md").write_text(ensemble_card(manifest, member=name))
-        write_json_atomically(manifest_path, manifest)
+        manifest.adapters[name] = {"status": "done", "path": name}
+        manifest.targets = stats["targets"]
+        (out / name / "README.md").write_text(ensemble_card(manifest.to_dict(), member=name))
+        manifest.write(out)
         bar.update(1)
 
     for name in [n for n, d in todo if not d.records]:
@@ -227,24 +228,5 @@ def train_ensemble(
             )
             record(name, stats)
     bar.close()
-    (out / "README.md").write_text(ensemble_card(manifest))
-    return dict(manifest)
-
-
-def load_manifest(out_dir: str | Path) -> dict[str, Any]:
-    path = Path(out_dir) / MANIFEST
-    if not path.is_file():
-        raise PrivlmError(
-            f"{out_dir}: no {MANIFEST}; train an ensemble there first (privlm ensemble train)"
-        )
-    manifest: dict[str, Any] = json.loads(path.read_text())
-    missing = [
-        p["name"]
-        for p in manifest["partition"]
-        if manifest["adapters"].get(p["name"], {}).get("status") != "done"
-    ]
-    if missing:
-        raise PrivlmError(
-            f"{out_dir}: the ensemble is incomplete ({len(missing)} adapters missing); rerun the same `privlm ensemble train` command to resume"
-        )
+    (out / "README.md").write_text(ensemble_card(manifest.to_dict()))
     return manifest

@@ -32,7 +32,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from privlm.accounting import Charge, DpSgdPlan, PrivacyLedger, dpsgd_epsilon
+from privlm.accounting import DpSgdPlan, PrivacyLedger, dpsgd_epsilon
+from privlm.accounting.budgeted import BudgetedRun
 from privlm.curator import curator_report_path, release
 from privlm.data import Dataset, load_file
 from privlm.detect import (
@@ -48,10 +49,12 @@ from privlm.models import LoadedModel, ModelSource, reference_of
 from privlm.training.config import PHASE1_MODES as PHASE1_MODES
 from privlm.training.config import JftConfig as JftConfig
 from privlm.training.dpsgd import (
+    DpSgdRun,
     PrivacyStatement,
     examples_per_unit,
-    plan,
-    train_dpsgd,
+    fit_dpsgd,
+    plan_run,
+    release_adapter,
 )
 from privlm.training.lora_finetune import finetune_lora
 from privlm.training.model_card import jft_phase1_card
@@ -153,9 +156,14 @@ def _train_jft(
     det = _detector(cfg, detector)
     texts, _ = examples_per_unit(dataset)
     n = len(texts)
-    q2, steps2, delta, sigma2 = plan(n, cfg.phase2)
+    reference, unit = reference_of(model), dataset.unit_kind
+    run2 = plan_run(dataset, cfg.phase2)
+    delta = run2.delta
+    p2_dp = replace(cfg.phase2, delta=delta)
+    charges = [run2.charge(PHASE2_CHARGE, p2_dp, unit, reference)]
     phase1: dict[str, Any] = {"mode": cfg.phase1, "adapter": str(p1_dir)}
     miss: MissRateInterval | None = None
+    run1: DpSgdRun | None = None
     p1_dp = replace(cfg.phase1_dp(), delta=delta)  # light noise: phase 1's DP-SGD
     if cfg.phase1 == "light-noise":
         assert cfg.annotated_file is not None
@@ -168,13 +176,16 @@ def _train_jft(
                 "noise has nothing to calibrate against; use --phase1 direct, or annotate a "
                 "larger sample"
             )
-        q1, steps1, _, sigma1 = plan(n, p1_dp, rate_factor=miss.high)
-        eps_lo, eps_hi = light_noise_epsilons(sigma1, q1, steps1, delta, miss, p1_dp.accountant)
+        run1 = plan_run(dataset, p1_dp, rate_factor=miss.high)
+        charges.insert(0, run1.charge(PHASE1_CHARGE, p1_dp, unit, reference))
+        eps_lo, eps_hi = light_noise_epsilons(
+            run1.noise_multiplier, run1.sample_rate, run1.steps, delta, miss, p1_dp.accountant
+        )
         phase1.update(
             miss_rate=miss.to_dict(),
-            noise_multiplier=sigma1,
-            sample_rate=q1,
-            steps=steps1,
+            noise_multiplier=run1.noise_multiplier,
+            sample_rate=run1.sample_rate,
+            steps=run1.steps,
             epsilon_low=eps_lo,
             epsilon_high=eps_hi,
             estimate=True,
@@ -184,8 +195,8 @@ def _train_jft(
             det, load_annotated(cfg.annotated_file), groups=cfg.miss_rate_groups
         )
         phase1["measured_miss_rate"] = measured.to_dict()
-    if ledger is not None:
-        _check_fits(ledger, cfg, phase1, (sigma2, q2, steps2), miss)
+    # every charge of the run (phase 2; phase 1 too in light noise) checked together
+    budget = BudgetedRun.start(ledger, "this JFT run", *charges)
     # phase 1
     if cfg.phase1 == "direct":
         spans = det.detect(texts)
@@ -202,18 +213,10 @@ def _train_jft(
             model, screened, cfg.phase1_lora(), p1_dir, "jft phase 1", progress, redact=spans
         )
     else:
-        assert miss is not None
-        st1 = train_dpsgd(
-            model,
-            dataset,
-            p1_dir,
-            p1_dp,
-            progress,
-            ledger,
-            detector=det,
-            rate_factor=miss.high,
-            charge_name=PHASE1_CHARGE,
-            extra={"miss_rate": miss.to_dict(), "estimate": True},
+        assert miss is not None and run1 is not None
+        fitted1 = fit_dpsgd(model, dataset, p1_dp, run1, detector=det, progress=progress)
+        st1 = release_adapter(
+            fitted1, p1_dir, budget, charges[0], {"miss_rate": miss.to_dict(), "estimate": True}
         )
         phase1["statement"] = st1.to_dict()
         phase1["redacted_token_fraction"] = json.loads(curator_report_path(p1_dir).read_text())[
@@ -226,18 +229,11 @@ def _train_jft(
     dp_eps = None
     if miss is not None:
         s1, q1, n1 = phase1["noise_multiplier"], phase1["sample_rate"], phase1["steps"]
-        dp_eps = composed_epsilon([(s1, q1, n1), (sigma2, q2, steps2)], delta)
-    st2 = train_dpsgd(
-        model,
-        dataset,
-        out,
-        replace(cfg.phase2, delta=delta),
-        progress,
-        ledger,
-        init_adapter=p1_dir,
-        charge_name=PHASE2_CHARGE,
-        extra=sdp_release_label(cfg, det, dp_eps),
-    )
+        dp_eps = composed_epsilon(
+            [(s1, q1, n1), (run2.noise_multiplier, run2.sample_rate, run2.steps)], delta
+        )
+    fitted2 = fit_dpsgd(model, dataset, p2_dp, run2, init_adapter=p1_dir, progress=progress)
+    st2 = release_adapter(fitted2, out, budget, charges[-1], sdp_release_label(cfg, det, dp_eps))
     statement = _statement(cfg, det, phase1, st2, miss)
     released = release(statement.to_dict(), out)  # exact statistics beside, for the curator
     (out / "sdp.json").write_text(json.dumps(released, indent=2))
@@ -282,24 +278,6 @@ def _fraction(model: ModelSource, texts: list[str], spans: list[Any]) -> float:
 
     tokenizer = model.tokenizer if isinstance(model, LoadedModel) else load_tokenizer(model)
     return redacted_token_fraction(tokenizer, texts, spans)
-
-
-def _check_fits(
-    ledger: PrivacyLedger,
-    cfg: JftConfig,
-    phase1: dict[str, Any],
-    p2: tuple[float, float, int],
-    miss: MissRateInterval | None,
-) -> None:
-    curve = DpSgdPlan(*p2).rdp_curve()
-    if miss is not None:
-        curve = (
-            curve
-            + DpSgdPlan(
-                phase1["noise_multiplier"], phase1["sample_rate"] * miss.high, phase1["steps"]
-            ).rdp_curve()
-        )
-    ledger.require_fits(Charge("jft", rdp=curve), "this JFT run")
 
 
 def _perfect_detector_assumption(phase1: dict[str, Any]) -> str:

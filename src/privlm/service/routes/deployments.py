@@ -1,0 +1,122 @@
+"""``/v1/deployments`` and ``/v1/models``: a trained job served privately (its whole cost
+reserved on its dataset's budget before it exists), what its answers guarantee, and its
+budget."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import APIRouter
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from privlm.errors import BudgetExceededError
+from privlm.service.api_errors import ApiError
+from privlm.service.auth import Db, Me, MeBriefly
+from privlm.service.db import Dataset, Deployment, Job, Tenant, new_id
+from privlm.service.deployments import (
+    DeploymentParams,
+    LoadedDeployment,
+    check_config,
+    check_deployable,
+    create_ledgers,
+    deployment_guarantee,
+    reserve_on_dataset,
+)
+from privlm.service.state import ServiceState, State, own
+
+router = APIRouter(prefix="/v1")
+
+
+def describe_deployment(d: Deployment, s: Session) -> dict[str, Any]:
+    job = s.get(Job, d.job_id)
+    return {
+        "id": d.id, "job_id": d.job_id, "mechanism": d.mechanism,
+        "params": json.loads(d.params), "fallback": d.fallback,
+        "budget": {"epsilon": d.budget_epsilon, "delta": d.budget_delta},
+        "guarantee": deployment_guarantee(d, job),
+        "created_at": d.created_at.isoformat() + "Z",
+    }  # fmt: skip
+
+
+@router.post("/deployments", status_code=201)
+def deploy(req: DeploymentParams, s: Db, me: Me, state: State) -> dict[str, Any]:
+    req = req.resolved()
+    job = own(s, Job, req.job_id, me, "job")
+    check_deployable(job, req.mechanism)
+    check_config(req)
+    d = Deployment(
+        id=new_id("dep"), tenant_id=me.id, job_id=job.id, mechanism=req.mechanism,
+        params=json.dumps(req.model_dump()), budget_epsilon=req.epsilon,
+        budget_delta=req.delta, fallback=req.fallback,
+    )  # fmt: skip
+    dataset = s.get(Dataset, job.dataset_id)
+    if dataset is None and req.mechanism != "adapter":
+        raise ApiError(
+            409, "conflict", f"the dataset of job {job.id} was deleted, and its budget with it"
+        )
+    if dataset is not None:  # fail-closed: reserved, durably, before the deployment exists
+        try:
+            reserve_on_dataset(state.dataset_ledger(dataset), req, job, d.id)
+        except BudgetExceededError as exc:
+            raise ApiError(
+                409, "budget_exceeded",
+                f"refused: this deployment can release up to ε={req.epsilon:g} at "
+                f"δ={req.delta:g} about dataset {dataset.id}, and that does not fit what is "
+                f"left of the dataset's budget. {exc}",
+            ) from None  # fmt: skip
+    create_ledgers(d, job, state.ledgers)
+    s.add(d)
+    s.flush()
+    return describe_deployment(d, s)
+
+
+@router.get("/deployments")
+def list_deployments(s: Db, me: Me) -> dict[str, Any]:
+    rows = s.scalars(select(Deployment).where(Deployment.tenant_id == me.id))
+    return {"data": [describe_deployment(d, s) for d in rows]}
+
+
+@router.get("/models")
+def list_models(s: Db, me: Me) -> dict[str, Any]:
+    """The tenant's deployments as OpenAI models, each with what its answers guarantee."""
+    rows = s.scalars(select(Deployment).where(Deployment.tenant_id == me.id))
+    return {
+        "object": "list",
+        "data": [
+            {
+                "id": d.id,
+                "object": "model",
+                "created": int(d.created_at.timestamp()),
+                "owned_by": me.name,
+                "privlm": {
+                    "mechanism": d.mechanism,
+                    "guarantee": deployment_guarantee(d, s.get(Job, d.job_id)),
+                },
+            }
+            for d in rows
+        ],
+    }
+
+
+@router.get("/deployments/{deployment_id}")
+def get_deployment(deployment_id: str, s: Db, me: Me) -> dict[str, Any]:
+    return describe_deployment(own(s, Deployment, deployment_id, me, "deployment"), s)
+
+
+def loaded_deployment(state: ServiceState, me: Tenant, deployment_id: str) -> LoadedDeployment:
+    """The caller's loaded deployment; the rows are read in a transaction closed before
+    loading (which opens the deployment's ledger)."""
+    with state.sessions.begin() as s:
+        d = own(s, Deployment, deployment_id, me, "deployment")
+        job = s.get(Job, d.job_id)
+        if job is None:
+            raise ApiError(409, "conflict", "the deployment's job is gone")
+    return state.runtime.get(d, job)
+
+
+@router.get("/deployments/{deployment_id}/budget")
+def budget(deployment_id: str, me: MeBriefly, state: State) -> dict[str, Any]:
+    out: dict[str, Any] = loaded_deployment(state, me, deployment_id).budget()
+    return out

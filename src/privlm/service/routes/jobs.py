@@ -1,0 +1,131 @@
+"""``/v1/jobs``: submit (parameters validated into their kind's typed config, the planned ε
+checked against what is left of the dataset's budget), list, describe, cancel, and the
+released artefact of a DP job."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import Response
+from pydantic import BaseModel, Field
+from sqlalchemy import select
+
+from privlm.accounting.ledger import PrivacyLedger
+from privlm.service.api_errors import ApiError
+from privlm.service.auth import Db, Me
+from privlm.service.db import Dataset, Job, new_id, now
+from privlm.service.job_params import (
+    RELEASABLE,
+    PateParams,
+    StoredParams,
+    TaskParams,
+    check_dataset_policy,
+    check_task_data,
+    stored_params,
+    validate_params,
+)
+from privlm.service.job_runners import add_event
+from privlm.service.job_views import describe, zip_artifact
+from privlm.service.state import State, own
+from privlm.service.strict import STRICT_BODY
+
+router = APIRouter(prefix="/v1/jobs")
+
+
+class JobRequest(BaseModel):
+    model_config = STRICT_BODY
+    kind: str = Field(..., max_length=20)
+    dataset_id: str = Field(..., max_length=40)
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+def check_fits_remaining(epsilon: float, ledger: PrivacyLedger) -> None:
+    """Refuse at submission a job whose ε exceeds what is left of the dataset's budget."""
+    left = ledger.remaining()
+    if epsilon > left:
+        raise ApiError(
+            400, "invalid_request",
+            f"params.epsilon: {epsilon:g} is more than what is left of the dataset's budget "
+            f"(ε {left:.4g} of {ledger.budget.epsilon:g} at δ {ledger.budget.delta:g}); "
+            "ask for at most that",
+        )  # fmt: skip
+
+
+@router.post("", status_code=201)
+def submit_job(req: JobRequest, s: Db, me: Me, state: State) -> dict[str, Any]:
+    dataset = own(s, Dataset, req.dataset_id, me, "dataset")
+    params = validate_params(req.kind, req.params)
+    check_dataset_policy(req.kind, dataset)
+    if isinstance(params, TaskParams):
+        public = None
+        if isinstance(params, PateParams):
+            public = own(s, Dataset, params.public_dataset_id, me, "dataset")
+        check_task_data(params, dataset, public)
+    planned = params.planned_epsilon
+    if planned is not None:
+        check_fits_remaining(planned, state.dataset_ledger(dataset))
+    queued = [{"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "what": "queued"}]
+    job = Job(
+        id=new_id("job"), tenant_id=me.id, kind=req.kind, dataset_id=req.dataset_id,
+        params=StoredParams(params, state.settings.model).to_json(), status="queued",
+        epsilon_planned=planned, events=json.dumps(queued),
+    )  # fmt: skip
+    s.add(job)
+    s.flush()
+    return describe(job)
+
+
+@router.get("")
+def list_jobs(s: Db, me: Me) -> dict[str, Any]:
+    rows = s.scalars(select(Job).where(Job.tenant_id == me.id).order_by(Job.created_at))
+    return {"data": [describe(r) for r in rows]}
+
+
+@router.get("/{job_id}")
+def get_job(job_id: str, s: Db, me: Me) -> dict[str, Any]:
+    return describe(own(s, Job, job_id, me, "job"))
+
+
+@router.post("/{job_id}/cancel")
+def cancel_job(job_id: str, s: Db, me: Me) -> dict[str, Any]:
+    """A queued job is dropped; a running one stops at its next step, writes no artefact,
+    and keeps any charge already made."""
+    job = own(s, Job, job_id, me, "job")
+    if job.status == "queued":
+        job.status, job.finished_at = "cancelled", now()
+        job.epsilon_spent = None if job.kind == "ensemble" else 0.0
+        add_event(job, "cancelled before it started: nothing was charged")
+    elif job.status == "running":
+        if not job.cancel_requested:
+            job.cancel_requested = True
+            add_event(job, "cancel requested: it stops at its next step")
+    else:
+        raise ApiError(409, "conflict", f"job {job.id} has already {job.status}")
+    s.flush()
+    return describe(job)
+
+
+@router.get("/{job_id}/artifact")
+def artifact(job_id: str, s: Db, me: Me, state: State) -> Response:
+    """The released artefact of a DP job as a zip: the adapter or student prompt with its
+    privacy statement. An ensemble's adapters are not DP (each saw its part of the data in
+    the clear; only the mixing is private) and are never released."""
+    job = own(s, Job, job_id, me, "job")
+    if job.kind not in RELEASABLE:
+        raise ApiError(
+            403, "forbidden",
+            f"job {job.id} trained an ensemble: its adapters are not differentially "
+            "private, and are served only through a PMixED or SubMix deployment",
+        )  # fmt: skip
+    if job.status != "succeeded":
+        raise ApiError(409, "conflict", f"job {job.id} has not succeeded (status {job.status})")
+    model = stored_params(job).model or state.settings.model
+    blob = zip_artifact(Path(job.output_dir), model, state.settings.data_dir)
+    return Response(
+        blob, media_type="application/zip",
+        headers={"Content-Disposition": f'attachment; filename="{job.id}.zip"'},
+    )  # fmt: skip
