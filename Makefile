@@ -7,7 +7,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.privlm-installed
 
 # (node, for the JavaScript test vectors, is on the machine)
-.PHONY: lock setup browser postgres demo test test-gpu lint typecheck unit fast bench bench-gpu bench-accounting bench-prediction bench-utility bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft bench-jft-dialogue bench-prompting bench-service bench-randomness bench-cli-help clean
+.PHONY: lock setup browser postgres demo test test-gpu lint typecheck unit fast bench bench-gpu bench-accounting bench-prediction bench-utility bench-screening bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft bench-jft-dialogue bench-prompting bench-service bench-randomness bench-cli-help clean
 
 setup: $(STAMP)
 
@@ -76,7 +76,7 @@ test: lint
 test-gpu: setup
 	$(VENV)/bin/pytest -q -m gpu tests/gpu
 
-bench: bench-cli-help bench-accounting bench-prediction bench-utility bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft bench-jft-dialogue bench-prompting bench-service bench-randomness
+bench: bench-cli-help bench-accounting bench-prediction bench-utility bench-screening bench-screening bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft bench-jft-dialogue bench-prompting bench-service bench-randomness
 
 bench-cli-help: setup
 	$(PY) bench/bench_cli_help.py --repeats 5
@@ -89,6 +89,11 @@ bench-prediction: setup
 
 bench-utility: setup
 	$(PY) bench/bench_utility.py --records 1200 --n 80 --q 0.03 --k 8 --blocks 8 --dpsgd-epochs 1
+
+# after bench-utility (it reads that benchmark's cached ensemble): which tokens a screened
+# PMixED could release for free (docs/sharp_edges.md, "Screened PMixED")
+bench-screening: setup
+	$(PY) bench/bench_screening.py
 
 bench-extraction: setup
 	bash bench/bench_extraction.sh
