@@ -321,3 +321,44 @@ def test_every_setting_is_a_service_field_or_withheld_with_a_reason():
             assert not undecided, f"{params.__name__}: {cls.__name__}.{sorted(undecided)}"
         assert all(reason for reason in params.WITHHELD.values())
         assert not exposed & set(params.WITHHELD), params.__name__
+
+
+def test_cli_settings_makes_every_setting_an_option_and_passes_them_as_one_dict():
+    """A setting added to a config class is a CLI option with no other edit."""
+    import typer
+    from typer.testing import CliRunner
+
+    from privlm.config import check_settings, cli_settings
+
+    @dataclasses.dataclass
+    class Demo:
+        rate: float = setting(0.5, "a rate", gt=0, le=1)
+        mode: str = setting("a", "a mode", choices=("a", "b"))
+        fast: bool = setting(False, "go fast")
+        count: int | None = setting(None, "how many", ge=1)
+
+        def __post_init__(self) -> None:
+            check_settings(self)
+
+    seen = {}
+    demo = typer.Typer()
+
+    @demo.command()
+    @cli_settings(Demo, into="settings", decls={"rate": ("--r",)})
+    def run(
+        out: str = typer.Option(..., "--out"), verbose: bool = False, *, settings: dict
+    ) -> None:
+        seen.update(out=out, verbose=verbose, config=Demo(**settings))
+
+    res = CliRunner().invoke(demo, ["--out", "x", "--r", "0.25", "--mode", "b", "--fast",
+                                    "--count", "3"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert seen == {"out": "x", "verbose": False,
+                    "config": Demo(rate=0.25, mode="b", fast=True, count=3)}  # fmt: skip
+    assert CliRunner().invoke(demo, ["--out", "x"]).exit_code == 0
+    assert seen["config"] == Demo()
+    refused = CliRunner().invoke(demo, ["--out", "x", "--r", "2"])
+    assert refused.exit_code == 2 and "at most 1" in refused.output
+    helped = CliRunner().invoke(demo, ["--help"]).output
+    assert helped.index("--out") < helped.index("--r") < helped.index("--verbose")
+    assert "--no-fast" not in helped
