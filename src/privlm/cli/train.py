@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from privlm.accounting import DpSgdPlan, dpsgd_epsilon
+from privlm.accounting import DpSgdPlan
 from privlm.cli.common import (
     JSON_OPTION,
     NO_HEADER_OPTION,
@@ -64,7 +64,7 @@ def dpsgd(
 ) -> None:
     """Fine-tune a LoRA adapter with DP-SGD (Opacus); print its privacy statement. Every
     DpSgdConfig setting is an option here (privlm.config.cli_settings)."""
-    from privlm.training.dpsgd import examples_per_unit, plan, train_dpsgd
+    from privlm.training.dpsgd import plan_run, train_dpsgd
 
     ds = load_training_data(
         data, limit, text_column=text_column, user_column=user_column, no_header=no_header
@@ -72,14 +72,13 @@ def dpsgd(
     if settings["noise_multiplier"] is not None:  # a fixed σ replaces the default target ε
         settings["target_epsilon"] = None
     cfg = DpSgdConfig(**settings)
-    n_units = len(examples_per_unit(ds)[0])
-    q, steps, run_delta, sigma = plan(n_units, cfg)
+    run = plan_run(ds, cfg)
     # a new ledger's default budget is what this run costs, as the ledger composes it (by
     # the run's accountant: RDP, or PLD for prv), so the run fits exactly once
-    run_cost = dpsgd_epsilon(sigma, q, steps, run_delta, cfg.accountant).epsilon
-    led = open_run_ledger(ledger, ledger_name, budget_epsilon, run_cost, run_delta)
+    led = open_run_ledger(ledger, ledger_name, budget_epsilon, run.epsilon(cfg.accountant),
+                          run.delta)  # fmt: skip
     warn_if_seeded(cfg.seed)
-    warn_if_weak_delta(run_delta, n_units, ds.unit_kind)
+    warn_if_weak_delta(run.delta, run.units, ds.unit_kind)
     st = train_dpsgd(model, ds, out, cfg, progress=not as_json, ledger=led)
     if int(os.environ.get("RANK", "0")) != 0:  # under torchrun, rank 0 reports
         return
@@ -146,7 +145,7 @@ def jft(
     """Just Fine-tune Twice: a redacted fine-tune, then DP-SGD; print the SDP statement.
     Every JftConfig setting and every DP-SGD setting of phase 2 is an option here; phase 1's
     are built from them (JftConfig.phase1_lora)."""
-    from privlm.training.dpsgd import examples_per_unit, plan
+    from privlm.training.dpsgd import plan_run
     from privlm.training.jft import train_jft
 
     ds = load_training_data(
@@ -158,13 +157,17 @@ def jft(
         **jft_settings, screened_file=screened, annotated_file=annotated, patterns_file=patterns,
         deliberately_missed=list(miss), phase2=DpSgdConfig(**phase2),
     )  # fmt: skip
-    n = len(examples_per_unit(ds)[0])
-    q, steps, run_delta, sigma = plan(n, cfg.phase2)
-    warn_if_weak_delta(run_delta, n, ds.unit_kind)
-    run_cost = DpSgdPlan(sigma, q, steps).rdp_curve().to_dp(run_delta).epsilon
+    run = plan_run(ds, cfg.phase2)
+    warn_if_weak_delta(run.delta, run.units, ds.unit_kind)
+    run_cost = (
+        DpSgdPlan(run.noise_multiplier, run.sample_rate, run.steps)
+        .rdp_curve()
+        .to_dp(run.delta)
+        .epsilon
+    )
     if cfg.phase1 == "light-noise":
         run_cost += cfg.phase1_epsilon  # a new ledger's default: room for both charges
-    led = open_run_ledger(ledger, ledger_name, budget_epsilon, run_cost, run_delta)
+    led = open_run_ledger(ledger, ledger_name, budget_epsilon, run_cost, run.delta)
     warn_if_seeded(cfg.phase2.seed)
     st = train_jft(model, ds, out, cfg, phase1_dir=phase1_out, ledger=led, progress=not as_json)
     if as_json:

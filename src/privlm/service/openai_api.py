@@ -32,7 +32,7 @@ from privlm.service.deployments import LoadedDeployment
 from privlm.service.openai_fields import check_fields
 from privlm.service.release import MAX_TOKENS, Completion, Event, Finished, Piece, Refused
 from privlm.service.routes.deployments import loaded_deployment
-from privlm.service.state import ServiceState, State
+from privlm.service.state import State
 from privlm.service.strict import STRICT_OPENAI_BODY
 
 MAX_PROMPT_CHARS = 20_000
@@ -327,17 +327,13 @@ async def respond(
 router = APIRouter(prefix="/v1")
 
 
-def _loaded(state: ServiceState, me: Tenant, model: str) -> LoadedDeployment:
-    return loaded_deployment(state, me, model)
-
-
 @router.post("/completions", response_model=None)
 async def completions(req: CompletionRequest, me: MeBriefly, request: Request, state: State) -> Any:
     """A coroutine: a request waiting for its tokens holds no thread."""
     check_fields(req, chat=False)
     prompt = completion_prompt(req)
     stop_strings(req.stop)  # every check of the request before any work
-    dep = await run_in_threadpool(_loaded, state, me, req.model)
+    dep = await run_in_threadpool(loaded_deployment, state, me, req.model)
     ids = await run_in_threadpool(dep.predictor.prompt_ids, prompt)
     return await respond(COMPLETION, req, dep, ids, set(), me, request)
 
@@ -348,7 +344,7 @@ async def chat_completions(req: ChatRequest, me: MeBriefly, request: Request, st
     for m in req.messages:
         message_text(m)
     stop_strings(req.stop)  # every check of the request before any work
-    dep = await run_in_threadpool(_loaded, state, me, req.model)
+    dep = await run_in_threadpool(loaded_deployment, state, me, req.model)
     ids = await run_in_threadpool(chat_prompt, req, dep.tokenizer)
     stop_ids = end_of_turn_ids(dep.tokenizer)
     return await respond(CHAT, req, dep, ids, stop_ids, me, request)

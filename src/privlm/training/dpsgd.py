@@ -362,6 +362,14 @@ class DpSgdRun:
     def accounted_rate(self) -> float:
         return self.sample_rate * self.rate_factor
 
+    def epsilon(self, accountant: str) -> float:
+        """The run's ε at its δ, by ``accountant`` (RDP, or PLD for prv), at the accounted
+        rate."""
+        report = dpsgd_epsilon(
+            self.noise_multiplier, self.accounted_rate, self.steps, self.delta, accountant
+        )
+        return float(report.epsilon)
+
     def charge(self, name: str, cfg: DpSgdConfig, unit: str, model: str) -> Charge:
         """What the run costs, as a ledger charge (composed by PLD under ``prv``)."""
         accounted = DpSgdPlan(self.noise_multiplier, self.accounted_rate, self.steps)
@@ -482,11 +490,8 @@ def _statement(
     rng: PrivacyRandomness,
 ) -> PrivacyStatement:
     """What the run guarantees, at the rate its accountant used."""
-    report = dpsgd_epsilon(
-        run.noise_multiplier, run.accounted_rate, run.steps, run.delta, cfg.accountant
-    )
     return PrivacyStatement(
-        report.epsilon, run.delta, run.noise_multiplier, run.sample_rate, run.steps,
+        run.epsilon(cfg.accountant), run.delta, run.noise_multiplier, run.sample_rate, run.steps,
         cfg.accountant, unit, run.units, cfg.max_grad_norm,
         accounted_sample_rate=run.accounted_rate if run.rate_factor != 1.0 else None,
         unit_detail=unit_description(unit, cfg),

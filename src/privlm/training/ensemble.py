@@ -75,11 +75,11 @@ def _migrate_legacy(out: Path, old: dict[str, Any]) -> dict[str, Any]:
     return old
 
 
-def _resume(out: Path, identity: dict[str, Any], data_identity: dict[str, Any]) -> EnsembleManifest:
-    """The manifest of the ensemble being resumed in ``out``, if it was started with the same
-    settings (its manifest) and the same data (the curator's report); else refuse."""
-    raw = read_manifest_dict(out)
-    assert raw is not None
+def _resume(
+    out: Path, raw: dict[str, Any], identity: dict[str, Any], data_identity: dict[str, Any]
+) -> EnsembleManifest:
+    """The manifest ``raw`` of the ensemble being resumed in ``out``, if it was started with
+    the same settings (its manifest) and the same data (the curator's report); else refuse."""
     old = _migrate_legacy(out, raw)
     known = read_statistics(out)
     if not known:
@@ -122,9 +122,9 @@ def plan_parts(
     return out
 
 
-def _partition_key(out: Path, given: str | None) -> str:
-    """The key of an ensemble being resumed, the one given, or a fresh random one."""
-    raw = read_manifest_dict(out)
+def _partition_key(out: Path, raw: dict[str, Any] | None, given: str | None) -> str:
+    """The key of the ensemble being resumed (its manifest ``raw``), the one given, or a
+    fresh random one."""
     if raw is not None:
         old = raw.get("partition_key")
         if old is None:
@@ -170,7 +170,8 @@ def train_ensemble(
         )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    key = _partition_key(out, partition_key)
+    raw = read_manifest_dict(out)  # read once: the key, then the resume, come from it
+    key = _partition_key(out, raw, partition_key)
     planned = plan_parts(dataset, config.parts, config.protocol, key)
     fresh = EnsembleManifest(
         model=reference,
@@ -187,8 +188,8 @@ def train_ensemble(
         created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     )
     data_identity = {"records": len(dataset), "units_fingerprint": _units_fingerprint(dataset)}
-    if read_manifest_dict(out) is not None:
-        manifest = _resume(out, fresh.identity(), data_identity)
+    if raw is not None:
+        manifest = _resume(out, raw, fresh.identity(), data_identity)
     else:
         manifest = fresh
         sizes = [{"name": n, "records": len(d), "units": len(d.units())} for n, d in planned]
