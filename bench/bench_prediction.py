@@ -3,6 +3,8 @@
 Measured in one run, so every figure has its baseline beside it:
 - public: the public model alone, KV-cached decoding (the floor);
 - engine: PMixED through privlm's batched engine (public + adapters in one forward pass);
+- screened: screened PMixED through the same engine (every member evaluated at every step,
+  since its score reads them all; a locked ledger transaction per token for its test);
 - loop: the same adapters evaluated one by one (PEFT ``set_adapter`` + a forward pass each,
   each adapter with its own KV cache), the way reference implementations do it.
 
@@ -29,6 +31,8 @@ from transformers import DynamicCache
 from privlm.accounting import Budget, PrivacyLedger
 from privlm.models import load_public_model
 from privlm.predict import EnsembleEngine, PMixED, PMixEDConfig
+from privlm.predict.config import ScreenedPMixEDConfig
+from privlm.predict.screened import ScreenedPMixED
 from privlm.settings import cache_dir
 from privlm.training.lora_targets import discover_lora_targets
 
@@ -81,6 +85,24 @@ def time_engine(n: int, q: float, tokens: int) -> dict[str, float]:
         gen = pm.generate(PROMPT, max_new_tokens=tokens)
         per_token = (time.perf_counter() - t) / len(gen.token_ids)
     return {"per_token_s": per_token, "tokens": len(gen.token_ids)}
+
+
+def time_screened(n: int, tokens: int) -> dict[str, float]:
+    """Screened PMixED over N adapters, c = 10,000 paid tokens at ε = 8."""
+    lm = load_public_model(MODEL)
+    engine = EnsembleEngine.from_directories(load_public_model(MODEL).model, adapters(n))
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = ScreenedPMixEDConfig(paid_tokens=10_000)
+        ledger = PrivacyLedger(Path(tmp) / "l.db", "bench", Budget(8.0, 1e-5))
+        sp = ScreenedPMixED(engine, lm.tokenizer, ledger, cfg, seed=0)
+        sp.generate(PROMPT, max_new_tokens=2)  # warm-up
+        t = time.perf_counter()
+        gen = sp.generate(PROMPT, max_new_tokens=tokens)
+        per_token = (time.perf_counter() - t) / len(gen.token_ids)
+    return {"per_token_s": per_token, "tokens": len(gen.token_ids),
+            "free_tokens": gen.extra["free_tokens"]}  # fmt: skip
 
 
 def time_loop(n: int, tokens: int) -> float:
@@ -146,6 +168,7 @@ def main() -> None:
         "public_per_token_s": public,
         "engine_n16_all": time_engine(16, 1.0, args.tokens),
         "engine_n80_q003": time_engine(80, 0.03, args.tokens),
+        "screened_n80": time_screened(80, args.tokens),
         "loop_n16_per_token_s": time_loop(args.loop_n, max(4, args.tokens // 4)),
         "loop_n80_per_token_s": time_loop(80, 2),
         "peak_rss_mb_n80": peak_rss_mb(80),
@@ -156,6 +179,8 @@ def main() -> None:
         "n16_loop_over_engine": res["loop_n16_per_token_s"] / e16,
         "n80_engine_over_public": e80 / public,
         "n80_loop_over_engine": res["loop_n80_per_token_s"] / e80,
+        "n80_screened_over_pmixed": res["screened_n80"]["per_token_s"] / e80,
+        "n80_screened_over_public": res["screened_n80"]["per_token_s"] / public,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "prediction.json").write_text(json.dumps(res, indent=2))
@@ -170,6 +195,11 @@ def main() -> None:
         f"PMixED N=80, q=0.03: {e80 * 1e3:.1f} ms/token ({1 / e80:.2f} tokens/s) = "
         f"{r['n80_engine_over_public']:.1f}× public; sequential loop {res['loop_n80_per_token_s'] * 1e3:.0f} ms "
         f"→ engine {r['n80_loop_over_engine']:.1f}× faster"
+    )
+    sc = res["screened_n80"]["per_token_s"]
+    print(
+        f"screened PMixED N=80: {sc * 1e3:.1f} ms/token = {r['n80_screened_over_pmixed']:.1f}× "
+        f"PMixED N=80, {r['n80_screened_over_public']:.1f}× public"
     )
     print(f"peak RSS with N=80 adapters loaded: {res['peak_rss_mb_n80']:.0f} MB")
     print(f"wrote {RESULTS / 'prediction.json'}")

@@ -96,6 +96,12 @@ class PrivacyRandomness:
 
         return scale * np.asarray(ndtri(self.uniform(size)), dtype=np.float64)
 
+    def laplace(self, scale: float, size: int | tuple[int, ...] = ()) -> NDArray[np.float64]:
+        """Lap(0, scale) draws, by the inverse CDF of :meth:`uniform` (the sparse-vector
+        test's noise; only its comparison with a score is ever released)."""
+        u = self.uniform(size) - 0.5
+        return np.asarray(-scale * np.sign(u) * np.log1p(-2.0 * np.abs(u)), dtype=np.float64)
+
     def bernoulli(self, n: int, p: float) -> NDArray[np.bool_]:
         """``n`` independent coin flips of probability ``p`` (Poisson subsampling)."""
         return self.uniform(n) < p

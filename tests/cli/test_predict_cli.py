@@ -141,7 +141,7 @@ def test_generate_submix(ensembles, tmp_path):
 
 
 @requires_data
-@pytest.mark.parametrize("method", ["public", "finetuned", "ensemble", "pmixed"])
+@pytest.mark.parametrize("method", ["public", "finetuned", "ensemble", "pmixed", "screened"])
 def test_eval_ppl(ensembles, method):
     out = json.loads(
         ok(
@@ -166,9 +166,45 @@ def test_eval_ppl(ensembles, method):
     )
     assert out["queries_per_run"] == 15 and len(out["runs"]) == 2 and out["perplexity"] > 1
     spent = out["runs"][0]["epsilon_spent"]
-    assert (spent == 0.0) == (method != "pmixed")
-    if method == "pmixed":
+    assert (spent == 0.0) == (method not in ("pmixed", "screened"))
+    if method in ("pmixed", "screened"):
         assert 0 < spent <= 8.0
+    if method == "screened":
+        assert out["runs"][0]["queries_used"] <= 256  # its paid tokens; the rest were free
+
+
+def test_generate_screened(ensembles, tmp_path):
+    from privlm.predict.screened import PAID
+
+    db = tmp_path / "l.db"
+    args = ["generate", str(ensembles / "pm"), "--method", "screened", "--prompt", "note",
+            "--ledger", str(db), "--paid-tokens", "2", "--threshold", "0", "--sample-rate",
+            "0.5", "--max-new-tokens", "6", "--seed", "3"]  # fmt: skip
+    out = json.loads(ok(*args, "--json").stdout)
+    extra = out["extra"]
+    assert extra["free_tokens"] + extra["paid_tokens"] + extra["public_tokens"] == len(
+        out["token_ids"]
+    )
+    charges = PrivacyLedger(db, "default").charges()
+    assert sum(c.mechanism == PAID for c in charges) == extra["paid_tokens"] <= 2
+    assert 0 < out["epsilon_spent"] <= 8.0
+    text = ok(*args[:-2], "--name", "other")
+    assert "free" in text.stderr and "paid" in text.stderr
+    refused = runner.invoke(app, [*args, "--when-spent", "refuse"])
+    assert refused.exit_code == 2 and "when_spent=refuse" in refused.stderr
+
+
+def test_plan_pmixed_screened():
+    from privlm.predict.config import ScreenedPMixEDConfig
+
+    out = json.loads(ok("plan", "pmixed", "--screened", "--paid-tokens", "64", "--json").stdout)
+    cfg = ScreenedPMixEDConfig(paid_tokens=64)
+    assert out["paid_tokens"] == 64 and out["free_tokens"] == "unbounded"
+    assert out["instance_epsilon"] == pytest.approx(cfg.split()[0])
+    assert out["radius"] == pytest.approx(cfg.query_cost(80)[0])
+    assert out["lifetime_epsilon"] <= 8.0 + 1e-9 and "replaced" in out["relation"]
+    text = ok("plan", "pmixed", "--screened", "--paid-tokens", "1024").stdout
+    assert "c=1024 paid tokens" in text and "coin" in text  # the noise is too wide there
 
 
 def test_plan_pmixed():

@@ -94,6 +94,7 @@ def test_sampling_options_that_void_the_accounting_are_refused(service, ensemble
 def test_deployments_must_match_their_job(service, ensemble_job):
     r = deploy(service, "acme", ensemble_job["id"], mechanism="submix")
     assert r.status_code == 400 and "pmixed" in r.json()["error"]["message"]
+    assert "or screened" in r.json()["error"]["message"]
     assert deploy(service, "acme", ensemble_job["id"], epsilon=-1).status_code == 400
     r = deploy(service, "acme", ensemble_job["id"], epsilon=1, delta=1e-9)
     assert r.status_code == 400 and "RDP budget" in r.json()["error"]["message"]
@@ -418,3 +419,36 @@ def test_the_same_records_uploaded_again_are_refused_not_given_a_second_budget(s
     assert public.status_code == 400 and "cannot be declared public" in public.text
     assert service.upload("globex", "note one\nnote two\nnote three").status_code == 201
     assert service.upload("acme", "note one\nnote two\nnote four").status_code == 201
+
+
+def test_a_screened_deployment_reserves_c_paid_tokens_and_charges_before_release(
+    service, ensemble_job
+):  # fmt: skip
+    from privlm.predict.screened import INSTANCE, PAID
+
+    r = deploy(
+        service, "acme", ensemble_job["id"], mechanism="screened", epsilon=8, paid_tokens=2,
+        threshold=0.0,
+    )  # fmt: skip
+    assert r.status_code == 201, r.text
+    dep = r.json()["id"]
+    assert "2 paid tokens and any number of free ones" in r.json()["guarantee"]["text"]
+    dataset = PrivacyLedger(service.ledgers, f"dataset-{ensemble_job['dataset_id']}")
+    reservation = [c for c in dataset.charges() if c.params.get("deployment") == dep]
+    assert reservation[0].params["paid_tokens"] == 2
+    ledger = PrivacyLedger(service.ledgers, f"deployment-{dep}")
+    paid = free = 0
+    for _ in range(40):
+        r = complete(service, "acme", dep, max_tokens=2)
+        if r.status_code == 429:
+            break
+        body = r.json()["privlm"]
+        free += body.get("free_tokens", 0)
+        paid += body["private_tokens"] - body.get("free_tokens", 0)
+        kinds = [c.mechanism for c in ledger.charges()]
+        assert kinds.count(PAID) == paid and kinds.count(INSTANCE) >= 1  # charged first
+    assert r.status_code == 429 and r.json()["error"]["type"] == "budget_exhausted"
+    assert paid == 2
+    b = service.client.get(f"/v1/deployments/{dep}/budget", headers=service.auth("acme")).json()
+    assert b["mechanism"] == "screened-pmixed" and b["queries"]["used"] == 2
+    assert b["spent"]["epsilon"] <= 8.0 and "threshold_noise" not in json.dumps(b)

@@ -38,7 +38,8 @@ import copy
 import json
 import math
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -555,10 +556,19 @@ class PrivacyLedger:
 
     def set_flag(self, key: str, value: str) -> None:
         """Durably record a fact about this ledger's mechanism (e.g. SubMix's STOP)."""
-        if key in (PLD_EVENTS_FLAG, RDP_REST_FLAG):
-            raise AccountingError(f"the flag {key!r} is the ledger's own; charges write it")
         with self._engine.begin() as conn:
-            self._write_flag(conn, key, value)
+            LedgerTransaction(self, conn).set_flag(key, value)
+
+    @contextmanager
+    def transaction(self) -> Iterator[LedgerTransaction]:
+        """One transaction holding this ledger's write lock: flags read and written, and
+        charges made, through it are committed together when the block ends (or none of
+        them, if it raises). A mechanism whose state lives beside its charges (screened
+        PMixED's sparse-vector instance) reads and advances that state here, so concurrent
+        processes see it one at a time."""
+        with self._engine.begin() as conn:
+            self._totals(conn, lock=True)
+            yield LedgerTransaction(self, conn)
 
     def _write_flag(self, conn: Connection, key: str, value: str) -> None:
         where = (flags_table.c.ledger == self.name) & (flags_table.c.key == key)
@@ -573,11 +583,14 @@ class PrivacyLedger:
 
     def flag(self, key: str) -> str | None:
         with self._engine.connect() as conn:
-            row = conn.execute(
-                select(flags_table.c.value).where(
-                    (flags_table.c.ledger == self.name) & (flags_table.c.key == key)
-                )
-            ).first()
+            return self._read_flag(conn, key)
+
+    def _read_flag(self, conn: Connection, key: str) -> str | None:
+        row = conn.execute(
+            select(flags_table.c.value).where(
+                (flags_table.c.ledger == self.name) & (flags_table.c.key == key)
+            )
+        ).first()
         return None if row is None else str(row.value)
 
     # -- export -----------------------------------------------------------------------------
@@ -661,6 +674,28 @@ class PrivacyLedger:
 
     def close(self) -> None:
         self._engine.dispose()
+
+
+@dataclass(frozen=True)
+class LedgerTransaction:
+    """What :meth:`PrivacyLedger.transaction` yields: the ledger's flags and charges inside
+    one locked transaction. Flags are never exported (:meth:`PrivacyLedger.to_json` lists
+    charges only), so a mechanism may keep secret state there."""
+
+    ledger: PrivacyLedger
+    conn: Connection
+
+    def charge(self, charge: Charge) -> Spent:
+        """As :meth:`PrivacyLedger.charge`, committed with the rest of the transaction."""
+        return self.ledger._apply(self.conn, charge)
+
+    def flag(self, key: str) -> str | None:
+        return self.ledger._read_flag(self.conn, key)
+
+    def set_flag(self, key: str, value: str) -> None:
+        if key in (PLD_EVENTS_FLAG, RDP_REST_FLAG):
+            raise AccountingError(f"the flag {key!r} is the ledger's own; charges write it")
+        self.ledger._write_flag(self.conn, key, value)
 
 
 def charge_together(items: list[tuple[PrivacyLedger, Charge]]) -> list[Spent]:

@@ -7,7 +7,7 @@ import typer
 from privlm.accounting.analysis import pmixed as analysis
 from privlm.cli.common import JSON_OPTION, emit_json, user_errors
 from privlm.config import option
-from privlm.predict.config import PMixEDConfig
+from privlm.predict.config import PMixEDConfig, ScreenedPMixEDConfig
 
 app = typer.Typer(help="Plan private-prediction budgets.", no_args_is_help=True)
 
@@ -23,9 +23,24 @@ def plan_pmixed(
     ensemble_size: int = typer.Option(80, min=1, help="N, the number of models (the paper's 80)."),
     max_subset: int = typer.Option(10, help="Show subset sizes 1..MAX."),
     bound: str = option(PMixEDConfig, "bound"),
+    screened: bool = typer.Option(
+        False,
+        "--screened",
+        help="Plan screened PMixED: c paid tokens behind a sparse-vector "
+        "screen, free tokens unbounded (--queries is then ignored).",
+    ),
+    paid_tokens: int = option(ScreenedPMixEDConfig, "paid_tokens"),
+    threshold: float = option(ScreenedPMixEDConfig, "threshold"),
+    svt_share: float = option(ScreenedPMixEDConfig, "svt_share"),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Per-query RDP budget, the RD-ball radius privlm uses, and the relation it is for."""
+    if screened:
+        screen = ScreenedPMixEDConfig(
+            epsilon, delta, alpha, paid_tokens, sample_rate, threshold, svt_share
+        )
+        _plan_screened(screen, ensemble_size, as_json)
+        return
     cfg = PMixEDConfig(epsilon, delta, alpha, queries, sample_rate, bound)
     per_query = cfg.per_query_rdp
     radius = analysis.solve_radius(per_query, alpha, ensemble_size, sample_rate, bound=bound)
@@ -84,3 +99,54 @@ def plan_pmixed(
         + "; privlm never charges a per-unit ledger with it"
     )
     typer.echo("  see docs/sharp_edges.md, 'PMixED per unit'")
+
+
+def _plan_screened(cfg: ScreenedPMixEDConfig, n: int, as_json: bool) -> None:
+    """c paid tokens, their radius, the sparse-vector test's noise, and plain PMixED over the
+    same c tokens for comparison (docs/sharp_edges.md, "Screened PMixED")."""
+    radius, curve = cfg.query_cost(n)
+    test = cfg.screen(n)
+    plain = PMixEDConfig(cfg.epsilon, cfg.delta, cfg.alpha, cfg.paid_tokens, cfg.sample_rate)
+    out = {
+        "mechanism": "screened-pmixed",
+        "epsilon": cfg.epsilon, "delta": cfg.delta, "alpha": cfg.alpha,
+        "ensemble_size": n, "sample_rate": cfg.sample_rate,
+        "paid_tokens": cfg.paid_tokens,
+        "free_tokens": "unbounded",
+        "relation": analysis.relation(analysis.REPLACEMENT),
+        "radius": radius,
+        "per_paid_query_rdp": float(curve.at([float(cfg.alpha)])[0]),
+        "instance_epsilon": test.epsilon,
+        "instance_rdp": float(cfg.instance_curve().at([float(cfg.alpha)])[0]),
+        "score_sensitivity": test.sensitivity,
+        "threshold": cfg.threshold,
+        "laplace_scales": {"threshold": test.threshold_scale, "score": test.query_scale},
+        "lifetime_epsilon": cfg.lifetime_curve(n).to_dp(cfg.delta).epsilon,
+        "plain_pmixed_radius_same_c": plain.query_cost(n)[0],
+    }  # fmt: skip
+    if as_json:
+        emit_json(out)
+        return
+    typer.echo(
+        f"Screened PMixED: (ε={cfg.epsilon:g}, δ={cfg.delta:g}) per unit over c="
+        f"{cfg.paid_tokens} paid tokens and any number of free ones (N = {n})"
+    )
+    typer.echo(f"  neighbouring relation: {out['relation']}")
+    typer.echo(
+        f"  paid query: RD-ball radius ρ* = {radius:.4g} (q = {cfg.sample_rate:g}; plain "
+        f"PMixED over the same {cfg.paid_tokens} tokens: ρ* = {out['plain_pmixed_radius_same_c']:.4g})"
+    )
+    typer.echo(
+        f"  sparse-vector test: ε′ = {test.epsilon:.4g} per instance (one per paid token), "
+        f"score TV(ensemble average, public) of sensitivity 1/N = {test.sensitivity:.4g}"
+    )
+    typer.echo(
+        f"  threshold τ = {cfg.threshold:g} + Lap({test.threshold_scale:.4g}); score + "
+        f"Lap({test.query_scale:.4g})"
+    )
+    if test.query_scale >= 0.25:
+        typer.echo(
+            "  warning: the score's noise is wide against its range [0, 1], so the screen "
+            "sorts queries little better than a coin: raise ε or N, or lower c"
+        )
+    typer.echo("  see docs/sharp_edges.md, 'Screened PMixED'")

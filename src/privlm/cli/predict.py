@@ -22,7 +22,7 @@ from privlm.cli.common import (
 from privlm.config import option
 from privlm.errors import PrivlmError
 from privlm.predict.budget_names import BUDGETS, record_budget, second_budget_warning
-from privlm.predict.config import METHODS, PMixEDConfig, mechanism_config
+from privlm.predict.config import METHODS, PMixEDConfig, ScreenedPMixEDConfig, mechanism_config
 
 if TYPE_CHECKING:
     from privlm.predict.protocol import Predictor
@@ -35,13 +35,27 @@ EPSILON_OPTION = typer.Option(
     None, help="PMixED: ε_G at δ (default 8); SubMix: RDP ε per part at order α (default 2)."
 )
 ALPHA_OPTION = typer.Option(None, help="Rényi order α (default: PMixED 3, an integer; SubMix 2).")
+# screened PMixED's own settings (method screened)
+PAID_OPTION = option(ScreenedPMixEDConfig, "paid_tokens")
+THRESHOLD_OPTION = option(ScreenedPMixEDConfig, "threshold")
+SVT_SHARE_OPTION = option(ScreenedPMixEDConfig, "svt_share")
+WHEN_SPENT_OPTION = option(ScreenedPMixEDConfig, "when_spent")
+
+
+def _screen(
+    paid_tokens: int, threshold: float, svt_share: float, when_spent: str
+) -> dict[str, Any]:
+    return {"paid_tokens": paid_tokens, "threshold": threshold, "svt_share": svt_share,
+            "when_spent": when_spent}  # fmt: skip
 
 
 @user_errors
 def generate(
     ensemble: Path = typer.Argument(..., help="A directory made by `privlm ensemble train`."),
     prompt: str = typer.Option(..., help="The query context."),
-    method: str = typer.Option("pmixed", help="pmixed or submix."),
+    method: str = typer.Option(
+        "pmixed", help="pmixed, screened (PMixED behind a sparse-vector screen) or submix."
+    ),
     ledger: Path = typer.Option(Path("privlm-ledger.db"), help="The budget ledger (SQLite)."),
     name: str = typer.Option("default", help="Ledger (deployment) name."),
     epsilon: float | None = EPSILON_OPTION,
@@ -50,6 +64,10 @@ def generate(
     queries: int = option(PMixEDConfig, "queries"),
     sample_rate: float = option(PMixEDConfig, "sample_rate"),
     beta: float | None = typer.Option(None, help="SubMix: target leakage β (default ε/T)."),
+    paid_tokens: int = PAID_OPTION,
+    threshold: float = THRESHOLD_OPTION,
+    svt_share: float = SVT_SHARE_OPTION,
+    when_spent: str = WHEN_SPENT_OPTION,
     max_new_tokens: int = typer.Option(32, help="Tokens to generate."),
     seed: int | None = SEED_OPTION,
     temperature: float | None = typer.Option(
@@ -70,6 +88,7 @@ def generate(
     config = mechanism_config(
         method, epsilon=epsilon, delta=delta, alpha=alpha, queries=queries,
         sample_rate=sample_rate, beta=beta,
+        screen=_screen(paid_tokens, threshold, svt_share, when_spent),
     )  # fmt: skip
     loaded = load_ensemble(ensemble, device, dtype)
     predictor = build_predictor(config, loaded, ledger=ledger, name=name, seed=seed)
@@ -88,8 +107,11 @@ def generate(
         )
         return
     typer.echo(prompt + gen.text)
+    free = gen.extra.get("free_tokens")
+    screen = f" ({free} free, {gen.extra['paid_tokens']} paid)" if free is not None else ""
     typer.echo(
-        f"-- {len(gen.token_ids)} tokens; ε spent {gen.epsilon_spent:.4g}; queries used {gen.queries_used}",
+        f"-- {len(gen.token_ids)} tokens{screen}; ε spent {gen.epsilon_spent:.4g}; queries "
+        f"used {gen.queries_used}",
         err=True,
     )
     if gen.stopped:
@@ -144,6 +166,10 @@ def eval_ppl(
     alpha: float | None = ALPHA_OPTION,
     sample_rate: float = option(PMixEDConfig, "sample_rate"),
     beta: float | None = typer.Option(None, help="SubMix β (default ε/T)."),
+    paid_tokens: int = PAID_OPTION,
+    threshold: float = THRESHOLD_OPTION,
+    svt_share: float = SVT_SHARE_OPTION,
+    when_spent: str = WHEN_SPENT_OPTION,
     adapter: int = typer.Option(0, help="finetuned: which adapter of the ensemble."),
     seed: int | None = typer.Option(None, help="Seed of the first run (experiments only)."),
     device: str = DEVICE_OPTION,
@@ -169,9 +195,10 @@ def eval_ppl(
             )
         if method is None:
             raise PrivlmError(f"with --ensemble, name a --method: {', '.join(METHODS)}")
+        screen = _screen(paid_tokens, threshold, svt_share, when_spent)
         out = _ensemble_ppl(method, ensemble, texts, data, blocks, block_size, runs, epsilon,
-                            delta, alpha, sample_rate, beta, adapter, seed, device, dtype,
-                            as_json)  # fmt: skip
+                            delta, alpha, sample_rate, beta, screen, adapter, seed, device,
+                            dtype, as_json)  # fmt: skip
     if as_json:
         emit_json(out)
         return
@@ -268,6 +295,13 @@ def _spent(predictor: Predictor) -> float:
     return float(spent.get("epsilon", spent.get("rdp_epsilon", 0.0)))
 
 
+def _queries_used(predictor: Predictor) -> dict[str, Any]:
+    """The charged queries a run used, where the mechanism counts them (screened PMixED:
+    its paid tokens; the others were free)."""
+    queries = predictor.budget().get("queries")
+    return {} if queries is None else {"queries_used": queries["used"]}
+
+
 def _ensemble_ppl(
     method: str,
     ensemble: Path,
@@ -281,6 +315,7 @@ def _ensemble_ppl(
     alpha: float | None,
     sample_rate: float,
     beta: float | None,
+    screen: dict[str, Any],
     adapter: int,
     seed: int | None,
     device: str,
@@ -305,7 +340,7 @@ def _ensemble_ppl(
     else:
         config = mechanism_config(
             method, epsilon=epsilon, delta=delta, alpha=alpha, queries=queries,
-            sample_rate=sample_rate, beta=beta,
+            sample_rate=sample_rate, beta=beta, screen=screen,
         )  # fmt: skip
     reports = []
     for r in range(runs):
@@ -316,7 +351,7 @@ def _ensemble_ppl(
             )  # fmt: skip
             rep = evaluate(predictor, ids, progress=not as_json)
             spent = _spent(predictor)
-        reports.append({**rep.__dict__, "epsilon_spent": spent})
+        reports.append({**rep.__dict__, "epsilon_spent": spent, **_queries_used(predictor)})
     return {
         "method": method,
         "model": manifest.model,

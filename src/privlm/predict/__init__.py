@@ -5,7 +5,8 @@ calls:
 - ``load_ensemble(path, device=, dtype=)`` -> ``LoadedEnsemble(model, engine, manifest)``;
   ``load_adapter(path, model)`` for one DP adapter
 - ``build_predictor(config, loaded, ledger=, name=, seed=)`` -> the predictor a typed config
-  describes: ``PMixEDConfig`` or ``SubMixConfig`` (charged to durable ledgers), or
+  describes: ``PMixEDConfig``, ``ScreenedPMixEDConfig`` or ``SubMixConfig`` (charged to
+  durable ledgers), or
   ``PlainConfig`` (the public model, one adapter, the plain ensemble average);
   ``mechanism_config(name, ε=, δ=, …)`` builds a mixture's config from loose numbers
 - ``predictor.stream(ids, n)``, ``.generate(prompt, n)``, ``.score(ids)``, ``.budget()``
@@ -19,6 +20,8 @@ EXPORTS = {
     "EnsembleEngine": "engine",
     "PMixED": "pmixed",
     "PMixEDConfig": "pmixed",
+    "ScreenedPMixED": "screened",
+    "ScreenedPMixEDConfig": "config",
     "SubMix": "submix",
     "SubMixConfig": "submix",
     "part_ledgers": "submix",

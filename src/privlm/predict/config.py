@@ -13,12 +13,14 @@ from typing import Any
 
 from privlm.accounting import RdpCurve
 from privlm.accounting.analysis import pmixed as analysis
+from privlm.accounting.analysis import sparse_vector
 from privlm.config import check_settings, setting, settings_of
 from privlm.errors import PrivlmError
 
 # what `privlm eval ppl --method` scores (privlm.predict.evaluate)
-METHODS = ("public", "finetuned", "ensemble", "pmixed", "submix")
-MECHANISMS = ("pmixed", "submix")  # the private mixtures, each charged token by token
+METHODS = ("public", "finetuned", "ensemble", "pmixed", "screened", "submix")
+MECHANISMS = ("pmixed", "screened", "submix")  # the private mixtures, charged token by token
+WHEN_SPENT = ("public", "refuse")
 PLAIN_MEMBERS = ("public", "adapter", "ensemble")
 
 
@@ -80,6 +82,82 @@ class PMixEDConfig:
 
 
 @dataclass(frozen=True)
+class ScreenedPMixEDConfig:
+    """Screened PMixED: a sparse-vector test (AboveThreshold) on the score TV(p̄, p₀) sends
+    each query to the public model (free) or to a paid PMixED query; the budget (ε, δ)
+    covers ``paid_tokens`` paid queries and their instances of the test, and any number of
+    free tokens (:mod:`privlm.accounting.analysis.sparse_vector`; docs/sharp_edges.md,
+    "Screened PMixED")."""
+
+    epsilon: float = setting(8.0, "Screened PMixED: ε of the whole deployment, at δ", gt=0, le=1000)
+    delta: float = setting(1e-5, "δ", gt=0, lt=1)
+    alpha: int = setting(3, "Screened PMixED: Rényi order α (an integer)", ge=2, le=256)
+    paid_tokens: int = setting(
+        256, "c, the paid (private) tokens the budget covers; free tokens are unbounded",
+        ge=1, le=10**7,
+    )  # fmt: skip
+    sample_rate: float = setting(
+        0.03, "Screened PMixED: Poisson sampling rate q of a paid query", gt=0, le=1
+    )
+    threshold: float = setting(
+        0.2, "τ: a query whose noisy score TV(ensemble average, public) is below the noisy "
+        "threshold is answered by the public model, free (above 1, only the noise can send "
+        "a query to a paid token: a rate control)", ge=0, le=10,
+    )  # fmt: skip
+    svt_share: float = setting(
+        0.5, "the share of each paid token's RDP budget spent on its sparse-vector instance "
+        "(the rest on its PMixED query)", gt=0, lt=1,
+    )  # fmt: skip
+    when_spent: str = setting(
+        "public", "once the c paid tokens are spent: answer from the public model only, or "
+        "refuse", choices=WHEN_SPENT,
+    )  # fmt: skip
+
+    def __post_init__(self) -> None:
+        check_settings(self)
+        analysis.check_alpha(self.alpha)
+        if rdp_budget_for(self.epsilon, self.delta, self.alpha) <= 0:
+            raise PrivlmError(
+                f"ε={self.epsilon} at δ={self.delta} leaves no RDP budget at order α={self.alpha}; "
+                "raise ε or δ, or change α"
+            )
+
+    @property
+    def bound(self) -> str:
+        return analysis.REPLACEMENT  # per unit, always
+
+    def split(self) -> tuple[float, float]:
+        """(ε′ of each sparse-vector instance, each paid query's RDP budget at α)."""
+        return sparse_vector.split_budget(
+            rdp_budget_for(self.epsilon, self.delta, self.alpha), self.paid_tokens,
+            self.alpha, self.svt_share,
+        )  # fmt: skip
+
+    def screen(self, n_models: int) -> sparse_vector.AboveThreshold:
+        """The test's noise scales for an ensemble of ``n_models`` (Δ = 1/N)."""
+        return sparse_vector.AboveThreshold(
+            self.split()[0], sparse_vector.score_sensitivity(n_models)
+        )
+
+    def query_cost(self, n_models: int) -> tuple[float, RdpCurve]:
+        """The radius ρ* of a paid query, and its RDP curve (per unit)."""
+        radius = analysis.solve_radius(self.split()[1], self.alpha, n_models, self.sample_rate)
+        return radius, RdpCurve.from_mapping(
+            analysis.query_rdp_curve(radius, self.alpha, n_models, self.sample_rate)
+        )
+
+    def instance_curve(self) -> RdpCurve:
+        """One sparse-vector instance's RDP curve, at PMixED's orders 2..α."""
+        orders = [float(k) for k in range(2, self.alpha + 1)]
+        return RdpCurve.from_arrays(orders, sparse_vector.instance_rdp(self.split()[0], orders))
+
+    def lifetime_curve(self, n_models: int) -> RdpCurve:
+        """c instances and c paid queries: the most a deployment can ever release (any
+        number of free tokens adds nothing)."""
+        return (self.instance_curve() + self.query_cost(n_models)[1]).times(self.paid_tokens)
+
+
+@dataclass(frozen=True)
 class SubMixConfig:
     """ε: the (α, ε) operational-privacy budget of every part; β: target leakage (Eq. 2)."""
 
@@ -121,7 +199,8 @@ class PlainConfig:
         check_settings(self)
 
 
-PredictorConfig = PMixEDConfig | SubMixConfig | PlainConfig
+PredictorConfig = PMixEDConfig | ScreenedPMixEDConfig | SubMixConfig | PlainConfig
+MixtureConfig = PMixEDConfig | ScreenedPMixEDConfig | SubMixConfig
 
 
 def mechanism_config(
@@ -134,18 +213,27 @@ def mechanism_config(
     sample_rate: float | None = None,
     beta: float | None = None,
     bound: str | None = None,
-) -> PMixEDConfig | SubMixConfig:
+    screen: Mapping[str, Any] | None = None,
+) -> MixtureConfig:
     """A private mixture's config from loose numbers (a CLI's options, a deployment's
     request), every one not given taken from the config class: ε and α are each
     mechanism's own (PMixED 8 at δ with α = 3; SubMix RDP 2 at α = 2), SubMix's β is ε/T.
-    The one place a mechanism's name becomes its config."""
+    ``screen``: screened PMixED's own settings (``paid_tokens``, ``threshold``,
+    ``svt_share``, ``when_spent``), each its config's default when absent. The one place a
+    mechanism's name becomes its config."""
     pm = {k: s.default for k, s in settings_of(PMixEDConfig).items()}
     delta = pm["delta"] if delta is None else delta
     queries = pm["queries"] if queries is None else queries
-    if method == "pmixed":
+    if method in ("pmixed", "screened"):
         order = pm["alpha"] if alpha is None else alpha
         if order != int(order):
             raise PrivlmError(f"PMixED's order α must be an integer, got {order:g}")
+        if method == "screened":
+            return ScreenedPMixEDConfig(
+                pm["epsilon"] if epsilon is None else epsilon, delta, int(order),
+                sample_rate=pm["sample_rate"] if sample_rate is None else sample_rate,
+                **{k: v for k, v in (screen or {}).items() if v is not None},
+            )  # fmt: skip
         return PMixEDConfig(
             pm["epsilon"] if epsilon is None else epsilon, delta, int(order), queries,
             pm["sample_rate"] if sample_rate is None else sample_rate,

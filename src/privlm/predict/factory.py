@@ -1,5 +1,6 @@
 """The one way a predictor is built: :func:`build_predictor` takes a typed config
-(:class:`PMixEDConfig`, :class:`SubMixConfig` or :class:`PlainConfig`) and what it serves (a
+(:class:`PMixEDConfig`, :class:`ScreenedPMixEDConfig`, :class:`SubMixConfig` or
+:class:`PlainConfig`) and what it serves (a
 :class:`~privlm.predict.loading.LoadedEnsemble`), and returns a
 :class:`~privlm.predict.protocol.Predictor`. Each config type has one builder, registered
 here; the CLI, the service and the benchmarks call this function, and nothing branches on a
@@ -14,11 +15,18 @@ from typing import Any, TypeVar
 
 from privlm.accounting import Budget, PrivacyLedger
 from privlm.errors import PrivlmError
-from privlm.predict.config import PlainConfig, PMixEDConfig, PredictorConfig, SubMixConfig
+from privlm.predict.config import (
+    PlainConfig,
+    PMixEDConfig,
+    PredictorConfig,
+    ScreenedPMixEDConfig,
+    SubMixConfig,
+)
 from privlm.predict.loading import LoadedEnsemble
 from privlm.predict.plain import PlainPredictor
 from privlm.predict.pmixed import PMixED
 from privlm.predict.protocol import Predictor
+from privlm.predict.screened import ScreenedPMixED
 from privlm.predict.submix import SubMix, part_ledgers
 
 C = TypeVar("C")
@@ -78,6 +86,17 @@ def _pmixed(
     _ensemble_of(loaded, "pmixed", "PMixED")
     led = PrivacyLedger(_ledger_url(ledger, "PMixED"), name, Budget(config.epsilon, config.delta))
     return PMixED(loaded.engine, loaded.model.tokenizer, led, config, seed)
+
+
+@register_builder(ScreenedPMixEDConfig)
+def _screened(
+    config: ScreenedPMixEDConfig, loaded: LoadedEnsemble, ledger: str | Path | None, name: str,
+    seed: int | None,
+) -> Predictor:  # fmt: skip
+    _ensemble_of(loaded, "pmixed", "Screened PMixED")
+    url = _ledger_url(ledger, "Screened PMixED")
+    led = PrivacyLedger(url, name, Budget(config.epsilon, config.delta))
+    return ScreenedPMixED(loaded.engine, loaded.model.tokenizer, led, config, seed)
 
 
 @register_builder(SubMixConfig)

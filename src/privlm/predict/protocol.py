@@ -29,10 +29,13 @@ from privlm.randomness import PrivacyRandomness
 class Token:
     """One released token. ``private``: drawn from the private mechanism and charged to its
     ledger; False for the public model (after SubMix's STOP, or a fallback) and for
-    post-processing of an already private release (a DP-trained adapter)."""
+    post-processing of an already private release (a DP-trained adapter). ``free``: a
+    screened PMixED token the sparse-vector test sent to the public model; private (its
+    test is covered by the deployment's charge), though it charged nothing itself."""
 
     id: int
     private: bool
+    free: bool = False
 
 
 @dataclass(frozen=True)

@@ -27,9 +27,11 @@ from privlm.config import request_field
 from privlm.errors import BudgetExceededError, PrivlmError
 from privlm.models.pool import ModelPool
 from privlm.predict.config import (
+    MixtureConfig,
     PlainConfig,
     PMixEDConfig,
     PredictorConfig,
+    ScreenedPMixEDConfig,
     SubMixConfig,
     mechanism_config,
 )
@@ -50,12 +52,14 @@ RESTATEMENT = "deployment-reservation-restatement"
 
 
 class DeploymentParams(BaseModel):
-    """A deployment's settings; defaults, bounds and help come from PMixEDConfig and
-    SubMixConfig (ε and α: the mechanism's own when not given)."""
+    """A deployment's settings; defaults, bounds and help come from PMixEDConfig,
+    ScreenedPMixEDConfig and SubMixConfig (ε and α: the mechanism's own when not given).
+    ``screened``: PMixED behind a sparse-vector screen, on a PMixED ensemble; once its c
+    paid tokens are spent it refuses, or answers from the public model with ``fallback``."""
 
     model_config = STRICT_BODY
     job_id: str = Field(..., max_length=40)
-    mechanism: str = Field("pmixed", pattern="^(pmixed|submix|adapter)$")
+    mechanism: str = Field("pmixed", pattern="^(pmixed|screened|submix|adapter)$")
     epsilon: float | None = Field(
         None, gt=0, le=1000,
         description="PMixED: ε_G at δ (default 8); SubMix: RDP ε per part at order α (default 2)",
@@ -68,15 +72,20 @@ class DeploymentParams(BaseModel):
     sample_rate: float = request_field(PMixEDConfig, "sample_rate")
     bound: str = request_field(PMixEDConfig, "bound")
     beta: float | None = Field(None, gt=0, le=1000, description="SubMix per-query β (default ε/T)")
+    paid_tokens: int = request_field(ScreenedPMixEDConfig, "paid_tokens")
+    threshold: float = request_field(ScreenedPMixEDConfig, "threshold")
+    svt_share: float = request_field(ScreenedPMixEDConfig, "svt_share")
     fallback: bool = Field(False, description="answer from the public model once spent")
 
-    def mixture(self) -> PMixEDConfig | SubMixConfig:
+    def mixture(self) -> MixtureConfig:
         """The private mixture's config (PMixED's for an adapter deployment, whose budget
         columns have always held PMixED's defaults; its tokens charge nothing)."""
+        method = self.mechanism if self.mechanism in ("submix", "screened") else "pmixed"
         return mechanism_config(
-            "submix" if self.mechanism == "submix" else "pmixed",
-            epsilon=self.epsilon, delta=self.delta, alpha=self.alpha, queries=self.queries,
-            sample_rate=self.sample_rate, beta=self.beta, bound=self.bound,
+            method, epsilon=self.epsilon, delta=self.delta, alpha=self.alpha,
+            queries=self.queries, sample_rate=self.sample_rate, beta=self.beta, bound=self.bound,
+            screen={"paid_tokens": self.paid_tokens, "threshold": self.threshold,
+                    "svt_share": self.svt_share, "when_spent": "refuse"},
         )  # fmt: skip
 
     def config(self, statement: dict[str, Any] | None = None) -> PredictorConfig:
@@ -248,6 +257,13 @@ def deployment_guarantee(row: Deployment, job: Job | None) -> dict[str, Any]:
                 "text": f"({row.budget_epsilon:g}, {row.budget_delta:g})-DP over all its "
                 "private tokens, per unit of the dataset (adding or removing one unit "
                 "replaces one ensemble member's model)"}  # fmt: skip
+    if row.mechanism == "screened":
+        return {"kind": "DP", "relation": pmixed_analysis.relation(REPLACEMENT),
+                "text": f"({row.budget_epsilon:g}, {row.budget_delta:g})-DP over its "
+                f"{p.paid_tokens} paid tokens and any number of free ones (a sparse-vector "
+                "screen sends each query to the public model or to a paid PMixED query), per "
+                "unit of the dataset (adding or removing one unit replaces one ensemble "
+                "member's model)"}  # fmt: skip
     if row.mechanism == "submix":
         return {"kind": "RDP", "order": p.alpha, "rdp_epsilon": p.epsilon,
                 "relation": "per part: one part removed (operational privacy); not per unit",
@@ -274,7 +290,7 @@ def lifetime_cost(p: DeploymentParams, job: Job) -> RdpCurve | None:
     from privlm.training.manifest import load_manifest
 
     cfg = p.config()
-    if isinstance(cfg, PMixEDConfig):
+    if isinstance(cfg, PMixEDConfig | ScreenedPMixEDConfig):
         return cfg.lifetime_curve(load_manifest(job.output_dir).members)
     if isinstance(cfg, SubMixConfig):
         return cfg.lifetime_curve()
@@ -292,7 +308,7 @@ def reserve_on_dataset(ledger: PrivacyLedger, p: DeploymentParams, job: Job, dep
             "deployment-reservation",
             rdp=cost,
             unit=PMIXED_UNIT
-            if p.mechanism == "pmixed"
+            if p.mechanism in ("pmixed", "screened")
             else "part (SubMix: a part removed; not a per-unit figure)",
             params={
                 "deployment": dep_id,
@@ -303,6 +319,7 @@ def reserve_on_dataset(ledger: PrivacyLedger, p: DeploymentParams, job: Job, dep
                 "queries": p.queries,
                 "alpha": p.alpha,
                 "bound": p.bound,
+                **({"paid_tokens": p.paid_tokens} if p.mechanism == "screened" else {}),
             },
         )
     )
@@ -317,7 +334,7 @@ def create_ledgers(row: Deployment, job: Job, ledger_url: str) -> None:
 
     cfg = DeploymentParams(**json.loads(row.params)).config()
     name = f"deployment-{row.id}"
-    if isinstance(cfg, PMixEDConfig):
+    if isinstance(cfg, PMixEDConfig | ScreenedPMixEDConfig):
         PrivacyLedger(ledger_url, name, Budget(cfg.epsilon, cfg.delta))
     elif isinstance(cfg, SubMixConfig):
         part_ledgers(ledger_url, name, load_manifest(job.output_dir).submix_parts, cfg)
@@ -329,9 +346,10 @@ def check_deployable(job: Job, mechanism: str) -> None:
     params = stored_params(job).params
     if isinstance(params, EnsembleParams):
         protocol = params.protocol
-        if mechanism != protocol:
+        if mechanism != protocol and not (mechanism == "screened" and protocol == "pmixed"):
             raise PrivlmError(
                 f"job {job.id} trained a {protocol} ensemble; deploy it with mechanism {protocol}"
+                + (" or screened" if protocol == "pmixed" else "")
             )
     elif job.kind in ("dpsgd", "jft"):
         if mechanism != "adapter":

@@ -196,9 +196,16 @@ class Completion:
                 reason,
                 {"prompt_tokens": p, "completion_tokens": n, "total_tokens": p + n},
                 {"private_tokens": private, "public_tokens": n - private,
-                 "fallback": self.fallback, "note": self.note},
+                 "fallback": self.fallback, "note": self.note,
+                 **self._free_tokens()},
             )
         )  # fmt: skip
+
+    def _free_tokens(self) -> dict[str, int]:
+        """Screened PMixED: how many private tokens its screen answered from the public
+        model (free; covered by the deployment's charge); nothing for other mechanisms."""
+        free = sum(t.free for t in self.tokens)
+        return {"free_tokens": free} if free else {}
 
     def _end_refused(self, refusal: Refused) -> None:
         self.close()

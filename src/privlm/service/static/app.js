@@ -366,8 +366,11 @@
     var jsel = $("dep-job"), opt = jsel.options[jsel.selectedIndex], mech = opt ? opt.dataset.mechanism : null;
     $("dep-epsilon-label").hidden = mech !== "pmixed";
     $("dep-queries-label").hidden = !mech || mech === "adapter";
+    $("dep-screen-label").hidden = mech !== "pmixed";
+    var screened = mech === "pmixed" && $("dep-screen").checked;
     $("dep-target").textContent = !opt ? "" : "serves job " + opt.value + " with " + mech + "; " +
       (mech === "adapter" ? "costs nothing more (its answers are post-processing of the trained model)"
+        : screened ? "reserves ε " + $("dep-epsilon").value + " of its dataset's budget for " + $("dep-queries").value + " paid tokens and any number of free ones"
         : mech === "pmixed" ? "reserves ε " + $("dep-epsilon").value + " of its dataset's budget for " + $("dep-queries").value + " private tokens"
         : "reserves its parts' RDP budget for " + $("dep-queries").value + " private tokens");
     var dep = state.deployments[$("play-deployment").value];
@@ -524,7 +527,10 @@
     if (!confirmOlder(sel, "job")) return;
     var body = { job_id: chosen.value, mechanism: chosen.dataset.mechanism };
     if (body.mechanism !== "adapter") body.queries = parseInt($("dep-queries").value, 10);
-    if (body.mechanism === "pmixed") {
+    if (body.mechanism === "pmixed" && $("dep-screen").checked) {
+      body.mechanism = "screened"; body.paid_tokens = body.queries; delete body.queries;
+    }
+    if (body.mechanism === "pmixed" || body.mechanism === "screened") {
       var raw = $("dep-epsilon").value.trim();
       if (raw === "" || !(Number(raw) > 0)) { status("deploy-status", "enter ε, a number above 0", true); return; }
       body.epsilon = Number(raw);
@@ -584,7 +590,7 @@
     $("job-epsilon-label").hidden = ensemble; $("job-parts-label").hidden = !ensemble;
   });
   $("deploy").addEventListener("click", onDeploy);
-  ["job-dataset", "job-kind", "job-epsilon", "dep-job", "dep-epsilon", "dep-queries", "play-deployment"]
+  ["job-dataset", "job-kind", "job-epsilon", "dep-job", "dep-epsilon", "dep-queries", "dep-screen", "play-deployment"]
     .forEach(function (id) { $(id).addEventListener("input", describeTargets); $(id).addEventListener("change", describeTargets); });
   $("play").addEventListener("click", onPlay);
   $("play-deployment").addEventListener("change", refresh);
