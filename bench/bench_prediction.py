@@ -153,14 +153,43 @@ def peak_rss_mb(n: int) -> float:
     return int(out.stdout.strip().splitlines()[-1]) / 1024
 
 
+def screened_only(public: float, tokens: int) -> None:
+    """Screened decoding per token against plain PMixED and the public model, one run."""
+    pm = time_engine(80, 0.03, tokens)
+    sc = time_screened(80, tokens)
+    res = {"model": MODEL, "tokens": tokens, "threads": torch.get_num_threads(),
+           "public_per_token_s": public, "engine_n80_q003": pm, "screened_n80": sc,
+           "ratios": {"n80_screened_over_pmixed": sc["per_token_s"] / pm["per_token_s"],
+                      "n80_screened_over_public": sc["per_token_s"] / public}}  # fmt: skip
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "prediction_screened.json").write_text(json.dumps(res, indent=2))
+    print(f"public model alone: {public * 1e3:.1f} ms/token")
+    print(f"PMixED N=80, q=0.03: {pm['per_token_s'] * 1e3:.1f} ms/token")
+    print(
+        f"screened PMixED N=80: {sc['per_token_s'] * 1e3:.1f} ms/token = "
+        f"{res['ratios']['n80_screened_over_pmixed']:.1f}× PMixED, "
+        f"{res['ratios']['n80_screened_over_public']:.1f}× public ({sc['free_tokens']} of "
+        f"{sc['tokens']} tokens free)"
+    )
+    print(f"wrote {RESULTS / 'prediction_screened.json'}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=16)
     ap.add_argument("--loop-n", type=int, default=16)
+    ap.add_argument(
+        "--screened-only",
+        action="store_true",
+        help="public, PMixED N=80 and screened PMixED N=80 only (no loop baselines)",
+    )
     args = ap.parse_args()
     torch.set_num_threads(2)
     adapters(80)
     public = time_public(args.tokens)
+    if args.screened_only:
+        screened_only(public, args.tokens)
+        return
     res = {
         "model": MODEL,
         "tokens": args.tokens,

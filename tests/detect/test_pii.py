@@ -93,12 +93,10 @@ def test_ordinary_sentences_are_left_alone():
     assert PiiPatternDetector().detect([text]) == [[]]
 
 
-def test_the_pii_detector_meets_its_targets_on_held_out_text():
-    """≥ 95 % full-span recall overall, ≥ 90 % for every structured type, at
-    most 20 % of flagged characters outside PII, on templates and locales no recogniser was
-    developed against (a fresh seed, too)."""
-    q = evaluate_pii(make_detector("pii"), pii_corpus(400, seed=11, held_out=True))
-    assert q.full_recall >= 0.95, q.recall_by_type
+def test_the_fast_detector_meets_the_structured_targets_on_held_out_text():
+    """Every structured type ≥ 90 % full-span recall and at most 20 % of flagged characters
+    outside PII, without the tagger (tests/tagger checks ``pii`` with it)."""
+    q = evaluate_pii(make_detector("pii-fast"), pii_corpus(400, seed=11, held_out=True))
     for kind in STRUCTURED:
         assert q.recall_by_type[kind].full >= 0.90, (kind, q.recall_by_type[kind])
     assert q.over_redaction <= 0.20

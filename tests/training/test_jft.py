@@ -96,9 +96,12 @@ def test_direct_mode_is_sdp_at_phase_twos_epsilon(tmp_path):
     assert (tmp_path / "m-phase1" / "adapter_config.json").is_file()
     card = (tmp_path / "m-phase1" / "README.md").read_text()  # phase 1's card
     assert "**Guarantee:** none" in card and "policy 'regex'" in card and "Do not" in card
-    assert json.loads((tmp_path / "m" / "privacy.json").read_text())["init_adapter"] == str(
-        tmp_path / "m-phase1"
-    )
+    privacy = json.loads((tmp_path / "m" / "privacy.json").read_text())
+    assert privacy["init_adapter"] == str(tmp_path / "m-phase1")
+    # the policy's detector: its name, version and whether it was measured on held-out text
+    assert privacy["detector"]["name"] == "regex" and "privlm" in privacy["detector"]["version"]
+    assert privacy["detector"]["heldout_recall"] is None  # regex alone was never benchmarked
+    assert "Policy's detector:** regex" in (tmp_path / "m" / "README.md").read_text()
 
 
 def test_phase_two_starts_from_phase_one(tmp_path):

@@ -32,7 +32,8 @@ from privlm.errors import PrivlmError
 app = typer.Typer(help="Secret detectors (JFT policy functions).", no_args_is_help=True)
 DETECTOR_HELP = (
     f"One of {', '.join(DETECTOR_NAMES)}, or a union such as regex+low-entity "
-    f"(default {DEFAULT_DETECTOR}: regex + privlm's recognisers + Presidio)."
+    f"(default {DEFAULT_DETECTOR}: regex + privlm's recognisers + Presidio + the learned "
+    "tagger; pii-fast: without the tagger)."
 )
 PATTERNS_OPTION = typer.Option(
     None,
@@ -40,7 +41,7 @@ PATTERNS_OPTION = typer.Option(
     help="Rules file (YAML or JSON): your own regexes, deny-lists and allow-lists, each with "
     "a label (see privlm.detect.rules).",
 )
-CORPORA = ("conll", "pii", "pii-heldout")
+CORPORA = ("conll", "pii", "pii-heldout", "families-dev", "families-heldout")
 COLOURS = ("red", "blue", "magenta", "cyan", "yellow", "green")
 
 
@@ -103,6 +104,18 @@ def _sample(corpus: str, data: Path | None, split: str, limit: int | None, n: in
         return str(data), load_annotated(data)[:limit]
     if corpus == "conll":
         return f"CoNLL-2003 {split}", annotated_from_conll(conll2003(split)[:limit])
+    if corpus.startswith("families-"):
+        from privlm.detect.pii_families import DEV_FAMILIES, DEV_SOURCES, family_corpus
+        from privlm.detect.pii_families_heldout import HELDOUT_FAMILIES, HELDOUT_SOURCES
+
+        held = corpus == "families-heldout"
+        families, sources = (
+            (HELDOUT_FAMILIES, HELDOUT_SOURCES) if held else (DEV_FAMILIES, DEV_SOURCES)
+        )
+        what = "held-out" if held else "development"
+        return f"{what} template families and value sources (seed {seed})", family_corpus(
+            n, families, sources, seed
+        )
     held_out = corpus == "pii-heldout"
     return f"privlm PII corpus ({'held-out' if held_out else 'dev'} templates, seed {seed})", (
         pii_corpus(n, seed, held_out=held_out)
@@ -115,9 +128,9 @@ def _print_quality(q: PiiQuality) -> None:
         f"precision {q.precision:.3f}, over-redaction {q.over_redaction:.1%} "
         f"({q.seconds_per_1000:.1f} s per 1,000 texts)"
     )
-    typer.echo(f"  {'gold type':<16}{'spans':>7}{'full':>8}{'overlap':>9}")
+    typer.echo(f"  {'gold type':<16}{'spans':>7}{'full':>8}{'alnum':>8}{'overlap':>9}")
     for t, r in q.recall_by_type.items():
-        typer.echo(f"  {t:<16}{r.spans:>7}{r.full:>8.3f}{r.overlap:>9.3f}")
+        typer.echo(f"  {t:<16}{r.spans:>7}{r.full:>8.3f}{r.alnum:>8.3f}{r.overlap:>9.3f}")
     typer.echo(f"  {'detected label':<16}{'spans':>7}{'precision':>11}{'over-redaction':>16}")
     for lab, p in q.precision_by_label.items():
         typer.echo(f"  {lab:<16}{p.spans:>7}{p.precision:>11.3f}{p.over_redaction:>15.1%}")
@@ -171,6 +184,32 @@ def corpus_command(
     """Write privlm's synthetic PII corpus (tickets, clinical notes, e-mail, chat)."""
     path = write_corpus(out, pii_corpus(n, seed, held_out=held_out))
     typer.echo(f"wrote {n} annotated sentences to {path}")
+
+
+@app.command("train-tagger")
+@user_errors
+def train_tagger_command(
+    out: Path = typer.Option(..., help="Folder for the trained head (head.pt, tagger.json)."),
+    model: str = typer.Option("smollm2-135m", help="The public model whose features it reads."),
+    n: int = typer.Option(6000, help="Training sentences from the development families.", min=10),
+    layer: int = typer.Option(12, help="Read the features after this many blocks.", min=1),
+    epochs: int = typer.Option(6, min=1),
+    seed: int = typer.Option(0),
+) -> None:
+    """Train the name/address/place tagger on the development template families and value
+    sources only (the held-out ones measure it: docs/results.md)."""
+    from privlm.detect.pii_families import DEV_FAMILIES, DEV_SOURCES, family_corpus
+    from privlm.detect.tagger import TaggerConfig, train_tagger
+    from privlm.models import load_public_model
+
+    sources = DEV_SOURCES
+    corpus = family_corpus(n, DEV_FAMILIES, sources, seed, negatives=0.05)
+    cfg = TaggerConfig(model=model, layer=layer, epochs=epochs, seed=seed)
+    tagger = train_tagger(load_public_model(model, device="cpu"), corpus, cfg)
+    trained_on = {"families": sorted(DEV_FAMILIES), "sources": list(sources), "sentences": n,
+                  "seed": seed}  # fmt: skip
+    path = tagger.save(out, trained_on)
+    typer.echo(f"wrote the tagger to {path}")
 
 
 @app.command("miss-rate")

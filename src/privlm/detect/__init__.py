@@ -2,7 +2,8 @@
 
 A detector maps texts to character spans; everything outside the spans is public under the
 policy. ``make_detector("pii", patterns=FILE)`` builds one from a spec (``pii``, JFT's
-default, is regex + privlm's recognisers + Presidio); ``evaluate_pii`` measures per-type
+default, is regex + privlm's recognisers + Presidio + the learned tagger of
+:mod:`privlm.detect.tagger`; ``pii-fast`` leaves the tagger out); ``evaluate_pii`` measures per-type
 recall, precision and over-redaction on annotated text (``pii_corpus`` builds privlm's own,
 ``annotated_from_conll`` converts CoNLL-2003); ``miss_rate_interval`` estimates the miss
 rate JFT's light-noise mode needs.

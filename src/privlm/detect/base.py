@@ -48,18 +48,55 @@ def merge_spans(spans: Sequence[Span]) -> list[Span]:
     return out
 
 
-class UnionDetector:
-    """Sensitive wherever any of its detectors says so (``regex+low-entity``)."""
+BRIDGEABLE = frozenset(" \t,/-.#:()")
 
-    def __init__(self, detectors: Sequence[Detector]) -> None:
+
+def bridge_spans(text: str, spans: Sequence[Span], max_gap: int = 3) -> list[Span]:
+    """Merged spans, with the punctuation between and around them flagged too: two spans
+    apart by at most ``max_gap`` characters of spaces and ``, / - . # : ( )`` become one
+    ("Via Brenna" + ", " + "367"), and a span with an unclosed bracket takes the bracket that
+    closes it ("Paciano (PG" → "Paciano (PG)"). Names and addresses come in pieces a tagger
+    and a recogniser each find part of; the commas between them are no secret, but leaving
+    them is what makes an address read as one."""
+    out: list[Span] = []
+    for s in merge_spans(spans):
+        gap = text[out[-1].end : s.start] if out else ""
+        if out and len(gap) <= max_gap and set(gap) <= BRIDGEABLE:
+            last = out[-1]
+            labels = last.label.split("|")
+            label = last.label if s.label in labels else f"{last.label}|{s.label}"
+            out[-1] = Span(last.start, max(last.end, s.end), label)
+        else:
+            out.append(s)
+    return [_close_bracket(text, s) for s in out]
+
+
+def _close_bracket(text: str, s: Span) -> Span:
+    inside = text[s.start : s.end]
+    end = s.end
+    while end < len(text) and text[end] == " " and inside.count("(") > inside.count(")"):
+        end += 1
+    if inside.count("(") > inside.count(")") and end < len(text) and text[end] == ")":
+        return Span(s.start, end + 1, s.label)
+    return s
+
+
+class UnionDetector:
+    """Sensitive wherever any of its detectors says so (``regex+low-entity``); with
+    ``bridge``, the punctuation between adjacent finds is flagged too (:func:`bridge_spans`)."""
+
+    def __init__(self, detectors: Sequence[Detector], bridge: bool = False) -> None:
         if not detectors:
             raise ValueError("a union needs at least one detector")
         self.detectors = list(detectors)
         self.name = "+".join(d.name for d in self.detectors)
+        self.bridge = bridge
 
     def detect(self, texts: Sequence[str]) -> list[list[Span]]:
         found: list[list[Span]] = [[] for _ in texts]
         for d in self.detectors:
             for acc, spans in zip(found, d.detect(texts), strict=True):
                 acc.extend(spans)
+        if self.bridge:
+            return [bridge_spans(t, s) for t, s in zip(texts, found, strict=True)]
         return [merge_spans(s) for s in found]

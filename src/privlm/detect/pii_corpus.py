@@ -26,7 +26,7 @@ from privlm.errors import PrivlmError
 SLOT = re.compile(r"\{(\w+)(?::(lower))?\}")
 
 # slot -> gold type; ``title`` is not PII (it only precedes a name)
-SLOT_TYPES = {
+SLOT_TYPES: dict[str, str | None] = {
     "person": "PERSON", "first": "PERSON", "last": "PERSON", "email": "EMAIL",
     "phone": "PHONE", "card": "CREDIT_CARD", "iban": "IBAN", "ssn": "SSN",
     "ip": "IP_ADDRESS", "address": "STREET_ADDRESS", "zip": "ZIP", "dob": "DATE_OF_BIRTH",
@@ -104,17 +104,23 @@ def _values(locale_fakers: list[Any], rng: random.Random) -> dict[str, Callable[
     }
 
 
-def fill(template: str, values: dict[str, Callable[[], str]]) -> AnnotatedText:
-    """One sentence from ``template`` with the span and type of each filled slot."""
+def fill(
+    template: str,
+    values: dict[str, Callable[[], str]],
+    slot_types: dict[str, str | None] | None = None,
+) -> AnnotatedText:
+    """One sentence from ``template`` with the span and type of each filled slot (types from
+    ``slot_types``, by default :data:`SLOT_TYPES`)."""
+    types = SLOT_TYPES if slot_types is None else slot_types
     text, spans, pos = "", [], 0
     for m in SLOT.finditer(template):
         slot, lower = m.group(1), m.group(2) is not None
         if slot not in values:
             raise PrivlmError(f"unknown slot {{{slot}}} in template {template!r}")
         text += template[pos : m.start()]
-        value = values[slot]()
+        value = values[slot]().strip()  # a generator's stray space is no secret
         value = value.lower() if lower else value
-        kind = SLOT_TYPES[slot]
+        kind = types[slot]
         if kind is not None:
             spans.append(Span(len(text), len(text) + len(value), kind))
         text += value

@@ -4,6 +4,8 @@ Coverage is counted over non-blank characters, so "John Smith" caught as two spa
 fully caught. For each gold type:
 
 - **full-span recall**: gold spans whose every character is flagged (nothing readable left);
+- **every-letter-and-digit recall**: gold spans whose every letter and digit is flagged (a
+  comma or a bracket may stay readable);
 - **any-overlap recall**: gold spans with at least one character flagged.
 
 For each label the detector emits (its own types, which need not match the gold ones):
@@ -36,6 +38,7 @@ class TypeRecall:
     spans: int
     full: float
     overlap: float
+    alnum: float = 0.0  # every letter and digit flagged (punctuation may stay)
 
 
 @dataclass(frozen=True)
@@ -83,12 +86,14 @@ def score_texts(
     gold_n: dict[str, int] = defaultdict(int)
     full_n: dict[str, int] = defaultdict(int)
     over_n: dict[str, int] = defaultdict(int)
+    alnum_n: dict[str, int] = defaultdict(int)
     det_n: dict[str, int] = defaultdict(int)
     hit_n: dict[str, int] = defaultdict(int)
     chars_n: dict[str, int] = defaultdict(int)
     outside_n: dict[str, int] = defaultdict(int)
     for item, spans in zip(sample, detected, strict=True):
         blank = np.array([c.isspace() for c in item.text], dtype=bool)
+        alnum = np.array([c.isalnum() for c in item.text], dtype=bool)
         flagged, gold = _mask(item.text, spans), _mask(item.text, item.sensitive)
         for g in item.sensitive:
             inside = ~blank[g.start : g.end]
@@ -96,6 +101,8 @@ def score_texts(
             gold_n[g.label] += 1
             full_n[g.label] += bool(covered.all())
             over_n[g.label] += bool(covered.any())
+            letters = alnum[g.start : g.end]
+            alnum_n[g.label] += bool(flagged[g.start : g.end][letters].all())
         for s in spans:
             inside = ~blank[s.start : s.end]
             hit = bool(gold[s.start : s.end].any())
@@ -114,7 +121,8 @@ def score_texts(
         precision=_ratio(hit_n.pop(ALL, 0), det_n.pop(ALL, 0)),
         over_redaction=_ratio(outside_n.pop(ALL, 0), chars_n.pop(ALL, 0)),
         recall_by_type={
-            t: TypeRecall(n, full_n[t] / n, over_n[t] / n) for t, n in sorted(gold_n.items())
+            t: TypeRecall(n, full_n[t] / n, over_n[t] / n, alnum_n[t] / n)
+            for t, n in sorted(gold_n.items())
         },
         precision_by_label={
             lab: LabelPrecision(n, hit_n[lab] / n, _ratio(outside_n[lab], chars_n[lab]))

@@ -240,6 +240,13 @@ def _train_jft(
     return statement
 
 
+def detector_record(det: Detector) -> dict[str, Any]:
+    """The detector the policy is: name, version, measured held-out recall."""
+    from privlm.detect.provenance import detector_record as record
+
+    return record(det)
+
+
 def policy_name(cfg: JftConfig, det: Detector) -> str:
     """The policy function F of the SDP statement: the detector's name, or manual screening."""
     return "manual screening" if cfg.phase1 == "screened" else det.name
@@ -259,6 +266,7 @@ def sdp_release_label(cfg: JftConfig, det: Detector, dp_epsilon: float | None) -
             "from the phase-1 adapter (selective DP, JFT Theorem 1)"
         ),
         "policy": policy,
+        "detector": None if cfg.phase1 == "screened" else detector_record(det),
         "phase1_mode": cfg.phase1,
         "dp_epsilon": dp,
         "not_dp": (

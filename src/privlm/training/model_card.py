@@ -94,6 +94,10 @@ def model_card(
         lines.append(f"- **Weak δ:** {privacy['delta_warning']}")
     if privacy.get("not_dp"):
         lines.append(f"- **Selective DP:** {privacy['not_dp']}")
+    if privacy.get("detector"):
+        from privlm.detect.provenance import recall_line
+
+        lines.append(f"- **Policy's detector:** {recall_line(privacy['detector'])}")
     lines += [
         "",
         "## What the guarantee does not cover",

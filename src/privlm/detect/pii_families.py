@@ -1,0 +1,170 @@
+"""Template families and value sources for measuring how well a detector *generalises*.
+
+A detector developed against some templates and some value generators is measured on
+families of templates written separately and on values from other generators, never used
+while developing or training it (the split is by family and by value source, not by
+sentence). The families here are the *development* side: a learned tagger is trained on
+them, and rules are tuned on them. :mod:`privlm.detect.pii_families_heldout` holds the
+held-out side, used only to measure (docs/results.md).
+
+Slots are those of :mod:`privlm.detect.pii_corpus` plus ``street`` (a street line, without
+city or postcode), ``city``, ``state``, ``country`` (gold type GPE) and ``org``
+(ORGANIZATION).
+
+Value sources: ``faker:<locale>`` draws every value from Faker in that locale (names,
+streets and cities in that locale's forms; a slot the locale has no provider for falls back
+to en_US). Not the US Census names of the ``names`` package: privlm's recognisers use them
+as a gazetteer, so they can be neither a development source nor a held-out one.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+
+from privlm.detect.annotated import AnnotatedText
+from privlm.detect.pii_corpus import SLOT_TYPES as BASE_SLOT_TYPES
+from privlm.detect.pii_corpus import _faker, _values, fill
+from privlm.detect.pii_templates import DEV
+from privlm.errors import PrivlmError
+
+GPE, ORG = "GPE", "ORGANIZATION"
+SLOT_TYPES: dict[str, str | None] = {
+    **BASE_SLOT_TYPES, "street": "STREET_ADDRESS", "city": GPE, "state": GPE, "country": GPE,
+    "org": ORG,
+}  # fmt: skip
+
+DEV_FAMILIES: dict[str, tuple[str, ...]] = {
+    **{f"support-{style}": templates for style, templates in DEV.items()},
+    "hr": (
+        "Employee {person} transferred from the {city} office to {org} in {country}.",
+        "New hire: {first} {last}, start date {dob}, home address {street}, {city}.",
+        "{person} resigned; final paycheck mailed to {address}.",
+        "Reference check for {person} with her manager at {org} ({phone}).",
+        "Relocation approved for {title} {last}: moving from {city}, {state} to {city}.",
+        "Payroll: update bank details of {person} to IBAN {iban}.",
+        "{first} from the {city} team asked about parental leave.",
+        "Candidate {person} currently works for {org} and lives in {city}.",
+        "Exit interview with {person} scheduled; contact {email}.",
+        "Visa sponsorship for {person}, citizen of {country}, passport on file.",
+    ),
+    "travel": (
+        "Booking for {person}: flight from {city} to {city}, {country}, on {dob}.",
+        "Hotel reservation under the name {last}, guest address {address}.",
+        "Traveller {first} {last} needs a visa for {country}.",
+        "Pick-up at {street} at 7am; driver will call {phone}.",
+        "{title} {last} changed the return leg to depart from {city}.",
+        "Group tour of {city} and {city} led by {person} of {org}.",
+        "Lost luggage reported by {person}; deliver to {address} once found.",
+        "Loyalty member {member_id} ({person}) upgraded on the {city} route.",
+        "Itinerary sent to {email}: {city} → {city} → {country}.",
+        "The guest in room 214, {person}, is from {state}.",
+    ),
+    "banking": (
+        "Wire of $2,400 from {person} to {org}, {city}, {country}.",
+        "Address on the account of {person} changed to {street}, {city} {zip}.",
+        "Fraud alert: card {card} used in {city}, {country} while {first} was at home.",
+        "Mortgage application: {person} and {person}, property at {address}.",
+        "{org} opened a business account; signatory {title} {last}.",
+        "Statement for {person} returned undeliverable from {address}.",
+        "Branch manager {person} of the {city} branch approved the loan.",
+        "Customer {first} {last} moved abroad to {country}; close account {account_id}.",
+    ),
+    "records": (
+        "{person}, born in {city}, {country}, resident at {address}.",
+        "Next of kin: {person} ({phone}), {street}, {city}, {state}.",
+        "Name: {person}\nAddress: {street}\nCity: {city}\nCountry: {country}",
+        "Registered to {last}, {first} at {address}; employer {org}.",
+        "Witness {person} lives on {street} in {city}.",
+        "The vehicle is owned by {person} of {city}, {state}.",
+        "Delivered to {first} at {street}; signed by {person}.",
+        "Applicant {person} has lived in {country} since 2009 and works at {org}.",
+    ),
+}
+
+# sentences without personal data, in the same registers: a tagger learns what not to flag
+NO_PII: tuple[str, ...] = (
+    "The meeting was moved to Thursday afternoon.",
+    "Please restart the router and try again.",
+    "Our office is closed on public holidays.",
+    "The patient tolerated the procedure well.",
+    "Thank you for your patience while we look into this.",
+    "The Annual Report is attached for your review.",
+    "We shipped the replacement part this morning.",
+    "Blood pressure was stable throughout the night.",
+    "The Board approved the new Budget in March.",
+    "Your Password must contain at least eight characters.",
+    "Monday Deliveries are delayed because of the Storm.",
+    "Click Save, then Close the Window.",
+)
+
+DEV_SOURCES = ("faker:en_US", "faker:en_GB", "faker:de_DE", "faker:fr_FR")
+
+
+def _locale_values(locale: str, seed: int, rng: random.Random) -> dict[str, Callable[[], str]]:
+    """Every slot's value generator for one Faker locale."""
+    fake = _faker(locale, seed)
+    values = _values([fake], rng)
+
+    def street() -> str:
+        return str(fake.street_address()).replace("\n", ", ")
+
+    def address() -> str:
+        return str(fake.address()).replace("\n", ", ")
+
+    def state() -> str:
+        for attr in ("state", "administrative_unit", "region", "county"):
+            if hasattr(fake, attr):
+                return str(getattr(fake, attr)())
+        return str(fake.city())
+
+    english = _faker("en_US", seed + 1)
+    fallback = _values([english], rng)
+    for slot, draw in list(values.items()):  # a locale without a provider: en_US's
+        values[slot] = _or_else(draw, fallback[slot])
+    values.update(
+        street=street, address=address, city=lambda: str(fake.city()), state=state,
+        country=lambda: str(english.country()), org=lambda: str(fake.company()),
+        zip=lambda: str(fake.postcode()),
+    )  # fmt: skip
+    return values
+
+
+def _or_else(draw: Callable[[], str], other: Callable[[], str]) -> Callable[[], str]:
+    def value() -> str:
+        try:
+            return draw()
+        except AttributeError:
+            return other()
+
+    return value
+
+
+def source_values(source: str, seed: int, rng: random.Random) -> dict[str, Callable[[], str]]:
+    if source.startswith("faker:"):
+        return _locale_values(source.split(":", 1)[1], seed, rng)
+    raise PrivlmError(f"unknown value source {source!r}")
+
+
+def family_corpus(
+    n: int,
+    families: Mapping[str, tuple[str, ...]],
+    sources: tuple[str, ...],
+    seed: int = 0,
+    negatives: float = 0.0,
+) -> list[AnnotatedText]:
+    """``n`` sentences: a family, a template and a value source drawn uniformly for each
+    (``negatives``: the share of sentences without personal data)."""
+    if n < 1:
+        raise PrivlmError("the corpus needs at least one sentence")
+    rng = random.Random(seed)
+    gens = {s: source_values(s, seed + i, rng) for i, s in enumerate(sources)}
+    names_ = sorted(families)
+    out = []
+    for _ in range(n):
+        if rng.random() < negatives:
+            out.append(AnnotatedText(rng.choice(NO_PII), ()))
+            continue
+        template = rng.choice(families[rng.choice(names_)])
+        out.append(fill(template, gens[rng.choice(sources)], SLOT_TYPES))
+    return out

@@ -1,0 +1,303 @@
+"""A learned tagger for names, street addresses, places and organisations, on the public
+model's own features.
+
+The public model (SmolLM2-135M by default) reads each text once; the hidden states of one of
+its layers feed a small bidirectional LSTM (the causal model sees only the left context; the
+LSTM adds the right) and a linear BIO classifier over PERSON, STREET_ADDRESS, GPE and
+ORGANIZATION. Only the head is trained, by privlm itself (:func:`train_tagger`), on the
+development template families and value sources of :mod:`privlm.detect.pii_families`; the
+held-out families measure it (docs/results.md). The trained head ships inside the package
+(``detect/weights/``), so nothing is downloaded at run time.
+
+Tokens map to characters by the tokenizer's offsets: a token is labelled with the gold span
+it overlaps, and a predicted entity flags its tokens' characters, adjacent ones of a type
+merged into one span.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from privlm.detect.annotated import AnnotatedText
+from privlm.detect.base import Span, merge_spans
+from privlm.detect.provenance import TAGGER_VERSION
+from privlm.errors import PrivlmError
+
+TYPES = ("PERSON", "STREET_ADDRESS", "GPE", "ORGANIZATION")
+LABELS = ("O", *(f"{p}-{t}" for t in TYPES for p in ("B", "I")))
+WEIGHTS = Path(__file__).parent / "weights" / "tagger-smollm2-135m"
+VERSION = TAGGER_VERSION
+
+
+@dataclass(frozen=True)
+class TaggerConfig:
+    """The tagger's settings, saved beside its head."""
+
+    model: str = "smollm2-135m"
+    layer: int = 12  # the features after this many blocks
+    hidden: int = 64
+    epochs: int = 6
+    learning_rate: float = 3e-3
+    batch_size: int = 32
+    max_tokens: int = 256
+    seed: int = 0
+
+
+class TaggerHead(nn.Module):
+    """BiLSTM over the layer's features, then a linear BIO classifier."""
+
+    def __init__(self, features: int, hidden: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(features)
+        self.lstm = nn.LSTM(features, hidden, batch_first=True, bidirectional=True)
+        self.drop = nn.Dropout(0.2)
+        self.out = nn.Linear(2 * hidden, len(LABELS))
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        packed = nn.utils.rnn.pack_padded_sequence(
+            self.norm(x), lengths.cpu(), batch_first=True, enforce_sorted=False
+        )
+        h, _ = self.lstm(packed)
+        h, _ = nn.utils.rnn.pad_packed_sequence(h, batch_first=True, total_length=x.shape[1])
+        logits: torch.Tensor = self.out(self.drop(h))
+        return logits
+
+
+def truncated_body(causal_lm: Any, layers: int) -> nn.Module:
+    """The causal model's body cut after ``layers`` blocks, sharing its weights (a shallow
+    copy with a shorter block list): the tagger reads that depth and no deeper, so the
+    blocks above it are never run."""
+    import copy
+
+    body = getattr(causal_lm, "model", causal_lm)
+    blocks = getattr(body, "layers", None)
+    if not isinstance(blocks, nn.ModuleList) or not 1 <= layers <= len(blocks):
+        raise PrivlmError(f"cannot read layer {layers} of a {type(causal_lm).__name__}")
+    cut: nn.Module = copy.copy(body)
+    cut._modules = dict(body._modules)
+    cut.layers = nn.ModuleList(list(blocks)[:layers])
+    config = copy.copy(body.config)
+    config.num_hidden_layers = layers
+    cut.config = config
+    return cut
+
+
+class Featurizer:
+    """The public model's hidden states after ``layer`` blocks (final norm applied), with
+    each token's character offsets."""
+
+    def __init__(self, model: Any, tokenizer: Any, layer: int, max_tokens: int) -> None:
+        self.body = truncated_body(model, layer)
+        self.tokenizer, self.max_tokens = tokenizer, max_tokens
+        if not getattr(tokenizer, "is_fast", False):
+            raise PrivlmError("the tagger needs a fast tokenizer (character offsets)")
+        if tokenizer.pad_token_id is None:
+            raise PrivlmError("the tagger needs a tokenizer with a padding token")
+
+    @torch.no_grad()
+    def __call__(
+        self, texts: Sequence[str]
+    ) -> tuple[list[torch.Tensor], list[list[tuple[int, int]]]]:
+        enc = self.tokenizer(
+            list(texts), add_special_tokens=False, return_offsets_mapping=True,
+            truncation=True, max_length=self.max_tokens, padding=True, return_tensors="pt",
+        )  # fmt: skip
+        device = next(self.body.parameters()).device
+        out = self.body(
+            input_ids=enc["input_ids"].to(device),
+            attention_mask=enc["attention_mask"].to(device),
+            use_cache=False,
+        )
+        hidden = out.last_hidden_state.float().cpu()
+        feats, offsets = [], []
+        for i in range(len(texts)):
+            mask = enc["attention_mask"][i].bool()
+            feats.append(hidden[i][mask])
+            offsets.append([tuple(o) for o in enc["offset_mapping"][i][mask].tolist()])
+        return feats, offsets
+
+
+def token_labels(offsets: list[tuple[int, int]], spans: Sequence[Span]) -> list[int]:
+    """BIO label ids of each token: the type of the gold span it overlaps (B on a span's
+    first token)."""
+    out = []
+    for start, end in offsets:
+        label = 0
+        for s in spans:
+            if s.label in TYPES and start < s.end and s.start < end:
+                begin = start <= s.start
+                label = LABELS.index(f"{'B' if begin else 'I'}-{s.label}")
+                break
+        out.append(label)
+    return out
+
+
+def decode(text: str, offsets: list[tuple[int, int]], labels: list[int]) -> list[Span]:
+    """Character spans of the tagged tokens, adjacent tokens of one type joined when only
+    spaces or punctuation lie between them; leading and trailing spaces dropped."""
+    spans: list[Span] = []
+    for (start, end), lab in zip(offsets, labels, strict=True):
+        if lab == 0 or end <= start:
+            continue
+        kind = LABELS[lab].split("-", 1)[1]
+        while start < end and text[start].isspace():
+            start += 1
+        while end > start and text[end - 1].isspace():
+            end -= 1
+        if end <= start:
+            continue
+        if spans and spans[-1].label == kind and _joinable(text[spans[-1].end : start]):
+            spans[-1] = Span(spans[-1].start, end, kind)
+        else:
+            spans.append(Span(start, end, kind))
+    return spans
+
+
+def _joinable(gap: str) -> bool:
+    return len(gap) <= 3 and all(c.isspace() or c in ",.-'/#" for c in gap)
+
+
+@dataclass
+class Tagger:
+    """A trained head and the featurizer it reads."""
+
+    config: TaggerConfig
+    head: TaggerHead
+    featurizer: Featurizer
+
+    @torch.no_grad()
+    def predict(self, texts: Sequence[str], batch: int = 32) -> list[list[Span]]:
+        self.head.eval()
+        out: list[list[Span]] = []
+        for i in range(0, len(texts), batch):
+            chunk = list(texts[i : i + batch])
+            feats, offsets = self.featurizer(chunk)
+            x, lengths = _pad(feats)
+            labels = self.head(x, lengths).argmax(-1)
+            for j, text in enumerate(chunk):
+                n = int(lengths[j])
+                out.append(decode(text, offsets[j], labels[j, :n].tolist()))
+        return out
+
+    def save(self, folder: str | Path, trained_on: dict[str, Any]) -> Path:
+        path = Path(folder)
+        path.mkdir(parents=True, exist_ok=True)
+        state = {k: v.half() for k, v in self.head.state_dict().items()}
+        torch.save(state, path / "head.pt")
+        meta = {"version": VERSION, "labels": list(LABELS), "config": asdict(self.config),
+                "features": self.head.norm.normalized_shape[0], "trained_on": trained_on}  # fmt: skip
+        (path / "tagger.json").write_text(json.dumps(meta, indent=2))
+        return path
+
+
+def _pad(feats: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    lengths = torch.tensor([len(f) for f in feats])
+    x = nn.utils.rnn.pad_sequence(feats, batch_first=True)
+    return x, lengths
+
+
+def load_tagger(folder: str | Path = WEIGHTS, model: Any = None) -> Tagger:
+    """The tagger saved in ``folder`` (by default the one shipped with privlm), on ``model``
+    (a LoadedModel; loaded by its saved name when None)."""
+    path = Path(folder)
+    meta_file = path / "tagger.json"
+    if not meta_file.is_file():
+        raise PrivlmError(
+            f"no trained tagger in {path}: train one with `privlm detect train-tagger`"
+        )
+    meta = json.loads(meta_file.read_text())
+    if meta.get("labels") != list(LABELS):
+        raise PrivlmError(f"the tagger in {path} has other labels than this privlm's")
+    cfg = TaggerConfig(**meta["config"])
+    if model is None:
+        from privlm.models import load_public_model
+
+        model = load_public_model(cfg.model, device="cpu")
+    head = TaggerHead(int(meta["features"]), cfg.hidden)
+    state = torch.load(path / "head.pt", map_location="cpu", weights_only=True)
+    head.load_state_dict({k: v.float() for k, v in state.items()})
+    return Tagger(cfg, head, Featurizer(model.model, model.tokenizer, cfg.layer, cfg.max_tokens))
+
+
+def train_tagger(
+    model: Any, corpus: Sequence[AnnotatedText], config: TaggerConfig | None = None,
+    progress: bool = True,
+) -> Tagger:  # fmt: skip
+    """Train the head on ``corpus`` (the public model frozen; its features computed once)."""
+    from tqdm.auto import tqdm
+
+    cfg = config or TaggerConfig()
+    if not corpus:
+        raise PrivlmError("the tagger needs training texts")
+    featurizer = Featurizer(model.model, model.tokenizer, cfg.layer, cfg.max_tokens)
+    feats: list[torch.Tensor] = []
+    labels: list[torch.Tensor] = []
+    texts = [a.text for a in corpus]
+    for i in tqdm(
+        range(0, len(texts), cfg.batch_size), desc="tagger features", disable=not progress
+    ):
+        f, offs = featurizer(texts[i : i + cfg.batch_size])
+        feats += f
+        labels += [torch.tensor(token_labels(o, a.sensitive)) for o, a in
+                   zip(offs, corpus[i : i + cfg.batch_size], strict=True)]  # fmt: skip
+    torch.manual_seed(cfg.seed)
+    head = TaggerHead(feats[0].shape[-1], cfg.hidden)
+    opt = torch.optim.AdamW(head.parameters(), lr=cfg.learning_rate, weight_decay=1e-4)
+    order = list(range(len(feats)))
+    rng = random.Random(cfg.seed)
+    steps = cfg.epochs * math.ceil(len(order) / cfg.batch_size)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, cfg.learning_rate, total_steps=steps)
+    bar = tqdm(total=steps, desc="tagger head", disable=not progress)
+    head.train()
+    for _ in range(cfg.epochs):
+        rng.shuffle(order)
+        for i in range(0, len(order), cfg.batch_size):
+            idx = order[i : i + cfg.batch_size]
+            x, lengths = _pad([feats[j] for j in idx])
+            y = nn.utils.rnn.pad_sequence([labels[j] for j in idx], batch_first=True,
+                                          padding_value=-100)  # fmt: skip
+            loss = nn.functional.cross_entropy(
+                head(x, lengths).reshape(-1, len(LABELS)), y.reshape(-1), ignore_index=-100
+            )
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            sched.step()
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss.item():.3f}")
+    bar.close()
+    head.eval()
+    return Tagger(cfg, head, featurizer)
+
+
+class TaggerDetector:
+    """The tagger as a detector (``tagger``): PERSON, STREET_ADDRESS, GPE, ORGANIZATION."""
+
+    name = "tagger"
+
+    def __init__(self, folder: str | Path = WEIGHTS) -> None:
+        self.folder = Path(folder)
+        self._tagger: Tagger | None = None
+
+    @property
+    def tagger(self) -> Tagger:
+        if self._tagger is None:
+            self._tagger = load_tagger(self.folder)
+        return self._tagger
+
+    def detect(self, texts: Sequence[str]) -> list[list[Span]]:
+        return [merge_spans(s) for s in self.tagger.predict(texts)]
+
+    def describe(self) -> dict[str, Any]:
+        meta = json.loads((self.folder / "tagger.json").read_text())
+        return {"name": self.name, "version": meta["version"], "model": meta["config"]["model"],
+                "trained_on": meta["trained_on"]}  # fmt: skip

@@ -1,0 +1,96 @@
+"""The generalisation measurement's data (development and held-out template families, split
+by family and by value source), the every-letter-and-digit recall, the learned tagger's
+mechanics on the tiny model, and the detector record JFT states."""
+
+from __future__ import annotations
+
+import json
+
+from privlm.detect.annotated import AnnotatedText
+from privlm.detect.base import Span
+from privlm.detect.pii_families import (
+    DEV_FAMILIES,
+    DEV_SOURCES,
+    NO_PII,
+    SLOT_TYPES,
+    family_corpus,
+)
+from privlm.detect.pii_families_heldout import HELDOUT_FAMILIES, HELDOUT_SOURCES
+from privlm.detect.pii_quality import score_texts
+
+
+def test_the_held_out_side_shares_no_family_template_or_value_source():
+    dev = {t for ts in DEV_FAMILIES.values() for t in ts}
+    held = {t for ts in HELDOUT_FAMILIES.values() for t in ts}
+    assert not dev & held and not set(DEV_FAMILIES) & set(HELDOUT_FAMILIES)
+    assert not set(DEV_SOURCES) & set(HELDOUT_SOURCES)
+    assert all(s.startswith("faker:") for s in (*DEV_SOURCES, *HELDOUT_SOURCES))
+
+
+def test_a_family_corpus_records_every_slot_value_with_its_type():
+    corpus = family_corpus(200, HELDOUT_FAMILIES, HELDOUT_SOURCES, seed=4, negatives=0.1)
+    assert corpus == family_corpus(200, HELDOUT_FAMILIES, HELDOUT_SOURCES, seed=4, negatives=0.1)
+    kinds = {s.label for a in corpus for s in a.sensitive}
+    assert {"PERSON", "STREET_ADDRESS", "GPE", "ORGANIZATION"} <= kinds
+    assert kinds <= {k for k in SLOT_TYPES.values() if k}
+    assert any(a.text in NO_PII for a in corpus)
+    for a in corpus:
+        for s in a.sensitive:
+            assert a.text[s.start : s.end].strip() == a.text[s.start : s.end] != ""
+
+
+def test_every_letter_and_digit_recall_forgives_punctuation_only():
+    text = "Ship to 12 Main St, Springfield today"
+    gold = AnnotatedText(text, (Span(8, 30, "STREET_ADDRESS"),))
+    no_comma = [Span(8, 18, "STREET_ADDRESS"), Span(20, 30, "GPE")]
+    q = score_texts("d", [gold], [no_comma], 1.0)
+    r = q.recall_by_type["STREET_ADDRESS"]
+    assert r.full == 0.0 and r.alnum == 1.0 and r.overlap == 1.0
+    q = score_texts("d", [gold], [[Span(8, 18, "X")]], 1.0)
+    assert q.recall_by_type["STREET_ADDRESS"].alnum == 0.0
+
+
+# -- the tagger's token labels (no model) ---------------------------------------------------
+
+
+def test_token_labels_mark_each_spans_first_token_b_and_the_rest_i():
+    from privlm.detect.tagger import LABELS, token_labels
+
+    offsets = [(0, 4), (4, 9), (9, 13), (13, 20)]  # "Ann| Lee| of| Leeds"
+    spans = [Span(0, 8, "PERSON"), Span(14, 19, "GPE")]
+    got = [LABELS[i] for i in token_labels(offsets, spans)]
+    assert got == ["B-PERSON", "I-PERSON", "O", "B-GPE"]
+
+
+def test_decode_joins_a_types_adjacent_tokens_and_trims_spaces():
+    from privlm.detect.tagger import LABELS, decode
+
+    text = "to 12 Main St, Leeds now"
+    offsets = [(0, 2), (2, 5), (5, 10), (10, 13), (13, 14), (14, 20), (20, 24)]
+    ids = [LABELS.index(x) for x in ("O", "B-STREET_ADDRESS", "I-STREET_ADDRESS",
+                                       "I-STREET_ADDRESS", "I-STREET_ADDRESS", "B-GPE", "O")]  # fmt: skip
+    assert decode(text, offsets, ids) == [Span(3, 14, "STREET_ADDRESS"), Span(15, 20, "GPE")]
+
+
+# -- what JFT states about its detector ------------------------------------------------------
+
+
+def test_the_detector_record_states_the_measured_held_out_recall(monkeypatch, tmp_path):
+    from privlm.detect import provenance
+
+    measured = tmp_path / "heldout_recall.json"
+    measured.write_text(json.dumps({
+        "measured_on": "held-out families, seed 1", "detectors": {
+            "pii": {"full_span_recall": {"PERSON": 0.97, "STREET_ADDRESS": 0.93, "GPE": 0.91},
+                    "over_redaction": 0.12}}}))  # fmt: skip
+    monkeypatch.setattr(provenance, "MEASURED", measured)
+    provenance._measured.cache_clear()
+    try:
+        pii = type("D", (), {"name": "pii"})()
+        rec = provenance.detector_record(pii)
+        assert rec["heldout_recall"]["PERSON"] == 0.97 and "tagger" in rec["version"]
+        assert "PERSON 0.97, STREET_ADDRESS 0.93, GPE 0.91" in provenance.recall_line(rec)
+        other = provenance.detector_record(type("D", (), {"name": "mine"})())
+        assert other["heldout_recall"] is None and "annotated" in other["note"]
+    finally:
+        provenance._measured.cache_clear()
