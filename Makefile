@@ -76,7 +76,7 @@ test: lint
 test-gpu: setup
 	$(VENV)/bin/pytest -q -m gpu tests/gpu
 
-bench: bench-cli-help bench-accounting bench-prediction bench-utility bench-screening bench-screening bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft bench-jft-dialogue bench-prompting bench-service bench-randomness
+bench: bench-cli-help bench-accounting bench-prediction bench-utility bench-screening bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft bench-jft-dialogue bench-prompting bench-service bench-randomness
 
 bench-cli-help: setup
 	$(PY) bench/bench_cli_help.py --repeats 5
@@ -90,10 +90,11 @@ bench-prediction: setup
 bench-utility: setup
 	$(PY) bench/bench_utility.py --records 1200 --n 80 --q 0.03 --k 8 --blocks 8 --dpsgd-epochs 1
 
-# after bench-utility (it reads that benchmark's cached ensemble): which tokens a screened
-# PMixED could release for free (docs/sharp_edges.md, "Screened PMixED")
+# after bench-utility (it reads that benchmark's cached models): screened PMixED against
+# DP-SGD, plain PMixED, the ensemble and the public model, and its speed
 bench-screening: setup
 	$(PY) bench/bench_screening.py
+	$(PY) bench/bench_prediction.py --tokens 16 --screened-only
 
 bench-extraction: setup
 	bash bench/bench_extraction.sh
@@ -108,8 +109,9 @@ bench-gpu: setup
 bench-exposure: setup
 	$(PY) bench/bench_exposure.py
 
+# --record: the held-out figures JFT states go into the package (detect/heldout_recall.json)
 bench-detectors: setup
-	$(PY) bench/bench_detectors.py --n 2000 --split testb
+	$(PY) bench/bench_detectors.py --n 1000 --split testb --record
 
 bench-jft: setup
 	$(PY) bench/bench_jft.py --records 400 --eval-blocks 8

@@ -88,7 +88,11 @@ def record(heldout: dict) -> None:
         }
         for r in heldout["results"] if r["detector"] in RECORDED
     }  # fmt: skip
-    out = {"measured_on": f"{HELDOUT}, {heldout['texts']} texts: python bench/bench_detectors.py",
+    import sys
+    from datetime import date
+
+    command = " ".join(["python", *sys.argv])
+    out = {"measured_on": f"{HELDOUT}, {heldout['texts']} texts, {date.today()}: {command}",
            "detectors": detectors}  # fmt: skip
     provenance.MEASURED.write_text(json.dumps(out, indent=2) + "\n")
     print(f"recorded the held-out figures in {provenance.MEASURED}")
