@@ -53,7 +53,7 @@ def test_a_dpsgd_adapter_states_its_guarantee_and_loads_in_plain_peft(tmp_path):
 
 
 def test_ensemble_members_load_in_plain_peft_with_privlms_logits(tmp_path):
-    cfg = LoraTrainingConfig(epochs=1, block_size=16, max_blocks=2)
+    cfg = LoraTrainingConfig(epochs=1, block_size=16, max_blocks=2, learning_rate=1e-2)  # moves
     ds = Dataset(NOTES, "notes", "user")
     train_ensemble("tiny", ds, tmp_path / "ens", EnsembleConfig(2, training=cfg), progress=False)
     card = (tmp_path / "ens" / "README.md").read_text()

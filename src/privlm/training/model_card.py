@@ -94,7 +94,7 @@ def model_card(
         lines.append(f"- **Weak δ:** {privacy['delta_warning']}")
     if privacy.get("not_dp"):
         lines.append(f"- **Selective DP:** {privacy['not_dp']}")
-    if privacy.get("detector"):
+    if isinstance(privacy.get("detector"), dict):  # JFT's record (a DP run names it only)
         from privlm.detect.provenance import recall_line
 
         lines.append(f"- **Policy's detector:** {recall_line(privacy['detector'])}")
