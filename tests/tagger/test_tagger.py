@@ -1,4 +1,4 @@
-"""The learned tagger on the tiny model (its mechanics), and the shipped ``pii`` detector
+"""The learned tagger on the tiny model (its mechanics), and the ``pii`` detector
 (with the tagger on SmolLM2-135M) against its targets on held-out template families and
 value sources. Not in the fast loop: these load models."""
 

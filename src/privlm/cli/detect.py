@@ -26,6 +26,7 @@ from privlm.detect import (
 from privlm.detect.annotated import annotated_from_conll
 from privlm.detect.pii_corpus import pii_corpus, write_corpus
 from privlm.detect.pii_quality import PiiQuality, evaluate_pii
+from privlm.detect.provenance import DEFAULT_SENTENCES
 from privlm.detect.registry import DEFAULT_DETECTOR
 from privlm.errors import PrivlmError
 
@@ -191,24 +192,19 @@ def corpus_command(
 def train_tagger_command(
     out: Path = typer.Option(..., help="Folder for the trained head (head.pt, tagger.json)."),
     model: str = typer.Option("smollm2-135m", help="The public model whose features it reads."),
-    n: int = typer.Option(6000, help="Training sentences from the development families.", min=10),
+    n: int = typer.Option(
+        DEFAULT_SENTENCES, help="Training sentences from the development families.", min=10
+    ),
     layer: int = typer.Option(12, help="Read the features after this many blocks.", min=1),
     epochs: int = typer.Option(6, min=1),
     seed: int = typer.Option(0),
 ) -> None:
     """Train the name/address/place tagger on the development template families and value
     sources only (the held-out ones measure it: docs/results.md)."""
-    from privlm.detect.pii_families import DEV_FAMILIES, DEV_SOURCES, family_corpus
-    from privlm.detect.tagger import TaggerConfig, train_tagger
-    from privlm.models import load_public_model
+    from privlm.detect.tagger import TaggerConfig, train_default_tagger
 
-    sources = DEV_SOURCES
-    corpus = family_corpus(n, DEV_FAMILIES, sources, seed, negatives=0.05)
     cfg = TaggerConfig(model=model, layer=layer, epochs=epochs, seed=seed)
-    tagger = train_tagger(load_public_model(model, device="cpu"), corpus, cfg)
-    trained_on = {"families": sorted(DEV_FAMILIES), "sources": list(sources), "sentences": n,
-                  "seed": seed}  # fmt: skip
-    path = tagger.save(out, trained_on)
+    path = train_default_tagger(out, cfg, sentences=n)
     typer.echo(f"wrote the tagger to {path}")
 
 

@@ -18,7 +18,8 @@ from typing import Any
 from privlm.detect.base import Detector
 
 MEASURED = Path(__file__).parent / "heldout_recall.json"
-TAGGER_VERSION = "1"  # the shipped tagger head's version (detect/weights/)
+TAGGER_VERSION = "1"  # the default tagger's recipe (privlm.detect.tagger), cached by version
+DEFAULT_SENTENCES = 6000  # its training sentences: the recipe docs/results.md measured
 KEY_TYPES = ("PERSON", "STREET_ADDRESS", "GPE")
 
 

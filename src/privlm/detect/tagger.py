@@ -6,8 +6,9 @@ its layers feed a small bidirectional LSTM (the causal model sees only the left 
 LSTM adds the right) and a linear BIO classifier over PERSON, STREET_ADDRESS, GPE and
 ORGANIZATION. Only the head is trained, by privlm itself (:func:`train_tagger`), on the
 development template families and value sources of :mod:`privlm.detect.pii_families`; the
-held-out families measure it (docs/results.md). The trained head ships inside the package
-(``detect/weights/``), so nothing is downloaded at run time.
+held-out families measure it (docs/results.md). Nothing is downloaded and no weights ship:
+the first use trains the default head (:func:`train_default_tagger`, seeded; a few minutes
+on two CPU cores) and caches it under ``$PRIVLM_CACHE/detect``.
 
 Tokens map to characters by the tokenizer's offsets: a token is labelled with the gold span
 it overlaps, and a predicted entity flags its tokens' characters, adjacent ones of a type
@@ -29,12 +30,11 @@ from torch import nn
 
 from privlm.detect.annotated import AnnotatedText
 from privlm.detect.base import Span, merge_spans
-from privlm.detect.provenance import TAGGER_VERSION
+from privlm.detect.provenance import DEFAULT_SENTENCES, TAGGER_VERSION
 from privlm.errors import PrivlmError
 
 TYPES = ("PERSON", "STREET_ADDRESS", "GPE", "ORGANIZATION")
 LABELS = ("O", *(f"{p}-{t}" for t in TYPES for p in ("B", "I")))
-WEIGHTS = Path(__file__).parent / "weights" / "tagger-smollm2-135m"
 VERSION = TAGGER_VERSION
 
 
@@ -205,9 +205,45 @@ def _pad(feats: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     return x, lengths
 
 
-def load_tagger(folder: str | Path = WEIGHTS, model: Any = None) -> Tagger:
-    """The tagger saved in ``folder`` (by default the one shipped with privlm), on ``model``
-    (a LoadedModel; loaded by its saved name when None)."""
+def default_folder() -> Path:
+    """Where the default tagger is cached (trained there on first use)."""
+    from privlm.settings import cache_dir
+
+    return cache_dir() / "detect" / f"tagger-{TaggerConfig().model}-v{VERSION}"
+
+
+def train_default_tagger(
+    out: str | Path, config: TaggerConfig | None = None, sentences: int = DEFAULT_SENTENCES,
+    progress: bool = True,
+) -> Path:  # fmt: skip
+    """Train a tagger on the development families and value sources only (never the
+    held-out ones), and write it to ``out`` atomically."""
+    from privlm.detect.pii_families import DEV_FAMILIES, DEV_SOURCES, family_corpus
+    from privlm.fsutil import write_directory_atomically
+    from privlm.models import load_public_model
+
+    cfg = config or TaggerConfig()
+    corpus = family_corpus(sentences, DEV_FAMILIES, DEV_SOURCES, cfg.seed, negatives=0.05)
+    tagger = train_tagger(load_public_model(cfg.model, device="cpu"), corpus, cfg, progress)
+    trained_on = {"families": sorted(DEV_FAMILIES), "sources": list(DEV_SOURCES),
+                  "sentences": sentences, "seed": cfg.seed}  # fmt: skip
+    path = Path(out)
+    write_directory_atomically(path, lambda tmp: tagger.save(tmp, trained_on))
+    return path
+
+
+def load_tagger(folder: str | Path | None = None, model: Any = None) -> Tagger:
+    """The tagger saved in ``folder`` (by default the cached default one, trained there
+    first if it is not yet), on ``model`` (a LoadedModel; loaded by its saved name when
+    None)."""
+    if folder is None:
+        folder = default_folder()
+        if not (folder / "tagger.json").is_file():
+            import sys
+
+            print(f"privlm: training the name and address tagger once (cached in {folder})",
+                  file=sys.stderr)  # fmt: skip
+            train_default_tagger(folder)
     path = Path(folder)
     meta_file = path / "tagger.json"
     if not meta_file.is_file():
@@ -239,16 +275,17 @@ def train_tagger(
     if not corpus:
         raise PrivlmError("the tagger needs training texts")
     featurizer = Featurizer(model.model, model.tokenizer, cfg.layer, cfg.max_tokens)
-    feats: list[torch.Tensor] = []
-    labels: list[torch.Tensor] = []
-    texts = [a.text for a in corpus]
-    for i in tqdm(
-        range(0, len(texts), cfg.batch_size), desc="tagger features", disable=not progress
-    ):
-        f, offs = featurizer(texts[i : i + cfg.batch_size])
-        feats += f
-        labels += [torch.tensor(token_labels(o, a.sensitive)) for o, a in
-                   zip(offs, corpus[i : i + cfg.batch_size], strict=True)]  # fmt: skip
+    # batches of similar length pad little; a text's features do not depend on its batch
+    by_length = sorted(range(len(corpus)), key=lambda j: len(corpus[j].text))
+    found: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    starts = range(0, len(by_length), cfg.batch_size)
+    for i in tqdm(starts, desc="tagger features", disable=not progress):
+        batch = by_length[i : i + cfg.batch_size]
+        f, offs = featurizer([corpus[j].text for j in batch])
+        for j, x, o in zip(batch, f, offs, strict=True):
+            found[j] = (x, torch.tensor(token_labels(o, corpus[j].sensitive)))
+    feats = [found[j][0] for j in range(len(corpus))]
+    labels = [found[j][1] for j in range(len(corpus))]
     torch.manual_seed(cfg.seed)
     head = TaggerHead(feats[0].shape[-1], cfg.hidden)
     opt = torch.optim.AdamW(head.parameters(), lr=cfg.learning_rate, weight_decay=1e-4)
@@ -284,14 +321,18 @@ class TaggerDetector:
 
     name = "tagger"
 
-    def __init__(self, folder: str | Path = WEIGHTS) -> None:
-        self.folder = Path(folder)
+    def __init__(self, folder: str | Path | None = None) -> None:
+        self._folder = None if folder is None else Path(folder)
         self._tagger: Tagger | None = None
+
+    @property
+    def folder(self) -> Path:
+        return default_folder() if self._folder is None else self._folder
 
     @property
     def tagger(self) -> Tagger:
         if self._tagger is None:
-            self._tagger = load_tagger(self.folder)
+            self._tagger = load_tagger(self._folder)
         return self._tagger
 
     def detect(self, texts: Sequence[str]) -> list[list[Span]]:
