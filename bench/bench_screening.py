@@ -44,7 +44,7 @@ from privlm.predict.engine import upcast_log_softmax
 from privlm.predict.factory import build_predictor
 from privlm.predict.loading import load_adapter, load_ensemble
 from privlm.predict.pmixed_rule import pmixed_mixture, sample_subset
-from privlm.predict.screened import ScreenedPMixED
+from privlm.predict.screened import ScreenedPMixED, tv_score
 from privlm.randomness import PrivacyRandomness
 from privlm.settings import cache_dir
 
@@ -171,12 +171,11 @@ def main() -> None:
             for t in range(len(block) - 1):
                 y = block[t + 1]
                 lp = upcast_log_softmax(logits[:, t])
-                p = lp.exp()
                 avg = torch.logsumexp(lp[1:], 0) - math.log(args.n)
                 base["public"].append(float(lp[0, y]))
                 base["ensemble"].append(float(avg[y]))
-                base["tv"].append(float(0.5 * (p[1:].mean(0) - p[0]).abs().sum()))
-                base["top"].append(float(p[0].max()))
+                base["tv"].append(tv_score(lp))
+                base["top"].append(float(lp[0].max().exp()))
                 for run, how in runs.values():
                     if run.small_only and not small:
                         continue

@@ -213,9 +213,7 @@ class ScreenedPMixED(StreamingPredictor):
 
     def exhausted(self) -> bool:
         """No paid token can be released (free tokens may still be, when configured)."""
-        return self.queries_left() < 1 or (
-            self.state.instance is None and self.state.closed is not None
-        )
+        return self._spent_reason(self.state) is not None
 
     def check_can_start(self) -> None:
         if self.exhausted() and self.config.when_spent == "refuse":

@@ -44,6 +44,7 @@ from privlm.detect import (
     make_detector,
     miss_rate_interval,
 )
+from privlm.detect.provenance import detector_record
 from privlm.errors import PrivlmError
 from privlm.models import LoadedModel, ModelSource, reference_of
 from privlm.training.config import PHASE1_MODES as PHASE1_MODES
@@ -238,13 +239,6 @@ def _train_jft(
     released = release(statement.to_dict(), out)  # exact statistics beside, for the curator
     (out / "sdp.json").write_text(json.dumps(released, indent=2))
     return statement
-
-
-def detector_record(det: Detector) -> dict[str, Any]:
-    """The detector the policy is: name, version, measured held-out recall."""
-    from privlm.detect.provenance import detector_record as record
-
-    return record(det)
 
 
 def policy_name(cfg: JftConfig, det: Detector) -> str:
