@@ -205,3 +205,44 @@ def test_an_ensemble_holds_nothing_of_one_unit_but_its_adapters(tmp_path):
         assert all("not private: for the curator" in r["note"] for r in reports)
         sizes = [[p["units"] for p in r["statistics"]["partition"]] for r in reports]
         assert sum(sizes[0]) == sum(sizes[1]) + 1  # where the counts went
+
+
+def test_a_screened_deployment_releases_nothing_of_one_unit_but_its_transcript(tmp_path):
+    """Screened PMixED on ensembles trained on D and on D without one unit (a member's model
+    replaced): beside its tokens, a deployment releases its budget. Everything in it but the
+    transcript's own functions (the ⊤/⊥ pattern's paid count, the ε it spent) is the same,
+    and its ledger's charges differ only in how many there are."""
+    from privlm.accounting import Budget, PrivacyLedger
+    from privlm.predict.config import ScreenedPMixEDConfig
+    from privlm.predict.loading import load_ensemble
+    from privlm.predict.screened import ScreenedPMixED
+    from privlm.training.config import EnsembleConfig, LoraTrainingConfig
+    from privlm.training.ensemble import train_ensemble
+
+    cfg = LoraTrainingConfig(epochs=1, block_size=16, batch_size=4)
+    users = [Record(r.text, f"user-{i % 6}") for i, r in enumerate(NOTES)]
+    screen = ScreenedPMixEDConfig(paid_tokens=3, threshold=0.05, sample_rate=0.5)
+    transcript = {"spent", "remaining", "queries", "exhausted"}
+    budgets, charges = [], []
+    for name, recs in (("full", users), ("less", [r for r in users if r.unit != "user-5"])):
+        out = tmp_path / name
+        train_ensemble("tiny", Dataset(recs, "notes", "user"), out,
+                       EnsembleConfig(2, "pmixed", cfg), progress=False,
+                       partition_key="0" * 32)  # fmt: skip
+        loaded = load_ensemble(out, "cpu", "float32")
+        ledger = PrivacyLedger(tmp_path / f"{name}.db", "dep", Budget(screen.epsilon, screen.delta))
+        predictor = ScreenedPMixED(loaded.engine, loaded.model.tokenizer, ledger, screen)
+        before = predictor.budget()
+        predictor.generate("the patient", max_new_tokens=6)
+        after = predictor.budget()
+        assert {k: v for k, v in after.items() if k not in transcript} == {
+            k: v for k, v in before.items() if k not in transcript
+        }
+        budgets.append(before)
+        charges.append({json.dumps({k: v for k, v in c.params.items()
+                                    if k not in ("paid", "instance")}, sort_keys=True)
+                        for c in ledger.charges()})  # fmt: skip
+    assert budgets[0] == budgets[1]
+    # one set of parameters per kind of charge (an instance, a paid query) on both sides:
+    # how many of each there are is the transcript's, their parameters are the config's
+    assert len(charges[0] | charges[1]) <= 2
