@@ -5,6 +5,8 @@ Measured in one run, so every figure has its baseline beside it:
 - engine: PMixED through privlm's batched engine (public + adapters in one forward pass);
 - screened: screened PMixED through the same engine (every member evaluated at every step,
   since its score reads them all; a locked ledger transaction per token for its test);
+- subset-only: the work before it stopped depending on the secret Poisson subset (only the
+  sampled members evaluated and solved): what the subset-independent work costs against it;
 - loop: the same adapters evaluated one by one (PEFT ``set_adapter`` + a forward pass each,
   each adapter with its own KV cache), the way reference implementations do it.
 
@@ -24,6 +26,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import DynamicCache
@@ -32,7 +35,11 @@ from privlm.accounting import Budget, PrivacyLedger
 from privlm.models import load_public_model
 from privlm.predict import EnsembleEngine, PMixED, PMixEDConfig
 from privlm.predict.config import ScreenedPMixEDConfig
+from privlm.predict.engine import CachedDecoder
+from privlm.predict.pmixed_rule import pmixed_mixture
+from privlm.predict.sampling import sample
 from privlm.predict.screened import ScreenedPMixED
+from privlm.randomness import PrivacyRandomness
 from privlm.settings import cache_dir
 from privlm.training.lora_targets import discover_lora_targets
 
@@ -85,6 +92,36 @@ def time_engine(n: int, q: float, tokens: int) -> dict[str, float]:
         gen = pm.generate(PROMPT, max_new_tokens=tokens)
         per_token = (time.perf_counter() - t) / len(gen.token_ids)
     return {"per_token_s": per_token, "tokens": len(gen.token_ids)}
+
+
+def time_subset_only(n: int, q: float, tokens: int) -> dict[str, float]:
+    """What privlm did before its work stopped depending on the secret subset (a baseline,
+    never a mode of privlm: its latency told an empty subset from a full one): subsets drawn
+    up front, only the union of their members evaluated and each dropped after its last use,
+    λ solved for the sampled members only, p₀ at once for an empty subset."""
+    lm = load_public_model(MODEL)
+    engine = EnsembleEngine.from_directories(load_public_model(MODEL).model, adapters(n))
+    rng = PrivacyRandomness(0)
+    radius = PMixEDConfig(sample_rate=q, queries=10_000).query_cost(n)[0]
+    ids = lm.tokenizer(PROMPT, add_special_tokens=False)["input_ids"]
+    subsets = [np.flatnonzero(rng.bernoulli(n, q)).tolist() for _ in range(tokens)]
+    last_use = {a: t for t, s in enumerate(subsets) for a in s}
+    rows = [-1, *sorted(last_use)]
+    t0 = time.perf_counter()
+    decoder = CachedDecoder(engine, ids, rows, tokens)
+    start = time.perf_counter()
+    for t, subset in enumerate(subsets):
+        position = {a: i for i, a in enumerate(rows)}
+        lp = decoder.last
+        sampled = lp[[position[a] for a in subset]]
+        token = sample(pmixed_mixture(sampled, lp[0], 3, radius).log_probs, rng)
+        kept = [a for a in rows if a < 0 or last_use[a] > t]
+        if len(kept) < len(rows):
+            decoder.keep([position[a] for a in kept])
+            rows = kept
+        decoder.advance(token)
+    end = time.perf_counter()
+    return {"per_token_s": (end - start) / tokens, "prefill_s": start - t0, "tokens": tokens}
 
 
 def time_screened(n: int, tokens: int) -> dict[str, float]:
@@ -197,6 +234,8 @@ def main() -> None:
         "public_per_token_s": public,
         "engine_n16_all": time_engine(16, 1.0, args.tokens),
         "engine_n80_q003": time_engine(80, 0.03, args.tokens),
+        "engine_n80_q1": time_engine(80, 1.0, args.tokens),
+        "subset_only_n80_q003": time_subset_only(80, 0.03, args.tokens),
         "screened_n80": time_screened(80, args.tokens),
         "loop_n16_per_token_s": time_loop(args.loop_n, max(4, args.tokens // 4)),
         "loop_n80_per_token_s": time_loop(80, 2),
@@ -208,6 +247,8 @@ def main() -> None:
         "n16_loop_over_engine": res["loop_n16_per_token_s"] / e16,
         "n80_engine_over_public": e80 / public,
         "n80_loop_over_engine": res["loop_n80_per_token_s"] / e80,
+        "n80_q1_over_q003": res["engine_n80_q1"]["per_token_s"] / e80,
+        "n80_constant_work_over_subset_only": e80 / res["subset_only_n80_q003"]["per_token_s"],
         "n80_screened_over_pmixed": res["screened_n80"]["per_token_s"] / e80,
         "n80_screened_over_public": res["screened_n80"]["per_token_s"] / public,
     }
@@ -224,6 +265,15 @@ def main() -> None:
         f"PMixED N=80, q=0.03: {e80 * 1e3:.1f} ms/token ({1 / e80:.2f} tokens/s) = "
         f"{r['n80_engine_over_public']:.1f}× public; sequential loop {res['loop_n80_per_token_s'] * 1e3:.0f} ms "
         f"→ engine {r['n80_loop_over_engine']:.1f}× faster"
+    )
+    e80q1, old = res["engine_n80_q1"]["per_token_s"], res["subset_only_n80_q003"]["per_token_s"]
+    print(
+        f"PMixED N=80, q=1: {e80q1 * 1e3:.1f} ms/token = {r['n80_q1_over_q003']:.2f}× q=0.03 "
+        "(the same work: every member solved at every query)"
+    )
+    print(
+        f"subset-only work (before; its latency told the subset): {old * 1e3:.1f} ms/token; "
+        f"subset-independent work costs {r['n80_constant_work_over_subset_only']:.2f}× it"
     )
     sc = res["screened_n80"]["per_token_s"]
     print(

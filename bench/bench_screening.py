@@ -43,7 +43,7 @@ from privlm.predict.config import PMixEDConfig, ScreenedPMixEDConfig
 from privlm.predict.engine import upcast_log_softmax
 from privlm.predict.factory import build_predictor
 from privlm.predict.loading import load_adapter, load_ensemble
-from privlm.predict.pmixed_rule import pmixed_mixture, sample_subset
+from privlm.predict.pmixed_rule import pmixed_mixture, sample_members
 from privlm.predict.screened import ScreenedPMixED, tv_score
 from privlm.randomness import PrivacyRandomness
 from privlm.settings import cache_dir
@@ -79,8 +79,9 @@ class PlainPMixED:
         self.rng = PrivacyRandomness(seed)
 
     def answer(self, lp: torch.Tensor) -> tuple[str, torch.Tensor]:
-        subset = sample_subset(self.rng, self.n, self.cfg.sample_rate)
-        return "paid", pmixed_mixture(lp[1:][subset], lp[0], self.cfg.alpha, self.radius).log_probs
+        members = sample_members(self.rng, self.n, self.cfg.sample_rate)
+        mix = pmixed_mixture(lp[1:], lp[0], self.cfg.alpha, self.radius, members)
+        return "paid", mix.log_probs
 
 
 class Screened:

@@ -36,7 +36,7 @@ from privlm.predict.engine import EnsembleEngine
 from privlm.predict.evaluate import evaluate
 from privlm.predict.factory import build_predictor, plain_config
 from privlm.predict.loading import load_adapter, load_ensemble
-from privlm.predict.pmixed_rule import pmixed_mixture, sample_subset
+from privlm.predict.pmixed_rule import pmixed_mixture, sample_members
 from privlm.settings import cache_dir
 from privlm.training.config import EnsembleConfig
 from privlm.training.dpsgd import DpSgdConfig, train_dpsgd
@@ -55,12 +55,12 @@ class LambdaRecordingPMixED(PMixED):
         super().__init__(*args, **kwargs)
         self.lambdas: list[float] = []
 
-    def _mix(self, log_probs_all: torch.Tensor) -> torch.Tensor:
-        subset = sample_subset(self.rng, self.engine.n_adapters, self.config.sample_rate)
+    def release(self, log_probs_all: torch.Tensor) -> torch.Tensor:
+        members = sample_members(self.rng, self.engine.n_adapters, self.config.sample_rate)
         mix = pmixed_mixture(
-            log_probs_all[1:][subset], log_probs_all[0], self.config.alpha, self.radius
+            log_probs_all[1:], log_probs_all[0], self.config.alpha, self.radius, members
         )
-        self.lambdas.extend(mix.lambdas.tolist())
+        self.lambdas.extend(mix.lambdas[members].tolist())  # the sampled members' weights
         return mix.log_probs
 
 
@@ -117,6 +117,29 @@ def score_pmixed(
         }
 
 
+def q_sweep(
+    engine: EnsembleEngine, tokenizer: Any, blocks: list[list[int]], rates: str, runs: int
+) -> list[dict[str, Any]]:
+    """PMixED under the per-unit bound at each sampling rate q, ``runs`` deployments each
+    (each with its own budget and fresh subsets): the perplexity's mean and standard
+    deviation, the radius, and the time per scored token. The work per query is the same at
+    every q (every member is solved: the subset is secret), so time should not move."""
+    out = []
+    for q in (float(x) for x in rates.split(",") if x):
+        scores = [
+            score_pmixed(engine, tokenizer, blocks, q, PER_UNIT_BOUNDS[0]) for _ in range(runs)
+        ]
+        ppls = [r["perplexity"] for r in scores]
+        tokens = sum(len(b) - 1 for b in blocks)
+        out.append({
+            "q": q, "runs": runs, "perplexities": ppls, "mean": statistics.fmean(ppls),
+            "sd": statistics.stdev(ppls) if runs > 1 else 0.0, "radius": scores[0]["radius"],
+            "median_lambda": statistics.fmean(r["median_lambda"] for r in scores),
+            "seconds_per_token": statistics.fmean(r["eval_seconds"] for r in scores) / tokens,
+        })  # fmt: skip
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=1200)
@@ -127,6 +150,10 @@ def main() -> None:
     ap.add_argument("--block-size", type=int, default=128)
     ap.add_argument("--dpsgd-epochs", type=int, default=2)
     ap.add_argument("--out", default="utility.json")
+    ap.add_argument(
+        "--q-sweep", default="", help="PMixED sampling rates to compare, e.g. 0.03,0.1,0.3,1"
+    )
+    ap.add_argument("--runs", type=int, default=3, help="deployments per rate in --q-sweep")
     args = ap.parse_args()
     q = args.q if args.q is not None else min(1.0, 2.4 / args.n)
     train = corpora.wikitext2("train")
@@ -154,6 +181,7 @@ def main() -> None:
     pmixed = {b: score_pmixed(pm_engine, lm.tokenizer, blocks, q, b) for b in PER_UNIT_BOUNDS}
     for b, r in pmixed.items():
         ppl[f"pmixed-{b}"] = r["perplexity"]
+    sweep = q_sweep(pm_engine, lm.tokenizer, blocks, args.q_sweep, args.runs)
     submix_ensemble = load_ensemble(root / f"submix-{args.k}")
     with tempfile.TemporaryDirectory() as tmp:
         scfg = SubMixConfig(2.0, 2.0, 2.0 / queries)
@@ -166,7 +194,7 @@ def main() -> None:
     out = {
         "model": MODEL, "train_records": args.records, "n": args.n, "k": args.k,
         "pmixed_q": q, "test_tokens": queries, "perplexity": ppl, "gap_closed": share,
-        "pmixed": pmixed, "training": times,
+        "pmixed": pmixed, "q_sweep": sweep, "training": times,
         "submix_epsilon_spent_max_part": sm_eps, "submix_private_tokens": sm_private,
     }  # fmt: skip
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -177,6 +205,12 @@ def main() -> None:
         print(
             f"PMixED {b:<9} radius {r['radius']:.3f}  median λ {r['median_lambda']:.4f}  "
             f"ε spent {r['epsilon_spent']:.3f} over {queries} queries (q = {q:.3f}, N = {args.n})"
+        )
+    for row in sweep:
+        print(
+            f"PMixED q = {row['q']:<5g} radius {row['radius']:.3f}  perplexity "
+            f"{row['mean']:.3f} ± {row['sd']:.3f} ({row['runs']} runs)  gap closed "
+            f"{(ppl['public'] - row['mean']) / gap:6.1%}  {row['seconds_per_token'] * 1e3:.0f} ms/token"
         )
     print(f"SubMix max part ε {sm_eps:.3f}, {sm_private}/{queries} tokens private")
     print(

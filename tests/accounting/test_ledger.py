@@ -247,3 +247,25 @@ def test_fits_and_require_fits_agree_with_charge(tmp_path):
     with pytest.raises(BudgetExceededError):
         led.charge(big)  # the same verdict as the charge itself
     assert led.count() == 0
+
+
+def test_an_overdraft_is_recorded_whole_and_refuses_everything_after_it(tmp_path):
+    """A cost incurred under a bound since found too low is recorded as it is, over the
+    budget; every later charge and up-front check is refused with the reason."""
+    from privlm.accounting.ledger import OVERDRAWN_FLAG
+
+    ledger = PrivacyLedger(tmp_path / "l.db", "d", Budget(1.0, 1e-5))
+    ledger.charge(Charge("first", epsilon=0.5))
+    spent = ledger.record_overdraft(Charge("restated", epsilon=2.0), "tokens restated per unit")
+    assert spent.epsilon == pytest.approx(2.5) and ledger.count() == 2
+    assert ledger.overdrawn() == "tokens restated per unit"
+    with pytest.raises(BudgetExceededError, match="overdrawn: tokens restated per unit"):
+        ledger.charge(Charge("later", epsilon=1e-9))
+    with pytest.raises(BudgetExceededError, match="overdrawn: tokens restated per unit"):
+        ledger.require_fits(Charge("planned", epsilon=1e-9), "a later job")
+    assert ledger.count() == 2 and ledger.remaining() == 0.0 and ledger.verify()
+    assert ledger.to_json()["overdrawn"] == "tokens restated per unit"
+    with pytest.raises(AccountingError, match="why"):
+        ledger.record_overdraft(Charge("silent", epsilon=1.0), "")
+    with ledger.transaction() as tx, pytest.raises(AccountingError):
+        tx.set_flag(OVERDRAWN_FLAG, "cleared")

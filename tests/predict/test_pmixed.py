@@ -87,11 +87,10 @@ def test_ledger_must_match_the_configuration(engine, tmp_path):
         PMixED(eng, tok, ledger, PMixEDConfig())
 
 
-def test_lazy_rows_give_exactly_the_distributions_of_a_full_recomputation(
-    engine, tmp_path, monkeypatch
-):
-    """Subsets drawn up front, unsampled adapters skipped, rows dropped after last use: every
-    step must still mix exactly the sampled adapters' distributions given the full context."""
+def test_every_step_mixes_every_member_given_the_full_context(engine, tmp_path, monkeypatch):
+    """Every member's row is evaluated at every step (the subset is secret: the work may not
+    depend on it), and each step mixes exactly the distributions a full recomputation of the
+    context gives, with the Poisson mask drawn for that step."""
     import torch
 
     from privlm.predict import pmixed as module
@@ -100,23 +99,19 @@ def test_lazy_rows_give_exactly_the_distributions_of_a_full_recomputation(
     seen = []
     real = module.pmixed_mixture
 
-    def record(sampled, public, alpha, radius):
-        seen.append((sampled.clone(), public.clone()))
-        return real(sampled, public, alpha, radius)
+    def record(members_lp, public, alpha, radius, members):
+        seen.append((members_lp.clone(), public.clone(), members.clone()))
+        return real(members_lp, public, alpha, radius, members)
 
-    drawn = []
-    real_subset = module.sample_subset
-    monkeypatch.setattr(
-        module, "sample_subset", lambda *a: drawn.append(real_subset(*a)) or drawn[-1]
-    )
     monkeypatch.setattr(module, "pmixed_mixture", record)
     gen = pm.generate("Hello there", max_new_tokens=8)
     eng, tok = engine
     context = tok("Hello there", add_special_tokens=False)["input_ids"]
-    for t, (sampled, public) in enumerate(seen):
-        full = eng.log_probs(context, [-1, *drawn[t].tolist()])
+    for t, (members_lp, public, members) in enumerate(seen):
+        full = eng.log_probs(context, [-1, *range(eng.n_adapters)])
         assert torch.allclose(public, full[0], atol=1e-5)
-        assert torch.allclose(sampled, full[1:], atol=1e-5)
+        assert torch.allclose(members_lp, full[1:], atol=1e-5)
+        assert members.dtype == torch.bool and members.shape == (eng.n_adapters,)
         if t < len(gen.token_ids):
             context = [*context, gen.token_ids[t]]
     assert len(seen) == len(gen.token_ids)
@@ -171,7 +166,45 @@ def test_a_deployment_that_overspent_per_unit_refuses_with_the_reason(engine, tm
     ledger = _legacy_ledger(tmp_path, cfg, eng.n_adapters, tokens=12)
     charges = ledger.count()
     pm = PMixED(eng, tok, ledger, cfg, seed=0)
-    assert pm.exhausted() and "per-unit" in (pm.refusal or "")
+    assert pm.exhausted() and "per unit" in (pm.refusal or "")
     with pytest.raises(BudgetExceededError, match="one member replaced"):
         pm.generate("Hello", max_new_tokens=1)
-    assert ledger.count() == charges  # nothing more released or recorded
+    # the restatement is recorded all the same (the tokens were released): an overdraft
+    assert ledger.count() == charges + 1 and ledger.spent().epsilon > cfg.epsilon
+    assert "per-part bound" in (ledger.overdrawn() or "")
+    restated = sum(
+        analysis.query_rdp(float(c.params["radius"]), 3, eng.n_adapters, 0.03)
+        for c in ledger.charges()
+        if c.mechanism == "pmixed"
+    )
+    assert ledger.recorded_rdp(ledger.charges(), [3.0])[0] == pytest.approx(restated)
+    PMixED(eng, tok, ledger, cfg, seed=0)  # reopened: restated once, not twice
+    assert ledger.count() == charges + 1
+
+
+def test_legacy_tokens_are_restated_at_the_order_they_were_released(engine, tmp_path):
+    """α was not recorded with legacy tokens; restating them at the deployment's present α
+    could be up to 26 % low. Their curves cover exactly the orders 2..α they were released
+    at, so that α is read off them, and an order their bound does not cover stays ∞."""
+    from privlm.predict.pmixed import per_unit_rdp, released_alpha
+
+    eng, tok = engine
+    old_cfg = PMixEDConfig(16.0, 1e-5, 2, 12, 0.03)  # released at α = 2
+    ledger = _legacy_ledger(tmp_path, old_cfg, eng.n_adapters, tokens=3)
+    records = [r for r in ledger.charges() if r.mechanism == "pmixed"]
+    assert {released_alpha(r, ledger.orders) for r in records} == {2}
+    restated = per_unit_rdp(records, ledger, eng.n_adapters)
+    at = dict(zip(ledger.orders, restated, strict=True))
+    radius = float(records[0].params["radius"])
+    assert at[2.0] == pytest.approx(3 * analysis.query_rdp(radius, 2, eng.n_adapters, 0.03))
+    assert at[3.0] == float("inf")
+    pm = PMixED(eng, tok, ledger, PMixEDConfig(16.0, 1e-5, 3, 12, 0.03), seed=0)
+    assert pm.exhausted() and "per-unit budget" in (pm.refusal or "")  # nothing bounds α = 3
+
+
+def test_every_token_charge_records_its_order_and_ensemble_size(engine, tmp_path):
+    pm, ledger = make(engine, tmp_path)
+    pm.generate("Hello", max_new_tokens=2)
+    eng, _ = engine
+    for c in ledger.charges():
+        assert c.params["alpha"] == 3 and c.params["members"] == eng.n_adapters

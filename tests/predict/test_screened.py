@@ -136,6 +136,38 @@ def test_the_threshold_noise_survives_a_restart_and_is_never_redrawn_free(
     assert json.loads(ledger.flag(STATE_FLAG))["threshold_noise"] == state["threshold_noise"]
 
 
+def test_an_instance_answers_only_under_the_settings_that_fixed_its_noise(
+    engine, tmp_path, monkeypatch
+):  # fmt: skip
+    """The audit's case: an instance opened with c = 3 (ε′ larger), resumed by a deployment
+    restarted with c = 24 (ε′ 8× smaller, query noise 8× wider) would compare scores noised
+    at one scale with a threshold noised at another; its charge covered only the first. Now
+    the open instance is closed (its charge stands) and a fresh one opens, charged, with a
+    fresh threshold noise at the new scale."""
+    pm, ledger = make(engine, tmp_path, threshold=0.5)
+    force_noise(monkeypatch, pm, threshold_noise=0.25, query_noise=-9.0)  # below: free
+    pm.generate("Hello", max_new_tokens=2)
+    before = json.loads(ledger.flag(STATE_FLAG))
+    assert before["instance_epsilon"] == pm.test.epsilon and before["instances"] == 1
+    again, _ = make(engine, tmp_path, seed=1, threshold=0.5, paid_tokens=24)
+    assert again.test.epsilon < pm.test.epsilon
+    scales = force_noise(monkeypatch, again, threshold_noise=0.125, query_noise=-9.0)
+    again.generate("more", max_new_tokens=2)
+    after = json.loads(ledger.flag(STATE_FLAG))
+    assert after["instances"] == 2 and after["instance"] == 2
+    assert after["instance_epsilon"] == again.test.epsilon and after["threshold_noise"] == 0.125
+    assert again.test.threshold_scale in scales  # drawn anew, at the new scale
+    instances = [c for c in ledger.charges() if c.mechanism == INSTANCE]
+    assert [c.params["instance_epsilon"] for c in instances] == [
+        pm.test.epsilon,
+        again.test.epsilon,
+    ]
+    back, _ = make(engine, tmp_path, seed=2, threshold=0.9, paid_tokens=24)  # τ alone: kept
+    force_noise(monkeypatch, back, query_noise=-9.0)
+    back.generate("again", max_new_tokens=1)
+    assert json.loads(ledger.flag(STATE_FLAG))["instances"] == 2
+
+
 def test_two_processes_share_one_instance_at_a_time(engine, tmp_path):
     a, ledger = make(engine, tmp_path, seed=1, threshold=0.1, paid_tokens=6)
     b, _ = make(engine, tmp_path, seed=2, threshold=0.1, paid_tokens=6)

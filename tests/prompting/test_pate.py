@@ -109,7 +109,7 @@ def test_data_independent_labels_follow_consensus_and_each_query_is_charged_firs
     led = ledger(tmp_path, 100.0)
     res = label_with_confident_gnmax(hist, 50, 5.0, 5.0, led, 100, 0, "data-independent")
     assert res.labels == [0, 1, 0] and res.answered == 3 and not res.stopped_by_budget
-    assert led.count() == 3 and res.release is None and not res.data_dependent
+    assert led.count() == 3 and res.accounting == "data-independent"
     worst = data_independent_query_curve(5.0, 5.0)
     assert res.epsilon == pytest.approx(worst.times(3).to_dp(1e-5).epsilon)
 
@@ -170,3 +170,10 @@ def test_labelled_public_keeps_answered_inputs_with_their_new_labels():
     pub = [Record("a", "p0", None), Record("b", "p1", None), Record("c", "p2", None)]
     out = labelled_public(pub, [1, None, 0], task)
     assert [(r.text, r.label) for r in out] == [("a", "positive"), ("c", "negative")]
+
+
+def test_data_dependent_accounting_is_refused_when_configured_before_any_vote():
+    from privlm.prompting.config import PromptPateConfig
+
+    with pytest.raises(PrivlmError, match="upper bound"):
+        PromptPateConfig(accounting="data-dependent")

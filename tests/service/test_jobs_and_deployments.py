@@ -373,6 +373,59 @@ def test_a_deployment_reserved_per_part_is_restated_per_unit_on_its_dataset(serv
     assert dataset.spent().epsilon <= dataset.budget.epsilon
 
 
+def test_a_legacy_deployment_that_no_longer_fits_is_restated_in_full_as_an_overdraft(service):
+    """The audit's example: 8 parts, q = 0.05, 1,024 tokens released under the per-part
+    (expansion) bound, on an ε = 8 dataset. Restated per unit they cost ε ≈ 20 (a concrete
+    neighbouring pair reaches exact divergence 1.42× the per-part figure). The restatement
+    used to charge the dataset nothing once it did not fit, and admit later work against
+    ε 8.0. Now the whole per-unit cost is recorded, at the order the tokens were released
+    (not recorded with the legacy tokens: read off their curves), as an overdraft: the
+    dataset refuses all further work, saying why, and so does the deployment."""
+    from privlm.accounting import Charge, RdpCurve
+    from privlm.accounting.analysis import pmixed as analysis
+    from privlm.predict.config import PMixEDConfig
+    from privlm.service.db import Deployment
+
+    ds = service.upload("acme", budget_epsilon=8).json()
+    j = submit(service, "acme", "ensemble", ds["id"], parts=8, block_size=16, max_blocks=1)
+    assert run_queue(service) == 1 and job(service, "acme", j["id"])["status"] == "succeeded"
+    r = deploy(service, "acme", j["id"], mechanism="pmixed", queries=1024, sample_rate=0.05)
+    assert r.status_code == 201, r.text
+    dep = r.json()["id"]
+    with service.state.sessions() as session:  # as a deployment made before the per-unit bound
+        row = session.get(Deployment, dep)
+        params = json.loads(row.params)
+        row.params = json.dumps({**params, "bound": "expansion"})
+        session.commit()
+    cfg = PMixEDConfig(epsilon=8.0, delta=1e-5, alpha=3, queries=1024, sample_rate=0.05)
+    radius = analysis.solve_radius(cfg.per_query_rdp, 3, 8, 0.05, bound="expansion")
+    legacy = RdpCurve.from_mapping(analysis.query_rdp_curve(radius, 3, 8, 0.05, "expansion"))
+    ledger = PrivacyLedger(service.ledgers, f"deployment-{dep}")
+    with ledger.transaction() as tx:  # 1,024 tokens as the old version charged them
+        for i in range(1024):
+            tx.charge(Charge("pmixed", rdp=legacy, params={"query": i + 1, "radius": radius,
+                                                            "q": 0.05, "bound": "expansion"}))  # fmt: skip
+    dataset = PrivacyLedger(service.ledgers, f"dataset-{ds['id']}")
+    assert dataset.spent().epsilon == pytest.approx(8.0, abs=1e-6)  # what it used to keep
+
+    r = complete(service, "acme", dep, max_tokens=1)
+    assert r.status_code == 429, r.text
+    per_unit = RdpCurve.from_mapping(analysis.query_rdp_curve(radius, 3, 8, 0.05)).times(1024)
+    assert per_unit.to_dp(1e-5).epsilon == pytest.approx(20.0, abs=0.1)
+    assert dataset.spent().epsilon >= per_unit.to_dp(1e-5).epsilon * (1 - 1e-9)
+    assert f"deployment {dep}" in (dataset.overdrawn() or "")
+    budget = service.client.get(f"/v1/datasets/{ds['id']}", headers=service.auth("acme"))
+    assert budget.json()["budget"]["overdrawn"] and budget.json()["budget"]["remaining"] == {
+        "epsilon": 0.0
+    }
+    r = deploy(service, "acme", j["id"], mechanism="pmixed", queries=8, epsilon=7)
+    assert r.status_code == 409 and "overdrawn" in r.json()["error"]["message"], r.text
+    restated = [c for c in dataset.charges() if c.mechanism == "deployment-reservation-restatement"]
+    assert len(restated) == 1
+    complete(service, "acme", dep, max_tokens=1)  # reloaded or not: restated once
+    assert dataset.count() == len(dataset.charges())
+
+
 PRIVATE_SST = "\n".join(
     json.dumps({"text": f"a {'great' if i % 2 else 'awful'} film {i}", "label": "positive" if i % 2 else "negative"})
     for i in range(36)

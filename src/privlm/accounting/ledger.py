@@ -212,6 +212,7 @@ def _now() -> str:
 
 COMPOSITIONS = ("rdp", "pld")
 PLD_EVENTS_FLAG, RDP_REST_FLAG = "pld-events", "rdp-without-pld"
+OVERDRAWN_FLAG = "overdrawn"  # why the spent ε exceeds the budget (record_overdraft)
 # δ₁/(δ − δ₃) tried for the PLD group when RDP charges share the ledger (a fixed grid)
 DELTA_SPLITS = (0.001, 0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 0.999)
 
@@ -442,8 +443,16 @@ class PrivacyLedger:
             raise BudgetExceededError(
                 f"refused before training: {what} would raise the ε spent on ledger "
                 f"{self.name!r} to {would.epsilon:.6g}, over its budget of "
-                f"{self.budget.describe()}"
+                f"{self.budget.describe()}{self._overdrawn_note()}"
             )
+
+    def overdrawn(self) -> str | None:
+        """Why this ledger spent more than its budget (:meth:`record_overdraft`), or None."""
+        return self.flag(OVERDRAWN_FLAG)
+
+    def _overdrawn_note(self, conn: Connection | None = None) -> str:
+        why = self.overdrawn() if conn is None else self._read_flag(conn, OVERDRAWN_FLAG)
+        return "" if why is None else f"; the ledger is overdrawn: {why}"
 
     def _after(
         self, rdp: NDArray[np.float64], ae: float, ad: float, charge: Charge, pld: PldPart | None
@@ -494,18 +503,35 @@ class PrivacyLedger:
         with self._engine.begin() as conn:
             return self._apply(conn, charge)
 
+    def record_overdraft(self, charge: Charge, reason: str) -> Spent:
+        """Record a cost that was already incurred but does not fit the budget: tokens
+        released under a bound since found to understate them, restated. Nothing is
+        released by this call; it makes the record true. The spent ε then exceeds the
+        budget, so every later charge and every :meth:`require_fits` is refused, and their
+        messages carry ``reason`` (kept in the ledger's flags and in :meth:`to_json`)."""
+        if not reason:
+            raise AccountingError("an overdraft must say why the cost was not charged in time")
+        with self._engine.begin() as conn:
+            spent = self._apply(conn, charge, check=False)
+            before = self._read_flag(conn, OVERDRAWN_FLAG)
+            self._write_flag(
+                conn, OVERDRAWN_FLAG, reason if before is None else f"{before}; {reason}"
+            )
+        return spent
+
     def count(self) -> int:
         """How many charges are recorded."""
         with self._engine.connect() as conn:
             return self._totals(conn)[3]
 
-    def _apply(self, conn: Connection, charge: Charge) -> Spent:
-        """Check and record ``charge`` inside the caller's (locked) transaction."""
+    def _apply(self, conn: Connection, charge: Charge, check: bool = True) -> Spent:
+        """Check and record ``charge`` inside the caller's (locked) transaction (``check``
+        False: only :meth:`record_overdraft`)."""
         extra = None if charge.rdp is None else charge.rdp.at(self.orders)
         rdp, ae, ad, n = self._totals(conn, lock=True)
         pld_before = self._pld_part(conn)
         after, pld = self._after(rdp, ae, ad, charge, pld_before)
-        if not after.epsilon <= self.budget.epsilon:
+        if check and not after.epsilon <= self.budget.epsilon:
             before = self._epsilon(rdp, ae, ad, self.budget.delta, pld_before)
             why = (
                 " (its RDP curve is infinite at every order of this ledger)"
@@ -516,6 +542,7 @@ class PrivacyLedger:
                 f"refused: charging {charge.mechanism}{why} would raise the ε spent on "
                 f"ledger {self.name!r} from {before.epsilon:.6g} to {after.epsilon:.6g}, "
                 f"over its budget of {self.budget.describe()}; nothing was recorded"
+                f"{self._overdrawn_note(conn)}"
             )
         new_rdp = rdp if extra is None else rdp + extra
         params = {**dict(charge.params), **self.tags}
@@ -664,6 +691,7 @@ class PrivacyLedger:
             "budget": asdict(self.budget),
             "spent": asdict(spent),
             "remaining_epsilon": max(self.budget.epsilon - spent.epsilon, 0.0),
+            "overdrawn": self.overdrawn(),
             "orders": list(self.orders),
             "charges": [asdict(c) for c in self.charges()],
         }
@@ -693,7 +721,7 @@ class LedgerTransaction:
         return self.ledger._read_flag(self.conn, key)
 
     def set_flag(self, key: str, value: str) -> None:
-        if key in (PLD_EVENTS_FLAG, RDP_REST_FLAG):
+        if key in (PLD_EVENTS_FLAG, RDP_REST_FLAG, OVERDRAWN_FLAG):
             raise AccountingError(f"the flag {key!r} is the ledger's own; charges write it")
         self.ledger._write_flag(self.conn, key, value)
 

@@ -30,6 +30,8 @@ def show(
     b, s = data["budget"], data["spent"]
     typer.echo(f"ledger {name!r}: budget ε={b['epsilon']:g} at δ={b['delta']:g}")
     typer.echo(f"  spent ε={s['epsilon']:.6g}, remaining ε={data['remaining_epsilon']:.6g}")
+    if data["overdrawn"]:
+        typer.echo(f"  overdrawn, every further charge is refused: {data['overdrawn']}")
     typer.echo(f"  {len(data['charges'])} charges")
     for c in data["charges"][-10:]:
         typer.echo(f"    #{c['seq']} {c['created_at']} {c['mechanism']} unit={c['unit']}")

@@ -195,9 +195,6 @@ def pate(
     epsilon: float = option(PromptPateConfig, "epsilon"),
     delta: float | None = option(PromptPateConfig, "delta"),
     accounting: str = option(PromptPateConfig, "accounting"),
-    release_order: float = option(PromptPateConfig, "release_order"),
-    release_beta: float = option(PromptPateConfig, "release_beta"),
-    release_sigma: float = option(PromptPateConfig, "release_sigma"),
     private: int | None = typer.Option(
         None,
         help="Private examples from the corpus (a --private-data file is used whole; default "
@@ -237,7 +234,6 @@ def pate(
         teachers=teachers, shots=shots, threshold=threshold, sigma_threshold=sigma_threshold,
         sigma=sigma, epsilon=epsilon, delta=delta, student_candidates=candidates,
         holdout=holdout, seed=seed, teacher_votes=teacher_votes, accounting=accounting,
-        release_order=release_order, release_beta=release_beta, release_sigma=release_sigma,
     )  # fmt: skip
     warn_if_weak_threshold(cfg, len(t.labels))
     led = pate_ledger(ledger, ledger_name, cfg, len({r.unit for r in splits.private}))
@@ -254,8 +250,7 @@ def pate(
         emit_json(result)
         return
     typer.echo(
-        f"student prompt in {out}: ({res.epsilon:.4g}, {res.delta:.3g})-DP ({res.accounting}"
-        f"{', ε released through smooth sensitivity' if res.release else ''}), "
+        f"student prompt in {out}: ({res.epsilon:.4g}, {res.delta:.3g})-DP ({res.accounting}), "
         f"{res.answered} of {res.queries} public inputs labelled"
     )
     if splits.test:

@@ -6,22 +6,39 @@ at λ₂ and the pair at 0 (divergence 0), and Rényi divergence is jointly quas
 bisection applies, all rows at once, to ``LAMBDA_TOL``. The result is the lower end of the
 final bracket, which satisfies the constraint: rounding is always toward privacy.
 
-The bisection works in probability space on the likelihood ratios r = p/p₀, computed once:
-the mixture is p₀·t with t = 1 + λ(r − 1), so D_α(mix ‖ p₀) = log Σ p₀ t^α / (α − 1) and
-D_α(p₀ ‖ mix) = log Σ p₀ t^{1−α} / (α − 1): one fused update and two power sums per
-iteration, in float64. An overflow can only make a constraint look violated, which lowers λ.
+**In float64, without cancellation.** The bisection works in probability space on the
+likelihood ratios r = p/p₀, computed once: the mixture is p₀·t with t = (1 − λ) + λ·r, so
+D_M(mix ‖ p₀) = log Σ p₀ t^M / (M − 1) and D_M(p₀ ‖ mix) = log Σ p₀ t^{1−M} / (M − 1). t is a
+sum of two non-negative terms, each exact to a rounding: written as 1 + λ(r − 1), it loses r
+when r is tiny and λ near 1, and a member could then be accepted just outside the ball
+(docs/sharp_edges.md, "What must stay secret beside the output"). An overflow, an underflow
+or a NaN can only make a constraint look violated, which lowers λ; the power sums are
+compared with the radius less a relative margin of ``BALL_MARGIN`` (far above their
+rounding error).
+
+**The same work for every input.** The number of bisection steps is fixed by the tolerance
+alone (every row's bracket halves at every step), and every step does the same arithmetic
+on every row, so the time to solve does not depend on which rows a caller later uses. PMixED
+solves all N members at every query for that reason (:mod:`privlm.predict.pmixed_rule`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
 
 LAMBDA_TOL = 1e-4  # the returned λ is within this of the largest feasible λ, and below it
+BALL_MARGIN = 1e-12  # relative: exp(radius·(M − 1)) is enforced as exp(…)·(1 − BALL_MARGIN)
+ROW_CHUNK = 8  # rows solved together: keeps the float64 working set in the CPU's cache
 
 
-ROW_CHUNK = 2  # rows solved together: keeps the float64 working set in cache
+def bisection_steps(tol: float) -> int:
+    """How many halvings take the bracket [0, 1] below ``tol``: the same for every input."""
+    if not 0.0 < tol < 1.0:
+        raise ValueError(f"the λ tolerance must lie in (0, 1), got {tol!r}")
+    return math.ceil(math.log2(1.0 / tol))
 
 
 def _bisect(
@@ -30,7 +47,7 @@ def _bisect(
     lo = torch.zeros(rows, dtype=torch.float64)
     hi = torch.ones(rows, dtype=torch.float64)
     ok_at_one = constraint(hi)
-    while float((hi - lo).max()) > tol:
+    for _ in range(bisection_steps(tol)):
         mid = 0.5 * (lo + hi)
         ok = constraint(mid)
         lo = torch.where(ok, mid, lo)
@@ -54,8 +71,57 @@ def _pow(t: torch.Tensor, power: float) -> torch.Tensor:
     return result
 
 
-def _log_power_sum(p0: torch.Tensor, t: torch.Tensor, power: float) -> torch.Tensor:
-    return torch.log((p0 * _pow(t, power)).sum(dim=-1))
+def _power_into(t: torch.Tensor, power: float, out: torch.Tensor, scratch: torch.Tensor) -> None:
+    """``out`` = t**power for power ≥ 1, reusing ``scratch``: integer powers by repeated
+    squaring in place (no allocation inside the bisection)."""
+    k = int(power)
+    if k != power or k > 64 or k < 1:
+        torch.pow(t, power, out=out)
+        return
+    base: torch.Tensor = t
+    started = False
+    while k:
+        if k & 1:
+            if started:
+                out.mul_(base)
+            else:
+                out.copy_(base)
+                started = True
+        k >>= 1
+        if k:
+            if base is t:
+                torch.mul(t, t, out=scratch)
+                base = scratch
+            else:
+                scratch.mul_(scratch)
+
+
+def _weighted_sum(x: torch.Tensor, p0: torch.Tensor) -> torch.Tensor:
+    """Σ_v p₀(v)·x(·, v) per row, for p₀ of shape (V,) (one matrix-vector product) or (m, V)."""
+    return x @ p0 if p0.dim() == 1 else (x * p0).sum(dim=-1)
+
+
+def _ball_lambdas(
+    r: torch.Tensor, p0: torch.Tensor, order: float, radius: float, tol: float
+) -> torch.Tensor:
+    """Eq. 5 on the likelihood ratios ``r`` (m, V) against ``p0``: see the module docstring."""
+    bound = math.exp(radius * (order - 1.0)) * (1.0 - BALL_MARGIN)
+    t, t_m, scratch = torch.empty_like(r), torch.empty_like(r), torch.empty_like(r)
+
+    def inside(lam: torch.Tensor) -> torch.Tensor:
+        torch.addcmul((1.0 - lam).unsqueeze(-1), lam.unsqueeze(-1), r, out=t)
+        _power_into(t, order, t_m, scratch)
+        forward = _weighted_sum(t_m, p0)  # Σ p₀ t^M
+        torch.div(t, t_m, out=scratch)  # t^{1−M}
+        reverse = _weighted_sum(scratch, p0)
+        return (forward <= bound) & (reverse <= bound)  # False for NaN
+
+    return _bisect(inside, r.shape[0], tol)
+
+
+def likelihood_ratios(log_p: torch.Tensor, log_p0: torch.Tensor) -> torch.Tensor:
+    """r = p/p₀ per row, in float64."""
+    return torch.exp(log_p.double() - log_p0.double())
 
 
 def pmixed_lambdas(
@@ -67,33 +133,18 @@ def pmixed_lambdas(
 ) -> torch.Tensor:
     """Eq. 5: λ_i = max{λ : D↔_order(λ p_i + (1 − λ) p₀ ‖ p₀) ≤ radius}, per row of ``log_p``.
 
-    ``log_p``: (m, V) log-probabilities of the sampled models; ``log_p0``: (V,) or (m, V).
+    ``log_p``: (m, V) log-probabilities of the models; ``log_p0``: (V,) or (m, V).
     privlm calls it with order 2α (see :mod:`privlm.accounting.analysis.pmixed`).
     """
-    if log_p.shape[0] > ROW_CHUNK:
-        x0_all = log_p0.expand(log_p.shape[0], -1)
-        return torch.cat(
-            [
-                pmixed_lambdas(
-                    log_p[i : i + ROW_CHUNK], x0_all[i : i + ROW_CHUNK], order, radius, tol
-                )
-                for i in range(0, log_p.shape[0], ROW_CHUNK)
-            ]
-        )
-    x0 = log_p0.double().expand(log_p.shape[0], -1)
+    x0 = log_p0.double()
     p0 = x0.exp()
-    r_minus_1 = torch.exp(log_p.double() - x0) - 1.0
-    limit = radius * (order - 1.0)
-
-    def ok(lam: torch.Tensor) -> torch.Tensor:
-        t = torch.addcmul(torch.ones_like(r_minus_1), lam.unsqueeze(-1), r_minus_1)
-        forward = _log_power_sum(p0, t, order)
-        reverse = _log_power_sum(p0, t, 1.0 - order)
-        return (torch.nan_to_num(forward, nan=torch.inf) <= limit) & (
-            torch.nan_to_num(reverse, nan=torch.inf) <= limit
-        )
-
-    return _bisect(ok, log_p.shape[0], tol)
+    chunks = []
+    for i in range(0, log_p.shape[0], ROW_CHUNK):
+        rows = slice(i, i + ROW_CHUNK)
+        x0_rows, p0_rows = (x0, p0) if x0.dim() == 1 else (x0[rows], p0[rows])
+        r = likelihood_ratios(log_p[rows], x0_rows)
+        chunks.append(_ball_lambdas(r, p0_rows, order, radius, tol))
+    return torch.cat(chunks) if chunks else torch.zeros(0, dtype=torch.float64)
 
 
 def submix_lambdas(
@@ -105,31 +156,26 @@ def submix_lambdas(
     tol: float = LAMBDA_TOL,
 ) -> torch.Tensor:
     """Eq. 2: λ_i = max{λ : D_α(λ h_πi + (1 − λ) h₀ ‖ λ h_π'i + (1 − λ) h₀) ≤ β}, per part."""
-    if log_h.shape[0] > ROW_CHUNK:
+    if log_h.shape[0] > 2:
         x0_all = log_h0.expand(log_h.shape[0], -1)
         return torch.cat(
             [
                 submix_lambdas(
-                    log_h[i : i + ROW_CHUNK],
-                    log_h_prime[i : i + ROW_CHUNK],
-                    x0_all[i : i + ROW_CHUNK],
-                    alpha,
-                    beta,
-                    tol,
+                    log_h[i : i + 2], log_h_prime[i : i + 2], x0_all[i : i + 2], alpha, beta, tol
                 )
-                for i in range(0, log_h.shape[0], ROW_CHUNK)
+                for i in range(0, log_h.shape[0], 2)
             ]
         )
     x0 = log_h0.double().expand(log_h.shape[0], -1)
     p0 = x0.exp()
-    ra = torch.exp(log_h.double() - x0) - 1.0
-    rb = torch.exp(log_h_prime.double() - x0) - 1.0
+    ra = likelihood_ratios(log_h, x0)
+    rb = likelihood_ratios(log_h_prime, x0)
     limit = beta * (alpha - 1.0)
 
     def ok(lam: torch.Tensor) -> torch.Tensor:
-        one = torch.ones_like(ra)
-        ta = torch.addcmul(one, lam.unsqueeze(-1), ra)
-        tb = torch.addcmul(one, lam.unsqueeze(-1), rb)
+        keep, lam_ = (1.0 - lam).unsqueeze(-1), lam.unsqueeze(-1)
+        ta = torch.addcmul(keep, lam_, ra)  # (1 − λ) + λ r: no cancellation
+        tb = torch.addcmul(keep, lam_, rb)
         s = torch.log((p0 * _pow(ta, alpha) * _pow(tb, 1.0 - alpha)).sum(dim=-1))
         return torch.nan_to_num(s, nan=torch.inf) <= limit
 

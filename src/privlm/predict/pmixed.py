@@ -10,19 +10,23 @@ budget at α by Theorem C.3, and ρ* is chosen so one query costs at most that o
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from typing import Any
 
 import numpy as np
 import torch
+from numpy.typing import NDArray
 from transformers import PreTrainedTokenizerBase
 
 from privlm.accounting import Budget, Charge, PrivacyLedger, RdpCurve
 from privlm.accounting.analysis import pmixed as analysis
+from privlm.accounting.ledger import ChargeRecord
 from privlm.errors import BudgetExceededError, PrivlmError
 from privlm.predict.config import PMixEDConfig as PMixEDConfig
 from privlm.predict.config import rdp_budget_for as rdp_budget_for
 from privlm.predict.engine import EnsembleEngine, upcast_log_softmax
-from privlm.predict.pmixed_rule import pmixed_mixture, sample_subset
+from privlm.predict.pmixed_rule import pmixed_mixture, sample_members
 from privlm.predict.protocol import Generation, Scores, StreamingPredictor, Token
 from privlm.predict.sampling import sample
 from privlm.randomness import PrivacyRandomness, as_randomness
@@ -31,16 +35,59 @@ CORRECTION = "pmixed-per-unit-restatement"
 UNIT = "unit of the dataset (one ensemble member replaced)"
 
 
+def released_alpha(record: ChargeRecord, grid: tuple[float, ...]) -> int:
+    """The order α a PMixED token was released at: recorded with its charge, or, for a
+    charge from before α was recorded, the largest integer order its stored curve is finite
+    at (a PMixED query's curve covers exactly the orders 2..α: its ball is at order 2α)."""
+    if "alpha" in record.params:
+        return analysis.check_alpha(float(record.params["alpha"]))
+    finite = [
+        a for a, e in zip(grid, record.rdp or (), strict=False)
+        if a >= 2 and a == int(a) and math.isfinite(e)
+    ]  # fmt: skip
+    if not finite:
+        raise PrivlmError(f"PMixED charge #{record.seq} holds no curve to restate")
+    return int(max(finite))
+
+
+def per_unit_rdp(
+    records: list[ChargeRecord], ledger: PrivacyLedger, n_models: int
+) -> NDArray[np.float64]:
+    """What released PMixED tokens cost per unit (the replacement bound: one member of
+    ``n_models`` replaced), each at the radius, q and order α it was released with, summed
+    on the ledger's order grid (∞ at orders a token's α does not cover)."""
+    grid = ledger.orders
+    kinds = Counter(
+        (float(r.params["radius"]), float(r.params["q"]), released_alpha(r, grid)) for r in records
+    )
+    total = np.zeros(len(grid))
+    for (radius, q, alpha), count in kinds.items():
+        curve = analysis.query_rdp_curve(radius, alpha, n_models, q)
+        total = total + count * RdpCurve.from_mapping(curve).at(grid)
+    return total
+
+
+def shortfall(restated: NDArray[np.float64], recorded: NDArray[np.float64]) -> NDArray[np.float64]:
+    """``restated`` − ``recorded`` per order of a grid (both arrays), never negative, and ∞
+    where the restatement is (an order its tokens' bound does not cover): the charge that
+    makes a record of ``recorded`` true."""
+    with np.errstate(invalid="ignore"):  # ∞ − ∞ where neither covers an order
+        extra = np.where(np.isinf(restated), np.inf, np.maximum(restated - recorded, 0.0))
+    return np.asarray(extra, dtype=np.float64)
+
+
 def legacy_restatement(
     ledger: PrivacyLedger, cfg: PMixEDConfig, n_models: int
 ) -> tuple[str | None, float | None] | None:
     """Restate a ledger's PMixED charges made under a per-part bound (or before bounds were
-    recorded) under the per-unit replacement bound, at the radius each query used.
+    recorded) under the per-unit replacement bound, at the radius and order each query used.
 
     Returns None when there is nothing to restate; otherwise (refusal, radius): the
-    difference is charged to the ledger once, durably (``pmixed-per-unit-restatement``),
-    and the radius spreads what is left of the RDP budget at α over the queries left. If the
-    difference does not fit the budget, or nothing is left, ``refusal`` says why."""
+    difference is recorded once, durably (``pmixed-per-unit-restatement``), and the radius
+    spreads what is left of the RDP budget at α over the queries left. If the difference
+    does not fit the budget, it is recorded all the same, as an overdraft (the tokens were
+    released: the record must say what they cost), and ``refusal`` says why no further
+    token is released."""
     records = ledger.charges()
     if not any(r.mechanism == CORRECTION for r in records):
         old = [
@@ -49,31 +96,24 @@ def legacy_restatement(
         ]  # fmt: skip
         if not old:
             return None
-        orders = [float(k) for k in range(2, cfg.alpha + 1)]
-        sound = np.zeros(len(orders))
-        for r in old:
-            q = float(r.params.get("q", cfg.sample_rate))
-            curve = analysis.query_rdp_curve(float(r.params["radius"]), cfg.alpha, n_models, q)
-            sound += np.array([curve[a] for a in orders])
-        extra = np.maximum(sound - ledger.recorded_rdp(old, orders), 0.0)
+        grid = ledger.orders
+        extra = shortfall(per_unit_rdp(old, ledger, n_models), ledger.recorded_rdp(old, grid))
+        charge = Charge(
+            CORRECTION,
+            rdp=RdpCurve.from_arrays(grid, extra),
+            unit=UNIT,
+            params={"queries_restated": len(old), "members": n_models},
+        )
         try:
-            ledger.charge(
-                Charge(
-                    CORRECTION,
-                    rdp=RdpCurve.from_arrays(orders, extra),
-                    unit=UNIT,
-                    params={"queries_restated": len(old), "alpha": cfg.alpha},
-                )
-            )
+            ledger.charge(charge)
         except BudgetExceededError:
-            return (
-                f"refused: ledger {ledger.name!r} released {len(old)} PMixED tokens under the "
-                "per-part bound, which does not cover what one unit changes (one member "
-                "replaced); recomputed under the per-unit bound they cost more than the "
-                f"budget ε={cfg.epsilon} at δ={cfg.delta} (docs/sharp_edges.md), so no "
-                "further private tokens are released",
-                None,
+            why = (
+                f"{len(old)} PMixED tokens released under the per-part bound, which does not "
+                "cover what one unit changes (one member replaced), cost more than the budget "
+                f"ε={cfg.epsilon} at δ={cfg.delta} once restated per unit (docs/sharp_edges.md)"
             )
+            ledger.record_overdraft(charge, why)
+            return f"refused: ledger {ledger.name!r}: {why}; no further private tokens", None
         records = ledger.charges()
     return _radius_left(ledger, cfg, n_models, records)
 
@@ -170,6 +210,8 @@ class PMixED(StreamingPredictor):
                     "query": used + 1,
                     "radius": self.radius,
                     "q": self.config.sample_rate,
+                    "alpha": self.config.alpha,
+                    "members": self.engine.n_adapters,
                     "bound": self.config.bound,
                 },
             )
@@ -177,11 +219,12 @@ class PMixED(StreamingPredictor):
 
     # -- one query ---------------------------------------------------------------------------
 
-    def _mix(self, log_probs_all: torch.Tensor) -> torch.Tensor:
-        """Row 0 public, rows 1..N adapters: the PMixED release distribution (unreleased)."""
-        subset = sample_subset(self.rng, self.engine.n_adapters, self.config.sample_rate)
+    def release(self, log_probs_all: torch.Tensor) -> torch.Tensor:
+        """One query's release distribution from rows [public, member 1, …, member N]: a
+        fresh Poisson subset, and the same work whatever it is (:mod:`pmixed_rule`)."""
+        members = sample_members(self.rng, self.engine.n_adapters, self.config.sample_rate)
         mix = pmixed_mixture(
-            log_probs_all[1:][subset], log_probs_all[0], self.config.alpha, self.radius
+            log_probs_all[1:], log_probs_all[0], self.config.alpha, self.radius, members
         )
         return mix.log_probs
 
@@ -238,7 +281,7 @@ class PMixED(StreamingPredictor):
         logits, _ = self.engine.logits(ids, rows)
         out = torch.empty(need, dtype=torch.float64)
         for t in range(need):  # each position upcast before its softmax (float64)
-            mixed = self._mix(upcast_log_softmax(logits[:, t]))
+            mixed = self.release(upcast_log_softmax(logits[:, t]))
             self._charge_one()
             out[t] = mixed[token_ids[t + 1]]
         return Scores(out, need)
@@ -247,32 +290,25 @@ class PMixED(StreamingPredictor):
 class PMixEDSequence:
     """Private tokens, each charged (one query) before it is released.
 
-    The Poisson subsets of every step are drawn up front: they are data-independent
-    randomness, so this changes nothing in the output distribution, but adapters that no
-    step samples are never evaluated, and each row leaves the KV cache after its last use.
-    """
+    Every member's row is evaluated at every step, whatever the step's Poisson subset: the
+    subset is secret, and a batch that shrank when no step needed a member any more would
+    tell it by its duration (docs/sharp_edges.md, "What must stay secret beside the
+    output")."""
 
     def __init__(self, predictor: PMixED, max_new_tokens: int) -> None:
-        n, q = predictor.engine.n_adapters, predictor.config.sample_rate
         self.predictor, self.max_new_tokens, self.t = predictor, max_new_tokens, 0
-        self.subsets = [sample_subset(predictor.rng, n, q).tolist() for _ in range(max_new_tokens)]
-        self.last_use = {a: t for t, s in enumerate(self.subsets) for a in s}
-        self.rows = [-1, *sorted(self.last_use)]
+        self.rows = [-1, *range(predictor.engine.n_adapters)]
         self.done = False
         self.stopped: str | None = None
 
     def choose(self, log_probs: torch.Tensor) -> Token | None:
         p, t = self.predictor, self.t
-        position = {a: i for i, a in enumerate(self.rows)}
-        sampled = log_probs[[position[a] for a in self.subsets[t]]]
-        mix = pmixed_mixture(sampled, log_probs[0], p.config.alpha, p.radius)
-        token = sample(mix.log_probs, p.rng)
+        token = sample(p.release(log_probs), p.rng)
         try:
             p._charge_one()
         except BudgetExceededError as exc:
             self.done, self.stopped = True, str(exc)
             return None
         self.done = token == p.tokenizer.eos_token_id or t == self.max_new_tokens - 1
-        self.rows = [a for a in self.rows if a < 0 or self.last_use[a] > t]
         self.t += 1
         return Token(token, True)  # released only now that its cost is committed

@@ -31,12 +31,13 @@ from transformers import PreTrainedTokenizerBase
 
 from privlm.accounting import Budget, Charge, PrivacyLedger
 from privlm.accounting.analysis import pmixed as pmixed_analysis
+from privlm.accounting.analysis.sparse_vector import AboveThreshold
 from privlm.accounting.ledger import LedgerTransaction
 from privlm.errors import BudgetExceededError, PrivlmError
 from privlm.predict.config import ScreenedPMixEDConfig
 from privlm.predict.engine import EnsembleEngine, upcast_log_softmax
 from privlm.predict.pmixed import UNIT
-from privlm.predict.pmixed_rule import pmixed_mixture, sample_subset
+from privlm.predict.pmixed_rule import pmixed_mixture, sample_members
 from privlm.predict.protocol import Generation, Scores, StreamingPredictor, Token
 from privlm.predict.sampling import sample
 from privlm.randomness import PrivacyRandomness, as_randomness
@@ -57,13 +58,26 @@ def tv_score(log_probs: torch.Tensor) -> float:
 @dataclass(frozen=True)
 class SvtState:
     """What the ledger's flag holds: paid tokens released, the open instance (None: none
-    open) and its threshold noise, and why no more can open (None while they can)."""
+    open), its threshold noise and the settings that fixed the noise's scale (the
+    instance's ε′ and the score's sensitivity Δ), and why no more can open (None while they
+    can)."""
 
     paid: int = 0
     instance: int | None = None
     threshold_noise: float = 0.0
     instances: int = 0
     closed: str | None = None
+    instance_epsilon: float | None = None
+    sensitivity: float | None = None
+
+    def opened_for(self, test: AboveThreshold) -> bool:
+        """Whether the open instance's noise was drawn for ``test``'s ε′ and Δ: an instance
+        answers only queries noised at its own scale (AboveThreshold's proof takes one ε′)."""
+        return (self.instance_epsilon, self.sensitivity) == (test.epsilon, test.sensitivity)
+
+    def close_instance(self) -> SvtState:
+        """The open instance closed without a ⊤: its charge stands, its noise is dropped."""
+        return SvtState(self.paid, None, 0.0, self.instances, None)
 
     @classmethod
     def parse(cls, raw: str | None) -> SvtState:
@@ -133,7 +147,7 @@ class ScreenedPMixED(StreamingPredictor):
         except BudgetExceededError as exc:
             return SvtState(state.paid, None, 0.0, state.instances, str(exc))
         noise = float(self.rng.laplace(self.test.threshold_scale))
-        return SvtState(state.paid, k, noise, k, None)
+        return SvtState(state.paid, k, noise, k, None, self.test.epsilon, self.test.sensitivity)
 
     def _spent_reason(self, state: SvtState) -> str | None:
         if state.paid >= self.config.paid_tokens:
@@ -149,6 +163,8 @@ class ScreenedPMixED(StreamingPredictor):
         instance's new state, before it returns."""
         with self.ledger.transaction() as tx:
             state = SvtState.parse(tx.flag(STATE_FLAG))
+            if state.instance is not None and not state.opened_for(self.test):
+                state = state.close_instance()  # opened under other settings: a fresh one
             if (
                 state.instance is None
                 and state.closed is None
@@ -179,6 +195,7 @@ class ScreenedPMixED(StreamingPredictor):
                     PAID, rdp=self.query_curve, unit=UNIT,
                     params={"paid": state.paid + 1, "instance": state.instance,
                             "radius": self.radius, "q": self.config.sample_rate,
+                            "alpha": self.config.alpha, "members": self.engine.n_adapters,
                             "bound": pmixed_analysis.REPLACEMENT},
                 )
             )  # fmt: skip
@@ -199,8 +216,10 @@ class ScreenedPMixED(StreamingPredictor):
             return Answer("free", log_probs[0].double())
         if kind == "spent":
             return Answer("spent", log_probs[0], why)
-        subset = sample_subset(self.rng, self.engine.n_adapters, self.config.sample_rate)
-        mix = pmixed_mixture(log_probs[1:][subset], log_probs[0], self.config.alpha, self.radius)
+        members = sample_members(self.rng, self.engine.n_adapters, self.config.sample_rate)
+        mix = pmixed_mixture(
+            log_probs[1:], log_probs[0], self.config.alpha, self.radius, members
+        )  # the same work whatever the secret subset (pmixed_rule)
         return Answer("paid", mix.log_probs)
 
     # -- budget ------------------------------------------------------------------------------

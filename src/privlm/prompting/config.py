@@ -8,12 +8,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from privlm.accounting import SmoothRelease
 from privlm.config import check_settings, setting, with_default
-from privlm.errors import AccountingError, PrivlmError
+from privlm.errors import PrivlmError
 from privlm.training.config import DpSgdPrivacy
 
 ACCOUNTING = ("data-independent", "data-dependent")
+DATA_DEPENDENT_REFUSAL = (
+    "refused: data-dependent accounting is not charged to a budgeted ledger. Its figure is a "
+    "noisy estimate (PATE 2018's smooth-sensitivity release), below the true cost about half "
+    "the time, and a ledger figure must be an upper bound; an upper confidence bound would "
+    "have to add the data-independent ceiling times the noise quantile, more than the "
+    "data-independent charge itself (docs/sharp_edges.md). Use data-independent accounting "
+    "(the default): each query is charged its worst case before its label leaves."
+)
 PROMPT_KINDS = ("soft-prompt", "prefix")
 UNITS = ("auto", "record", "user")
 TEACHER_VOTES = ("top1", "labels")
@@ -70,21 +77,11 @@ class PromptPateConfig:
     )
     accounting: str = setting(
         "data-independent",
-        "data-independent: each query charged its worst case, as many queries as that fits; "
-        "data-dependent: PATE 2018's per-vote cost, released through smooth sensitivity "
-        "(labels held until it is charged; noisy, and refused whole if it does not fit)",
+        "data-independent: each query charged its worst case, as many queries as that fits "
+        "(data-dependent, PATE 2018's noisy estimate of the per-vote cost, is refused: a "
+        "ledger figure must be an upper bound)",
         choices=ACCOUNTING,
     )
-    release_order: float = setting(
-        8.0, "data-dependent: the RDP order λ the ε is released and charged at", gt=1, le=256
-    )
-    release_beta: float = setting(
-        0.05, "data-dependent: smoothness β of the sensitivity (λ below about 1/(2β))", gt=0, lt=0.5
-    )
-    release_sigma: float = setting(
-        5.0, "data-dependent: σ_s, noise on the released ε per unit of smooth sensitivity",
-        gt=0, le=1e6,
-    )  # fmt: skip
     student_candidates: int = setting(20, "Candidate student prompts", ge=1, le=10000)
     holdout: int = setting(100, "Labelled public inputs held back to pick the student", ge=0)
     # None: the noisy threshold and votes come from the OS CSPRNG; a seed voids the guarantee
@@ -104,10 +101,5 @@ class PromptPateConfig:
 
     def __post_init__(self) -> None:
         check_settings(self)  # the declared bounds and choices first, naming the setting
-        self.smooth_release()  # refuses a λ too large for β now, not after the votes
-
-    def smooth_release(self) -> SmoothRelease:
-        try:
-            return SmoothRelease(self.release_order, self.release_beta, self.release_sigma)
-        except AccountingError as exc:
-            raise PrivlmError(str(exc)) from exc
+        if self.accounting == "data-dependent":  # before any vote is computed or charged
+            raise PrivlmError(DATA_DEPENDENT_REFUSAL)

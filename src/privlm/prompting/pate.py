@@ -8,10 +8,11 @@ inputs labelled by Confident-GNMax on the vote histogram, a student prompt from 
    token); answers that map to no class are "other" and vote for nothing. Only the
    histogram of votes per class leaves this function's caller (``vote_histograms``).
 3. ``label_with_confident_gnmax``: per public input, the noisy threshold check, then GNMax
-   (Algorithm 2), on a number of public inputs fixed before any vote is seen. Either the
-   data-independent worst case is charged before each label leaves, or (PATE 2018) the
-   labels are held until their data-dependent RDP has been released through smooth
-   sensitivity and charged (``privlm.accounting.pate``). Nothing stops on the votes.
+   (Algorithm 2), on a number of public inputs fixed before any vote is seen: the
+   data-independent worst case is charged before each label leaves. (PATE 2018's
+   data-dependent cost, released through smooth sensitivity, is a noisy estimate and never
+   a ledger figure: ``privlm.accounting.pate`` keeps its math, and the mode is refused.)
+   Nothing stops on the votes.
 4. ``select_student``: candidate prompts built from the *labelled public* inputs, chosen by
    accuracy on a held-back part of the labelled public set: no private data is touched, so
    the student costs nothing beyond the labels (post-processing).
@@ -26,14 +27,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from privlm.accounting import (
-    Charge,
-    PrivacyLedger,
-    RdpCurve,
-    SmoothRelease,
-    data_independent_query_curve,
-    release_data_dependent_rdp,
-)
+from privlm.accounting import Charge, PrivacyLedger, RdpCurve, data_independent_query_curve
 from privlm.data import Record
 from privlm.data.partition import (
     assign_parts,
@@ -42,8 +36,9 @@ from privlm.data.partition import (
     new_partition_key,
     record_identities,
 )
-from privlm.errors import BudgetExceededError, PrivlmError
+from privlm.errors import PrivlmError
 from privlm.prompting.config import ACCOUNTING as ACCOUNTING
+from privlm.prompting.config import DATA_DEPENDENT_REFUSAL
 from privlm.prompting.scoring import OTHER
 from privlm.prompting.tasks import Task, build_prompt
 from privlm.randomness import PrivacyRandomness, as_randomness
@@ -108,16 +103,6 @@ def vote_histograms(answers: NDArray[np.int64], classes: int) -> NDArray[np.int6
     return out
 
 
-DATA_DEPENDENT_REFUSAL = (
-    "refused: data-dependent accounting is not charged to a budgeted ledger. Its figure is a "
-    "noisy estimate (PATE 2018's smooth-sensitivity release), below the true cost about half "
-    "the time, and a ledger figure must be an upper bound; an upper confidence bound would "
-    "have to add the data-independent ceiling times the noise quantile, more than the "
-    "data-independent charge itself (docs/sharp_edges.md). Use data-independent accounting "
-    "(the default): each query is charged its worst case before its label leaves."
-)
-
-
 @dataclass
 class LabellingResult:
     labels: list[int | None]  # None: the threshold check said no (⊥)
@@ -131,16 +116,10 @@ class LabellingResult:
     sigma_threshold: float
     sigma: float
     accounting: str = "data-independent"
-    # data-dependent: the privately released RDP (ReleasedRdp.to_dict()); never the raw one
-    release: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
 
-    @property
-    def data_dependent(self) -> bool:
-        return self.accounting == "data-dependent"
-
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "data_dependent": self.data_dependent}
+        return asdict(self)
 
 
 def affordable_queries(ledger: PrivacyLedger, per_query: RdpCurve, wanted: int) -> int:
@@ -165,7 +144,6 @@ def label_with_confident_gnmax(
     teachers: int,
     rng: PrivacyRandomness | int | None = None,
     accounting: str = "data-independent",
-    release: SmoothRelease | None = None,
 ) -> LabellingResult:
     """Algorithm 2 on every histogram (one per public input, their number fixed by the
     caller before any vote is seen), charged to ``ledger`` before any label is released.
@@ -217,37 +195,6 @@ class _Labelling:
             self.ledger.charge(Charge("pate-query", rdp=worst, params={"data_independent": True}))
             labels.append(self.confident_gnmax(votes))  # only now that it is charged
         return self.result(labels, planned < len(self.histograms), "data-independent")
-
-    def data_dependent(self, release: SmoothRelease) -> LabellingResult:
-        h, ledger = self.histograms, self.ledger
-        release_only = Charge("pate-release", rdp=release.cost_curve(), params=asdict(release))
-        ledger.require_fits(release_only, "the private release of PromptPATE's data-dependent ε")
-        held = [self.confident_gnmax(votes) for votes in h]  # not released yet
-        answered = [x is not None for x in held]
-        released = release_data_dependent_rdp(
-            h, answered, self.teachers, *self.params, release, float(self.rng.normal(1.0))
-        )
-        try:
-            ledger.charge(
-                Charge(
-                    "pate-labels",
-                    rdp=released.curve(),
-                    params={"queries": len(h), "answered": sum(answered), **released.to_dict()},
-                )
-            )
-        except BudgetExceededError as exc:
-            ledger.charge(release_only)  # the estimate was computed and used: its cost stays
-            raise BudgetExceededError(
-                f"refused: the privately released data-dependent cost of these {len(h)} labels "
-                f"(RDP {released.charged_rdp:.4g} at order {released.order:g}, release "
-                f"included) does not fit ledger {ledger.name!r}; no label was released and only "
-                "the release's own cost was charged. Label fewer public inputs (queries), raise "
-                "the budget, or use data-independent accounting (predictable: each query "
-                "charged its worst case)."
-            ) from exc
-        result = self.result(held, False, "data-dependent")
-        result.release = released.to_dict()
-        return result
 
     def result(self, labels: list[int | None], stopped: bool, accounting: str) -> LabellingResult:
         return LabellingResult(

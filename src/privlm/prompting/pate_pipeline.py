@@ -47,9 +47,6 @@ from privlm.randomness import PrivacyRandomness
 from privlm.training.model_card import model_card
 
 ACCOUNTING_STATEMENTS = {
-    "data-dependent": "data-dependent: the RDP (Papernot et al. 2018) of every query, released "
-    "through smooth sensitivity (GNSS) with the release's own cost, charged at "
-    "one order; ε is that released figure, not the raw data-dependent one",
     "data-independent": "data-independent: each query charged its worst case (threshold "
     "check and GNMax); the number of queries was fixed from that worst case",
 }
@@ -70,7 +67,6 @@ class PromptPateResult:
     stopped_by_budget: bool
     seconds: float
     accounting: str
-    release: dict[str, Any] | None  # the smooth-sensitivity release (data-dependent)
     config: dict[str, Any]
     # the threshold check against the teacher count; None when it is sound
     threshold_warning: str | None = None
@@ -204,7 +200,7 @@ def run_prompt_pate(
     hist = vote_histograms(answers, len(task.labels))
     labelling = label_with_confident_gnmax(
         hist, cfg.threshold, cfg.sigma_threshold, cfg.sigma, ledger, cfg.teachers, rng,
-        cfg.accounting, cfg.smooth_release(),
+        cfg.accounting,
     )  # fmt: skip
     labelled = labelled_public(public[: labelling.queries], labelling.labels, task)
     if len(labelled) < cfg.shots + 1:
@@ -240,7 +236,6 @@ def run_prompt_pate(
         stopped_by_budget=labelling.stopped_by_budget,
         seconds=time.perf_counter() - t0,
         accounting=labelling.accounting,
-        release=labelling.release,
         config={**asdict(cfg), "partition_key": key, **rng.statement()},
         threshold_warning=threshold_warning(
             cfg.threshold, cfg.sigma_threshold, cfg.teachers, len(task.labels)
@@ -255,7 +250,6 @@ def run_prompt_pate(
             "delta": result.delta,
             "mechanism": "PromptPATE: Confident-GNMax over one-shot teacher prompts",
             "accounting": ACCOUNTING_STATEMENTS[result.accounting],
-            "data_dependent_release": result.release,
             "unit": "record or user (each unit in at most one teacher, by a keyed hash)",
             "partition_key": key,
             "abstaining_teachers": sum(t.abstains for t in teachers),

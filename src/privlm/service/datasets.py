@@ -193,6 +193,7 @@ def budget_state(ledger: PrivacyLedger) -> dict[str, Any]:
             "SDP": {"epsilon": sdp.epsilon, "note": SDP_NOTE},
         },
         "remaining": {"epsilon": max(ledger.budget.epsilon - spent.epsilon, 0.0)},
+        "overdrawn": ledger.overdrawn(),
         "charges": [
             {"mechanism": c.mechanism, "guarantee": charge_guarantee(c.mechanism),
              "at": c.created_at,

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from pydantic import BaseModel, Field
 
 from privlm.accounting import Charge, PrivacyLedger, RdpCurve
@@ -38,7 +37,7 @@ from privlm.predict.config import (
 from privlm.predict.factory import build_predictor
 from privlm.predict.loading import LoadedEnsemble, load_adapter, load_ensemble
 from privlm.predict.pmixed import UNIT as PMIXED_UNIT
-from privlm.predict.pmixed import PMixED
+from privlm.predict.pmixed import PMixED, shortfall
 from privlm.predict.protocol import Predictor
 from privlm.service.admission import SchedulerLimits, TenantGate
 from privlm.service.db import Deployment, Job
@@ -172,7 +171,7 @@ def load_deployment(
     --device policy) so that deployments of one model share its weights."""
     models = models if models is not None else ModelPool()
     raw = json.loads(row.params)
-    params = DeploymentParams(**raw)
+    params = DeploymentParams(**{**raw, "bound": REPLACEMENT})  # every one answers per unit
     loaded, statement = _served(job, models)
     predictor = build_predictor(
         params.config(statement), loaded, ledger=ledger_url, name=f"deployment-{row.id}"
@@ -210,11 +209,14 @@ def deployment_bound(params: dict[str, Any]) -> str:
 
 
 def restate_reservation(ledger_url: str, job: Job, row: Deployment, predictor: Predictor) -> None:
-    """A deployment reserved under a per-part bound: its lifetime, restated per unit (the
-    tokens already released, restated by the PMixED predictor, plus the queries left at the
-    radius that fits), is compared with what its dataset's ledger reserved, and the excess
-    is charged there once, durably. If it does not fit, the deployment refuses every
-    further private token, saying why."""
+    """A deployment reserved under a per-part bound: its lifetime, restated per unit, is
+    compared with what its dataset's ledger reserved, and the excess is recorded there once,
+    durably. The lifetime is what its tokens cost per unit, each at the radius and order it
+    was released with (the PMixED predictor has restated its own ledger: a restatement that
+    did not fit is recorded there as an overdraft), plus the queries left at the radius that
+    fits. If the excess does not fit the dataset's budget, it is recorded as an overdraft
+    all the same (the tokens were released), so the dataset refuses all further work and
+    says why, and the deployment refuses every further private token."""
     if not isinstance(predictor, PMixED):
         return
     dataset = PrivacyLedger(ledger_url, f"dataset-{job.dataset_id}")
@@ -225,22 +227,25 @@ def restate_reservation(ledger_url: str, job: Job, row: Deployment, predictor: P
         r for r in records
         if r.mechanism == "deployment-reservation" and r.params.get("deployment") == row.id
     ]  # fmt: skip
-    orders = [float(k) for k in range(2, predictor.config.alpha + 1)]
-    spent = predictor.ledger.recorded_rdp(predictor.ledger.charges(), orders)
+    grid = dataset.orders
+    released = predictor.ledger.recorded_rdp(predictor.ledger.charges(), grid)
     left = predictor.queries_left() if predictor.refusal is None else 0
-    lifetime = spent + left * predictor.query_curve.at(orders)
-    before = dataset.recorded_rdp(reserved, orders)
-    extra = np.maximum(lifetime - before, 0.0)
+    lifetime = released + left * predictor.query_curve.at(grid) if left else released
+    charge = Charge(
+        RESTATEMENT,
+        rdp=RdpCurve.from_arrays(grid, shortfall(lifetime, dataset.recorded_rdp(reserved, grid))),
+        unit=PMIXED_UNIT,
+        params={"deployment": row.id, "job": job.id, "bound": REPLACEMENT},
+    )
     try:
-        dataset.charge(
-            Charge(
-                RESTATEMENT,
-                rdp=RdpCurve.from_arrays(orders, extra),
-                unit=PMIXED_UNIT,
-                params={"deployment": row.id, "job": job.id, "bound": REPLACEMENT},
-            )
-        )
+        dataset.charge(charge)
     except BudgetExceededError:
+        dataset.record_overdraft(
+            charge,
+            f"deployment {row.id} released tokens under the per-part PMixED bound; restated "
+            "per unit (one member replaced), they cost more than this dataset's budget "
+            "(docs/sharp_edges.md)",
+        )
         predictor.refusal = (
             f"refused: deployment {row.id} was reserved under the per-part PMixED bound; "
             "restated per unit (one member replaced) its tokens no longer fit its dataset's "

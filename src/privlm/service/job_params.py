@@ -171,9 +171,6 @@ class PateParams(TaskParams):
         "delta": "the dataset's δ, set at upload",
         "shots": "one shot per teacher (Flocks §4)",
         "queries": "every public input of the public dataset is labelled",
-        "release_order": "data-dependent release settings stay at their defaults",
-        "release_beta": "data-dependent release settings stay at their defaults",
-        "release_sigma": "data-dependent release settings stay at their defaults",
     }
     public_dataset_id: str = Field(..., max_length=40)
     teachers: int = request_field(PromptPateConfig, "teachers", le=10000)
