@@ -22,7 +22,7 @@ from privlm.data import Dataset, Record
 from privlm.training.model_card import model_card
 
 NOISY = {"adapter_model.safetensors", "student_prompt.json"}
-RANDOM_BY_DESIGN = {"partition_key", "seed", "init_adapter", "adapter", "created_at"}
+RANDOM_BY_DESIGN = {"partition_key", "seed", "created_at"}
 SIZE_DERIVED = {  # functions of the number of units, public by declaration
     "units", "sample_rate", "steps", "noise_multiplier", "epsilon", "accounted_sample_rate",
     "delta_warning", "epsilon_range", "dp_epsilon",
@@ -48,7 +48,19 @@ def released_files(out: Path) -> dict[str, Any]:
     return files
 
 
+def assert_names_no_local_path(out: Path) -> None:
+    """No released file names a local path: the output directory, a scratch folder beside
+    it (JFT's phase 1), or anything else under the test's temporary directory."""
+    for path in out.rglob("*"):
+        if path.is_file() and path.suffix != ".safetensors":
+            text = path.read_text(errors="replace")
+            assert str(out.parent) not in text, path
+            assert "phase1-" not in text, path  # a scratch folder, by its name alone
+
+
 def assert_neighbours_release_the_same(full: Path, less: Path) -> None:
+    for out in (full, less):
+        assert_names_no_local_path(out)
     a, b = released_files(full), released_files(less)
     assert a.keys() == b.keys()
     for name in a:
@@ -160,6 +172,8 @@ def test_prompt_pate_releases_nothing_of_one_unit_but_its_labels(tmp_path, monke
         ledger = pate_ledger(tmp_path / f"{name}.db", "pate", cfg, len(data))
         run_prompt_pate(lm, PateExamples(task, data, public), tmp_path / name, cfg,
                         ledger=ledger, progress=False)  # fmt: skip
+    for out in (tmp_path / "full", tmp_path / "less"):
+        assert_names_no_local_path(out)
     a, b = released_files(tmp_path / "full"), released_files(tmp_path / "less")
     assert a.keys() == b.keys()
     strip = {"answered", "queries"}  # the noisy labels' own counts: covered by ε

@@ -142,3 +142,50 @@ def test_headerless_and_gzipped_files(tmp_path):
     bad.write_bytes(b"not gzip")
     with pytest.raises(DataError, match="not a valid gzip"):
         load_file(bad)
+
+
+@pytest.mark.parametrize("inner", ["\f", "\v", "\x1c", "\u2028", "\x85", "\r"])
+def test_records_are_lines_at_newlines_only(tmp_path, inner):
+    """A page break, a vertical tab or a Unicode line separator inside a line is text: one
+    line, one record, one privacy unit (str.splitlines made 3 lines 6 records)."""
+    text = f"first{inner}half\nsecond{inner}half\r\nthird{inner}half\n"
+    ds = load_file(write(tmp_path, "a.txt", text))
+    assert ds.texts() == [f"first{inner}half", f"second{inner}half", f"third{inner}half"]
+    assert len(ds.units()) == 3
+    rows = "\n".join(json.dumps({"text": t}, ensure_ascii=False) for t in ds.texts())
+    assert len(load_file(write(tmp_path, "a.jsonl", rows))) == 3
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "pattern", "line"),
+    [
+        ("nul.txt", "fine\nhas a \x00 nul\n", "NUL byte", 2),
+        ("nul.jsonl", '{"text": "a"}\n{"text": "b\x00"}\n', "NUL byte", 2),
+        ("nul.csv", "text\nok\nbad\x00\n", "NUL byte", 3),
+        ("dup.csv", "text,text\na,b\n", "column 2 repeats", 1),
+        ("nan.jsonl", '{"text": "a", "label": NaN}\n', "NaN is not JSON", 1),
+        ("inf.jsonl", '{"text": "a", "label": Infinity}\n', "Infinity is not JSON", 1),
+        ("bool.jsonl", '{"text": "a", "label": true}\n', "label must be a string or an int", 1),
+        ("float.jsonl", '{"text": "a", "label": 1.5}\n', "label must be a string or an int", 1),
+        (
+            "mixed.jsonl",
+            '{"text": "a", "label": 1}\n{"text": "b", "label": "0"}\n{"text": "c", "label": "1"}\n',
+            "labels mix strings and integers.*line 1 has the other type",
+            2,
+        ),
+        ("user.jsonl", '{"text": "a", "user_id": {"a": 1}}\n', "user id must be a string", 1),
+        ("deep.jsonl", '{"text": "a", "x": ' + "[" * 5000 + "]" * 5000 + "}\n", "nested deeper", 1),
+    ],
+)
+def test_the_door_refuses_what_would_be_read_wrong(tmp_path, name, content, pattern, line):
+    with pytest.raises(DataError, match=pattern) as err:
+        load_file(write(tmp_path, name, content))
+    assert err.value.line == line
+
+
+def test_labels_of_one_type_and_integer_user_ids_are_accepted(tmp_path):
+    rows = '{"text": "a", "label": 1, "user_id": 7}\n{"text": "b", "label": 0, "user_id": 7}\n'
+    ds = load_file(write(tmp_path, "ok.jsonl", rows))
+    assert [r.label for r in ds] == ["1", "0"] and ds.units() == ["user-7"]
+    brackets = '{"text": "[[[{{{ not nesting", "label": "a"}\n'
+    assert load_file(write(tmp_path, "str.jsonl", brackets)).texts() == ["[[[{{{ not nesting"]

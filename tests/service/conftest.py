@@ -108,3 +108,18 @@ def complete(service, tenant, dep, max_tokens=4, **kw):
         headers=service.auth(tenant),
         json={"model": dep, "prompt": "the patient", "max_tokens": max_tokens, **kw},
     )
+
+
+def assert_names_no_server_path(service, zipped: bytes) -> None:
+    """No file of a downloaded artefact names a server path: the data directory, the layout
+    under it (a tenant's folder, a job's), or a scrubbed remnant of one."""
+    import io
+    import zipfile
+
+    files = zipfile.ZipFile(io.BytesIO(zipped))
+    for name in files.namelist():
+        if name.endswith(".safetensors"):
+            continue
+        text = files.read(name).decode(errors="replace")
+        for shape in (str(service.settings.data_dir), "tenants/", "/jobs/", "ten_", "<server>"):
+            assert shape not in text, (name, shape)

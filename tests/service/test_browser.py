@@ -294,13 +294,14 @@ def test_feedback_wrong_key_empty_budget_one_upload_and_warnings(server, tmp_pat
         page.wait_for_selector("#perturb-status:has-text('done')", timeout=60_000)
         warnings = page.inner_text("#warnings")
         assert "names included" in warnings and "no meaningful promise" in warnings
-        page.fill("#budget-epsilon", "")
+        page.fill("#budget-epsilon", "-2")
         page.click("#upload")
-        page.wait_for_selector("#upload-status:has-text('enter the dataset')")
-        shot(page, "empty-budget")
-        page.fill("#budget-epsilon", "6")
+        page.wait_for_selector("#upload-status:has-text('must be a number above 0')")
+        page.fill("#budget-epsilon", "")  # empty: the server's default, said in the answer
         page.click("#upload")
         page.wait_for_selector("#upload-status:has-text('stored as')", timeout=60_000)
+        shot(page, "empty-budget")
+        assert "no budget ε was given: the default, ε 8" in page.inner_text("#upload-status")
         assert page.is_disabled("#upload")
         page.click("#upload", force=True)  # a second click sends nothing
         page.wait_for_selector("#datasets tbody tr")
@@ -309,7 +310,7 @@ def test_feedback_wrong_key_empty_budget_one_upload_and_warnings(server, tmp_pat
         browser.close()
     with server.client(key) as c:
         mine = c.get("/v1/datasets").json()["data"]
-    assert len(mine) == 1 and mine[0]["budget"]["epsilon"] == 6.0  # one upload, one dataset
+    assert len(mine) == 1 and mine[0]["budget"]["epsilon"] == 8.0  # one upload, one dataset
     assert mine[0]["id"] in rows
 
 
@@ -477,9 +478,8 @@ def test_a_user_with_history_acts_on_what_they_just_made(working_server, tmp_pat
         page.click("#submit-job")
         page.wait_for_selector("#job-status:has-text('queued')")
         new_job = page.inner_text("#job-status").split("queued ")[1].strip()
-        page.wait_for_function(
-            f"document.getElementById('dep-job').value === '{new_job}'", timeout=240_000
-        )
+        page.wait_for_function(f"document.getElementById('dep-job').value === '{new_job}'")
+        page.wait_for_selector("#deploy:not([disabled])", timeout=240_000)  # it succeeded
         assert page.is_visible("#dep-queries-label") and page.is_visible("#dep-epsilon-label")
         page.select_option("#dep-job", dp["id"])  # an adapter takes neither ε nor queries
         assert page.is_hidden("#dep-queries-label") and page.is_hidden("#dep-epsilon-label")
@@ -506,3 +506,58 @@ def test_a_user_with_history_acts_on_what_they_just_made(working_server, tmp_pat
         assert spent["left"] < 64  # the playground queried the new deployment
         untouched = c.get(f"/v1/deployments/{old_deps[0]}/budget").json()["queries"]
         assert untouched["left"] == untouched["total"] == 32  # and not the older one
+
+
+def test_deploy_clicked_early_waits_for_the_job_just_started(working_server, tmp_path):
+    """Right after "Start job", the deploy form offered the newest *finished* job (another
+    dataset's ensemble), and Deploy reserved ε on it. Now the form selects the job just
+    started, says it is waiting for it, and deploys nothing else; once it has succeeded,
+    Deploy serves it. A button on an older job asks first."""
+    from playwright.sync_api import sync_playwright
+
+    srv = working_server
+    key = srv.tenant("early-deploy")
+    with srv.client(key) as c:
+        files = {"file": ("old.txt", f"{NOTES}\nan older note\n".encode(), "text/plain")}
+        old_ds = c.post("/v1/datasets", files=files, data={"budget_epsilon": "50"}).json()["id"]
+        old = c.post("/v1/jobs", json={"kind": "ensemble", "dataset_id": old_ds,
+                                       "params": {"parts": 2, "block_size": 16}}).json()  # fmt: skip
+        wait_for_jobs(c, [old["id"]])
+    src = tmp_path / "fresh.txt"
+    src.write_text("\n".join(f"a fresh ticket number {i} about the scanner" for i in range(30)))
+    dialogs: list[str] = []
+    with sync_playwright() as p:
+        browser = launch(p)
+        page = browser.new_page()
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        perturb_in_page(page, srv.url, key, src)
+        page.fill("#budget-epsilon", "50")
+        page.click("#upload")
+        page.wait_for_selector("#upload-status:has-text('stored as')", timeout=60_000)
+        new_ds = page.inner_text("#upload-status").split("stored as ")[1].split(" ")[0]
+        page.wait_for_function(f"document.getElementById('job-dataset').value === '{new_ds}'")
+        page.select_option("#job-kind", "ensemble")
+        page.fill("#job-parts", "2")
+        page.click("#submit-job")
+        page.wait_for_selector("#job-status:has-text('queued')")
+        new_job = page.inner_text("#job-status").split("queued ")[1].strip()
+        page.wait_for_function(f"document.getElementById('dep-job').value === '{new_job}'")
+        assert f"waiting for job {new_job}" in page.inner_text("#dep-target")
+        assert page.is_disabled("#deploy")
+        page.click("#deploy", force=True)  # clicked early: nothing is deployed
+        shot(page, "deploy-waiting")
+        with srv.client(key) as c:
+            assert c.get("/v1/deployments").json()["data"] == []
+        page.wait_for_selector("#deploy:not([disabled])", timeout=240_000)
+        assert f"serves job {new_job} with pmixed" in page.inner_text("#dep-target")
+        page.fill("#dep-epsilon", "8")
+        page.fill("#dep-queries", "16")
+        page.click("#deploy")
+        page.wait_for_selector("#deploy-status:has-text('deployed')", timeout=60_000)
+        page.select_option("#dep-job", old["id"])  # an older job: the page asks first
+        page.click("#deploy")
+        browser.close()
+    assert any(old["id"] in d for d in dialogs)  # asked, and dismissed: nothing deployed
+    with srv.client(key) as c:
+        deps = c.get("/v1/deployments").json()["data"]
+    assert [d["job_id"] for d in deps] == [new_job]

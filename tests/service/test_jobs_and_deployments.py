@@ -8,7 +8,14 @@ import pytest
 
 from privlm.accounting import PrivacyLedger
 from privlm.errors import PrivlmError
-from tests.service.conftest import complete, deploy, job, run_queue, submit
+from tests.service.conftest import (
+    assert_names_no_server_path,
+    complete,
+    deploy,
+    job,
+    run_queue,
+    submit,
+)
 
 
 def test_pmixed_deployment_charges_every_token_then_refuses(service, ensemble_job):
@@ -126,6 +133,7 @@ def test_dpsgd_job_charges_the_dataset_and_serves_its_adapter(service):
 
     names = zipfile.ZipFile(io.BytesIO(r.content)).namelist()
     assert "privacy.json" in names and "adapter_model.safetensors" in names
+    assert_names_no_server_path(service, r.content)
     other = service.client.get(f"/v1/jobs/{j['id']}/artifact", headers=service.auth("globex"))
     assert other.status_code == 404
     dep = deploy(service, "acme", j["id"], mechanism="adapter").json()["id"]
@@ -269,6 +277,7 @@ def test_a_jft_job_says_sdp_in_its_job_artefact_card_and_deployment(service):
     assert done["guarantee"]["kind"] == "SDP" and done["guarantee"]["dp_epsilon"] is None
     assert "no ordinary DP guarantee" in done["guarantee"]["text"]
     r = service.client.get(f"/v1/jobs/{j['id']}/artifact", headers=service.auth("acme"))
+    assert_names_no_server_path(service, r.content)
     files = zipfile.ZipFile(io.BytesIO(r.content))
     privacy = json.loads(files.read("privacy.json"))
     assert privacy["guarantee_kind"] == "SDP" and privacy["dp_epsilon"] is None
@@ -448,12 +457,19 @@ def test_pate_public_inputs_must_be_declared_public_and_share_no_private_record(
         r = pate_on(service, p["id"], public_id)
         assert r.status_code == 400 and "verbatim" in r.json()["error"]["message"]
     mixed = "\n".join([*(f"a film number {i}" for i in range(10)), "a great film 3"])
-    q = service.upload("acme", mixed, filename="q.txt", public="true").json()
+    r = service.upload("acme", mixed, filename="q.txt", public="true")  # a private record
+    message = r.json()["error"]["message"]
+    assert r.status_code == 400 and "1 of its 11 records" in message
+    assert "great film" not in message  # the count, never the text
+    clean = "\n".join(f"a film number {i}" for i in range(10))
+    q = service.upload("acme", clean, filename="q.txt", public="true").json()
     assert q["kind"] == "public" and q["budget"] is None
+    # later, one of its records is uploaded as private data (another dataset's)
+    service.upload("acme", "a film number 4\nsomething else", budget_epsilon=4)
     r = pate_on(service, p["id"], q["id"])
     message = r.json()["error"]["message"]
-    assert r.status_code == 400 and "1 of the 11 public inputs" in message
-    assert "great film" not in message  # the count, never the text
+    assert r.status_code == 400 and "1 of the 10 public inputs" in message
+    assert "film number" not in message
     assert PrivacyLedger(service.ledgers, f"dataset-{p['id']}").count() == 0
     r = service.client.post(  # a public dataset has no budget: no private job on it
         "/v1/jobs", headers=service.auth("acme"), json={"kind": "dpsgd", "dataset_id": q["id"]}
@@ -461,17 +477,19 @@ def test_pate_public_inputs_must_be_declared_public_and_share_no_private_record(
     assert r.status_code == 400 and "public" in r.json()["error"]["message"]
 
 
-def test_the_same_records_uploaded_again_are_refused_not_given_a_second_budget(service):
+def test_the_same_records_uploaded_again_join_the_first_budget(service):
     first = service.upload("acme", "note one\nnote two\nnote three", budget_epsilon=4).json()
-    again = service.upload("acme", "note one\nnote two\nnote three", budget_epsilon=4)
-    assert again.status_code == 400 and first["id"] in again.json()["error"]["message"]
+    again = service.upload("acme", "note one\nnote two\nnote three", budget_epsilon=4).json()
+    assert again["budget_of"] == first["id"] and "joins that budget" in again["budget_note"]
     as_jsonl = "\n".join(json.dumps({"text": t}) for t in ("note three", "note one", "note two"))
-    reordered = service.upload("acme", as_jsonl, filename="n.jsonl")  # record for record
-    assert reordered.status_code == 400 and "second budget" in reordered.json()["error"]["message"]
+    reordered = service.upload("acme", as_jsonl, filename="n.jsonl").json()  # record for record
+    assert reordered["budget_of"] == first["id"]
     public = service.upload("acme", "note one\nnote two\nnote three", public="true")
     assert public.status_code == 400 and "cannot be declared public" in public.text
-    assert service.upload("globex", "note one\nnote two\nnote three").status_code == 201
-    assert service.upload("acme", "note one\nnote two\nnote four").status_code == 201
+    other = service.upload("globex", "note one\nnote two\nnote three").json()  # another tenant
+    assert "budget_of" not in other
+    fresh = service.upload("acme", "note four\nnote five").json()
+    assert "budget_of" not in fresh and "default" in fresh["budget_note"]
 
 
 def test_a_screened_deployment_reserves_c_paid_tokens_and_charges_before_release(

@@ -11,7 +11,7 @@ import zipfile
 import pytest
 
 from privlm.accounting import PrivacyLedger
-from tests.service.conftest import job, run_queue, submit
+from tests.service.conftest import assert_names_no_server_path, job, run_queue, submit
 
 SPEC = {
     "name": "ticket-topic",
@@ -70,10 +70,12 @@ def test_pate_and_prompt_dpsgd_jobs_learn_a_tenants_own_task(service):
     ledger = PrivacyLedger(service.ledgers, f"dataset-{private}")
     assert ledger.count() >= 2 and ledger.spent().epsilon <= 60
     art = service.client.get(f"/v1/jobs/{pate['id']}/artifact", headers=service.auth("acme"))
+    assert_names_no_server_path(service, art.content)
     student = json.loads(zipfile.ZipFile(io.BytesIO(art.content)).read("student_prompt.json"))
     assert student["task"] == "ticket-topic"
     assert all("storm" in d["text"] and d["label"] in SPEC["labels"] for d in student["demos"])
     art = service.client.get(f"/v1/jobs/{dp['id']}/artifact", headers=service.auth("acme"))
+    assert_names_no_server_path(service, art.content)
     statement = json.loads(zipfile.ZipFile(io.BytesIO(art.content)).read("privacy.json"))
     assert statement["task"] == "ticket-topic" and statement["unit"] == "user"
 

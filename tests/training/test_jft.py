@@ -97,7 +97,8 @@ def test_direct_mode_is_sdp_at_phase_twos_epsilon(tmp_path):
     card = (tmp_path / "m-phase1" / "README.md").read_text()  # phase 1's card
     assert "**Guarantee:** none" in card and "policy 'regex'" in card and "Do not" in card
     privacy = json.loads((tmp_path / "m" / "privacy.json").read_text())
-    assert privacy["init_adapter"] == str(tmp_path / "m-phase1")
+    assert privacy["init_adapter"] == "JFT phase 1: kept by the curator, not released"
+    assert str(tmp_path) not in json.dumps(privacy) + json.dumps(saved)  # no local path
     # the policy's detector: its name, version and whether it was measured on held-out text
     assert privacy["detector"]["name"] == "regex" and "privlm" in privacy["detector"]["version"]
     assert privacy["detector"]["heldout_recall"] is None  # regex alone was never benchmarked

@@ -45,7 +45,14 @@ def serve(
     data_dir: Path = DATA_DIR_OPTION,
     db: str | None = DB_OPTION,
     model: str = MODEL_OPTION,
-    worker: bool = typer.Option(True, help="Start the job worker process alongside."),
+    worker: bool = typer.Option(True, help="Start the job workers alongside."),
+    workers: int = typer.Option(
+        2,
+        min=1,
+        max=64,
+        help="Job worker processes. A tenant runs at most workers − 1 jobs at once (at "
+        "least 1), so with 2 or more one is always free for the other tenants.",
+    ),
     max_upload_mb: float = typer.Option(20.0, help="Largest dataset upload, in MB."),
     device: str = DEVICE_OPTION,
     dtype: str = DTYPE_OPTION,
@@ -77,19 +84,21 @@ def serve(
         ),
     )  # fmt: skip
     app_ = asgi_app(settings)  # creates the schema before the worker starts
-    child = None
-    if worker:
-        child = subprocess.Popen(
-            [sys.executable, "-m", "privlm", "service", "worker", "--data-dir", str(settings.data_dir),
-             "--db", url, "--model", model, "--die-with-parent"],
-        )  # fmt: skip
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    command = [
+        sys.executable, "-m", "privlm", "service", "worker", "--data-dir", str(settings.data_dir),
+        "--db", url, "--model", model, "--die-with-parent",
+        "--tenant-cap", str(max(1, workers - 1)), "--threads", str(threads),
+    ]  # fmt: skip
+    children = [subprocess.Popen(command) for _ in range(workers if worker else 0)]
     try:
         # uvicorn's access log writes query strings; privlm's own (url_keys.AccessLog) does not
         _log_access()
         uvicorn.run(app_, host=host, port=port, log_level="info", access_log=False)
     finally:
-        if child is not None:
+        for child in children:
             child.terminate()
+        for child in children:
             child.wait(timeout=30)
 
 
@@ -100,12 +109,19 @@ def worker_cmd(
     db: str | None = DB_OPTION,
     model: str = MODEL_OPTION,
     die_with_parent: bool = typer.Option(False, hidden=True),
+    tenant_cap: int = typer.Option(
+        1, min=1, help="Jobs one tenant may run at once, across all workers."
+    ),
+    threads: int | None = typer.Option(
+        None, min=1, help="torch threads (default: all cores; share them between workers)."
+    ),
 ) -> None:
-    """Run queued jobs (privlm serve starts one; run more on other machines with --db)."""
+    """Run queued jobs (privlm serve starts --workers of them; run more on other machines
+    with --db). Tenants are served round-robin (privlm.service.job_queue)."""
     require("service", "the service")
     from privlm.service.worker import run_worker
 
-    run_worker(_url(db, data_dir), data_dir.resolve(), model, die_with_parent)
+    run_worker(_url(db, data_dir), data_dir.resolve(), model, die_with_parent, tenant_cap, threads)
 
 
 @app.command("tenant-create")

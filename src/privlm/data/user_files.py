@@ -7,9 +7,14 @@
 - A headerless ``.csv`` (``no_header=True``) names its columns by position, from 1.
 - Any of them gzip-compressed (``.txt.gz``, ``.jsonl.gz``, ``.csv.gz``).
 
+Records are separated by ``\n`` or ``\r\n`` only: a form feed, a vertical tab, U+2028 or
+U+0085 inside a line is text, never a new record (and a new privacy unit).
+
 Every problem is a :class:`DataError` naming the file, the line and what is wrong: a
-missing file, undecodable bytes, invalid JSON or CSV, a missing column, a record over the
-size limit, no records at all. No error quotes a record's content, nor a header row's
+missing file, undecodable bytes, a NUL byte, invalid JSON (NaN and Infinity included, or
+nested deeper than ``MAX_JSON_DEPTH``) or CSV, a duplicated CSV column, a label that is
+neither a string nor an integer (or a file mixing the two), a user id that is neither, a
+missing column, a record over the size limit, no records at all. No error quotes a record's content, nor a header row's
 (which, in a file without one, is a record). Rows with empty text are skipped, counted and reported,
 never dropped silently.
 """
@@ -28,6 +33,7 @@ from privlm.data.records import Dataset, Record, Skip
 from privlm.errors import DataError
 
 MAX_RECORD_CHARS = 200_000
+MAX_JSON_DEPTH = 64  # nesting of a JSONL line's arrays and objects
 SUFFIXES = (".txt", ".jsonl", ".csv")
 
 
@@ -51,11 +57,24 @@ def _read_text(path: Path) -> str:
         except (OSError, EOFError) as exc:
             raise DataError(path, f"not a valid gzip file ({type(exc).__name__})") from None
     try:
-        return raw.decode("utf-8-sig")
+        text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         # the offending bytes are not echoed: they may be private text
         raise DataError(path, f"undecodable bytes (not UTF-8) at byte {exc.start}", line) from None
+    if "\x00" in text:
+        line = text[: text.index("\x00")].count("\n") + 1
+        raise DataError(path, "a NUL byte (is the file binary?)", line)
+    return text
+
+
+def lines_of(content: str) -> list[str]:
+    """The lines of ``content``, split at ``\n`` and ``\r\n`` only (``str.splitlines`` would
+    split at form feeds, U+2028 and five more, making one line several records)."""
+    lines = content.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
 def _check_size(path: Path, line: int, text: str, limit: int) -> None:
@@ -70,7 +89,7 @@ def _txt(path: Path, content: str, records: str, limit: int) -> Dataset:
         raise DataError(path, f"records must be 'line' or 'block', got {records!r}")
     out: list[Record] = []
     skipped: list[Skip] = []
-    lines = content.splitlines()
+    lines = lines_of(content)
     if records == "line":
         for i, line in enumerate(lines, start=1):
             if not line.strip():
@@ -97,26 +116,54 @@ def _txt(path: Path, content: str, records: str, limit: int) -> Dataset:
 def jsonl_rows(path: Path, content: str) -> list[tuple[int, dict[str, Any]]]:
     """(line number, object) of each non-blank JSON line; errors name the file and line."""
     rows = []
-    for i, line in enumerate(content.splitlines(), start=1):
+    for i, line in enumerate(lines_of(content), start=1):
         if not line.strip():
             continue
+        if json_depth(line) > MAX_JSON_DEPTH:
+            raise DataError(path, f"JSON nested deeper than {MAX_JSON_DEPTH} levels", i)
         try:
-            obj = json.loads(line)
+            obj = json.loads(line, parse_constant=_no_constant)
         except json.JSONDecodeError as exc:
             raise DataError(path, f"invalid JSON: {exc.msg} (column {exc.colno})", i) from None
+        except ValueError as exc:
+            raise DataError(path, f"invalid JSON: {exc}", i) from None
         if not isinstance(obj, dict):
             raise DataError(path, f"each line must be a JSON object, got {type(obj).__name__}", i)
         rows.append((i, obj))
     return rows
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (numbers must be finite)")
+
+
+def json_depth(line: str) -> int:
+    """The deepest nesting of arrays and objects in a JSON text (brackets inside strings
+    ignored), found without parsing, so a deep line cannot exhaust the parser's stack."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in line:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
 def _csv_rows(path: Path, content: str) -> Iterator[tuple[int, list[str]]]:
-    """(first line, fields) of every row, strictly: an unterminated quoted field, a quote
-    inside an unquoted field or a NUL byte is refused with its line, never read as one long
-    record (RFC 4180; Python's csv module in strict mode)."""
-    if "\x00" in content:
-        line = content[: content.index("\x00")].count("\n") + 1
-        raise DataError(path, "a NUL byte in a CSV file (is it binary?)", line)
+    """(first line, fields) of every row, strictly: an unterminated quoted field or a quote
+    inside an unquoted field is refused with its line, never read as one long record
+    (RFC 4180; Python's csv module in strict mode)."""
     reader = csv.reader(io.StringIO(content, newline=""), strict=True)
     first = 1
     try:
@@ -140,6 +187,7 @@ def _rows_csv(path: Path, content: str, no_header: bool) -> list[tuple[int, dict
                 names = [str(i) for i in range(1, len(fields) + 1)]
             else:
                 names = fields
+                _check_header(path, names, line)
                 continue
         if len(fields) != len(names):
             n, m = len(fields), len(names)
@@ -154,6 +202,24 @@ def _rows_csv(path: Path, content: str, no_header: bool) -> list[tuple[int, dict
     if names is None and not no_header:
         raise DataError(path, "no header row (a .csv needs column names, or --no-header)")
     return rows
+
+
+def _check_header(path: Path, names: list[str], line: int) -> None:
+    """A column named twice would keep one of its values silently: refused."""
+    seen: set[str] = set()
+    for n, name in enumerate(names, start=1):
+        if name in seen:
+            raise DataError(path, f"column {n} repeats an earlier column's name", line)
+        seen.add(name)
+
+
+def _scalar(path: Path, value: Any, what: str, line: int) -> str | int:
+    """A label or user id: a string or an integer (not a boolean, float, object or list)."""
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise DataError(
+            path, f"the {what} must be a string or an integer, got {type(value).__name__}", line
+        )
+    return value
 
 
 def _tabular(
@@ -176,6 +242,7 @@ def _tabular(
             "--no-header with --text-column N (its position, from 1)",
         )
     by_user = unit_column in present
+    label_kinds: dict[type, int] = {}
     out: list[Record] = []
     skipped: list[Skip] = []
     for line, row in rows:
@@ -192,6 +259,8 @@ def _tabular(
         _check_size(path, line, text, limit)
         if by_user:
             user = row.get(unit_column)
+            if user is not None:
+                user = _scalar(path, user, "user id", line)
             if user is None or str(user).strip() == "":
                 raise DataError(
                     path,
@@ -203,6 +272,17 @@ def _tabular(
         else:
             unit = f"record-{len(out)}"
         label = row.get(label_column)
+        if label is not None and label != "":
+            label = _scalar(path, label, "label", line)
+            first = label_kinds.setdefault(type(label), line)
+            if len(label_kinds) > 1:
+                other = min(v for k, v in label_kinds.items() if k is not type(label))
+                raise DataError(
+                    path,
+                    'labels mix strings and integers (1 and "1" would become one label); use '
+                    f"one type per file (line {other} has the other type)",
+                    first,
+                )
         extra = {
             k: str(v) for k, v in row.items() if k not in (text_column, unit_column, label_column)
         }

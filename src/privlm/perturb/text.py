@@ -18,7 +18,7 @@ from privlm.perturb.vocabulary import Vocabulary
 TOKEN = re.compile(r"[^\W_]+|\S")
 
 
-NEWLINE = re.compile(r"\r\n|\r|\n")
+NEWLINE = re.compile(r"\r\n|\n")  # the service's loader splits records at these only
 
 
 def tokenize(text: str) -> list[str]:
@@ -26,7 +26,8 @@ def tokenize(text: str) -> list[str]:
 
 
 def split_lines(text: str) -> list[str]:
-    """Lines at \\n, \\r\\n or \\r, a final empty line dropped (as perturb.js does)."""
+    """Lines at \\n or \\r\\n, a final empty line dropped (as perturb.js does, and as the
+    service's loader splits records: privlm.data.user_files.lines_of)."""
     lines = NEWLINE.split(text)
     if lines and lines[-1] == "":
         lines.pop()

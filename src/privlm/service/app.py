@@ -17,11 +17,13 @@ from fastapi.staticfiles import StaticFiles
 from privlm.accounting.ledger import durable_engine
 from privlm.service import openai_api
 from privlm.service.api_errors import SafeJSONResponse
+from privlm.service.datasets import load_records, sweep_uploads
 from privlm.service.db import ledger_url, make_engine, session_factory
 from privlm.service.deployments import DeploymentRuntime
 from privlm.service.errors_http import install_error_handlers
 from privlm.service.keys import tenant_for_key
 from privlm.service.limits import BodySizeLimit
+from privlm.service.record_index import backfill, server_secret
 from privlm.service.routes import datasets, deployments, jobs, page
 from privlm.service.state import ServiceSettings as ServiceSettings
 from privlm.service.state import ServiceState
@@ -31,13 +33,20 @@ ROUTERS = (page.router, datasets.router, jobs.router, deployments.router, openai
 
 
 def service_state(settings: ServiceSettings) -> ServiceState:
-    """The databases, the ledgers' pool and the deployment runtime of one service."""
+    """The databases, the ledgers' pool and the deployment runtime of one service; the
+    leftovers of uploads a crash interrupted are swept, and the records of datasets stored
+    before the record index are indexed."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     engine = make_engine(settings.db_url)
     ledgers = ledger_url(settings.db_url, settings.data_dir)
+    sessions = session_factory(engine)
+    sweep_uploads(settings.data_dir)
+    with sessions.begin() as s:
+        secret = server_secret(s, settings.data_dir)
+        backfill(s, secret, load_records)
     return ServiceState(
-        settings, engine, session_factory(engine), ledgers, durable_engine(ledgers),
-        DeploymentRuntime(ledgers, settings.scheduling),
+        settings, engine, sessions, ledgers, durable_engine(ledgers),
+        DeploymentRuntime(ledgers, settings.scheduling), secret,
     )  # fmt: skip
 
 

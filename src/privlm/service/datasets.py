@@ -6,25 +6,32 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from privlm.accounting import PrivacyLedger
 from privlm.config import check_settings, setting
 from privlm.data import Dataset as Records
 from privlm.data import load_file
-from privlm.data.records import content_digest
 from privlm.errors import DataError, PrivlmError
-from privlm.service.db import Dataset, new_id
+from privlm.service.db import Dataset, new_id, now
+from privlm.service.record_index import (
+    budgets_sharing,
+    describe_sharing,
+    index_records,
+    keyed_digests,
+    tenant_key,
+)
 from privlm.service.storage import dataset_path
 from privlm.service.strict import MAX_BUDGET_EPSILON
 from privlm.training.sdp_charges import SDP_NOTE, charge_guarantee
 
 FORMATS = (".txt", ".jsonl", ".csv")
+UPLOAD_PREFIX = ".upload-"  # an upload being checked; removed if refused, swept at start
 MAX_NAME = 200
 # The fields a job reads: the text, a label, a (pseudonymous) user id, and the second text of
 # the bundled sentence-pair tasks. Anything else is refused, never stored,
@@ -59,6 +66,9 @@ def parse_fields(fields: str | None) -> tuple[str, ...]:
     return names
 
 
+MIN_BUDGET_EPSILON = 0.01  # below this a budget admits no useful job; a typo, most likely
+
+
 @dataclass(frozen=True)
 class DatasetBudget:
     """A dataset's privacy budget, fixed at upload: what every job and deployment on it may
@@ -66,7 +76,7 @@ class DatasetBudget:
 
     epsilon: float = setting(
         8.0, "The dataset's budget ε: every job and deployment on it together (1 to 8 is usual)",
-        gt=0, le=MAX_BUDGET_EPSILON,
+        ge=MIN_BUDGET_EPSILON, le=MAX_BUDGET_EPSILON,
     )  # fmt: skip
     delta: float = setting(1e-5, "The dataset's budget δ", gt=0, lt=1)
 
@@ -77,11 +87,21 @@ class DatasetBudget:
 DEFAULT_BUDGET = DatasetBudget()
 
 
-def check_budget(epsilon: float, delta: float) -> None:
+def check_budget(epsilon: float, delta: float) -> DatasetBudget:
     try:
-        DatasetBudget(epsilon, delta)
+        return DatasetBudget(epsilon, delta)
     except PrivlmError as exc:
         raise UploadError(f"budget_{exc}") from None
+
+
+@dataclass(frozen=True)
+class Stored:
+    """An upload as stored: its row; the dataset whose budget it joined (None: a budget of
+    its own) and how many of its records that one already held."""
+
+    row: Dataset
+    joined: Dataset | None = None
+    shared: int = 0
 
 
 def store_dataset(
@@ -90,94 +110,120 @@ def store_dataset(
     tenant_id: str,
     filename: str,
     content: bytes,
-    budget_epsilon: float,
-    budget_delta: float,
+    budget: DatasetBudget | None,
+    secret: bytes,
     perturbation: dict[str, Any] | None = None,
     name: str | None = None,
     require_dp: bool = False,
     fields: tuple[str, ...] = (),
     public: bool = False,
-) -> Dataset:
+) -> Stored:
     """Validate ``content`` as a ``.txt``/``.jsonl``/``.csv`` file and store it; besides
-    :data:`USED_FIELDS` it keeps only the ``fields`` named (a task template's)."""
+    :data:`USED_FIELDS` it keeps only the ``fields`` named (a task template's). A private
+    upload that shares a record with one of the tenant's budgets joins it (``budget`` then
+    does not apply); nothing of a refused upload stays on disk."""
     suffix = _suffix(filename)
-    check_budget(budget_epsilon, budget_delta)
     display = (name or Path(filename).name).strip()[:MAX_NAME] or "dataset"
     ds_id = new_id("ds")
     path = dataset_path(root, tenant_id, ds_id, suffix)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".upload-{path.name}")
+    tmp = path.with_name(f"{UPLOAD_PREFIX}{path.name}")
     tmp.write_bytes(content)
+    try:
+        records = _validated(tmp, display, fields)
+        digests = keyed_digests(records.records, tenant_key(secret, tenant_id))
+        owners = budgets_sharing(session, tenant_id, digests)
+        joined = _budget_owner(session, owners, public, display, len(records))
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    given = budget or DEFAULT_BUDGET
+    epsilon, delta = (
+        (joined.budget_epsilon, joined.budget_delta) if joined else (given.epsilon, given.delta)
+    )
+    row = Dataset(
+        id=ds_id, tenant_id=tenant_id, name=display, format=suffix.lstrip("."),
+        records=len(records), bytes=len(content), path=str(path),
+        budget_epsilon=epsilon, budget_delta=delta,
+        perturbation=None if perturbation is None else json.dumps(perturbation),
+        require_dp=require_dp, kind="public" if public else "private",
+        budget_id=None if public else (joined.budget_id or joined.id) if joined else ds_id,
+        records_indexed=not public,
+    )  # fmt: skip
+    session.add(row)
+    session.flush()
+    if not public:
+        index_records(session, tenant_id, digests, row.budget_id or ds_id)
+    shared = sum(owners.values())
+    return Stored(row, joined, shared)
+
+
+def _validated(tmp: Path, display: str, fields: tuple[str, ...]) -> Records:
+    """The upload's records, read by the CLI's loader; only the fields a job reads."""
     try:
         records = load_file(tmp)
     except DataError as exc:
-        tmp.unlink(missing_ok=True)
         where = f"line {exc.line}: " if exc.line else ""
         raise UploadError(f"{display}: {where}{exc.problem}") from None
     unused = sorted({k for r in records.records for k in r.fields} - {*USED_FIELDS, *fields})
     if unused:
-        tmp.unlink(missing_ok=True)
         raise UploadError(
             f"{display}: column(s) {', '.join(repr(c) for c in unused[:10])} are used by no job "
             f"and are not stored; upload only {', '.join(USED_FIELDS)} and the fields your "
             "task's template uses, named in 'fields' (the page drops the other columns, and "
             "sends a user id only as a keyed pseudonym)"
         )
-    digest = content_digest(records.records)
-    try:
-        check_not_a_copy(session, tenant_id, digest, public, display)
-    except UploadError:
-        tmp.unlink(missing_ok=True)
-        raise
-    os.replace(tmp, path)
-    row = Dataset(
-        id=ds_id, tenant_id=tenant_id, name=display, format=suffix.lstrip("."),
-        records=len(records), bytes=len(content), path=str(path),
-        budget_epsilon=budget_epsilon, budget_delta=budget_delta,
-        perturbation=None if perturbation is None else json.dumps(perturbation),
-        require_dp=require_dp, kind="public" if public else "private",
-        content_digest=digest,
-    )  # fmt: skip
-    session.add(row)
-    session.flush()
-    return row
+    return records
 
 
-def check_not_a_copy(
-    session: Session, tenant_id: str, digest: str, public: bool, display: str
-) -> None:
-    """Refuse a private upload whose records are a private dataset's of the same tenant
-    (a second budget for the same data), and a public upload of a private dataset's records
-    (its records would then leave verbatim). Records compare by text, whatever the bytes."""
-    twin = session.scalar(
-        select(Dataset).where(
-            Dataset.tenant_id == tenant_id,
-            Dataset.content_digest == digest,
-            Dataset.kind == "private",
-        )
-    )
-    if twin is None:
-        return
+def _budget_owner(
+    session: Session, owners: Counter[str], public: bool, display: str, size: int
+) -> Dataset | None:
+    """The dataset whose budget a private upload joins (None: a new budget); refuses a
+    public upload of private records, and an upload that would join two budgets."""
+    if not owners:
+        return None
+    shared = sum(owners.values())
     if public:
         raise UploadError(
-            f"{display}: these are the records of private dataset {twin.id} ({twin.name}); "
-            "private data cannot be declared public"
+            f"{display}: {shared} of its {size} records are records of the tenant's private "
+            f"data ({describe_sharing(session, owners)}); private records cannot be declared "
+            "public, even after their dataset was deleted"
         )
-    raise UploadError(
-        f"{display}: these are the records of dataset {twin.id} ({twin.name}), already "
-        "uploaded with its own budget; a second copy would get a second budget for the same "
-        f"data. Use {twin.id}"
-    )
+    if len(owners) > 1:
+        raise UploadError(
+            f"{display}: its records are shared with {len(owners)} different budgets "
+            f"({describe_sharing(session, owners)}). One body of records has one budget, and "
+            "this upload would join two; upload the records of each separately"
+        )
+    owner = session.get(Dataset, next(iter(owners)))
+    if owner is None:
+        raise UploadError(f"{display}: the budget its records belong to is missing")
+    return owner
 
 
 def load_records(row: Dataset) -> Records:
+    if row.deleted_at is not None:
+        raise PrivlmError(f"dataset {row.id} was deleted")
     return load_file(row.path)
 
 
 def delete_dataset(session: Session, row: Dataset) -> None:
-    """Remove the file and the row. (Its privacy ledger stays: spent budget is history.)"""
+    """A tombstone: the file and its text are removed; the row (for its budget id), the
+    ledger and the record digests stay, so spent budget is history an upload cannot undo."""
     Path(row.path).unlink(missing_ok=True)
-    session.delete(row)
+    row.path, row.deleted_at = "", now()
+    session.flush()
+
+
+def sweep_uploads(root: Path) -> int:
+    """Remove the leftovers of uploads a crash interrupted (``.upload-*`` files)."""
+    removed = 0
+    for leftover in Path(root).glob(f"tenants/*/datasets/{UPLOAD_PREFIX}*"):
+        leftover.unlink(missing_ok=True)
+        removed += 1
+    return removed
 
 
 def budget_state(ledger: PrivacyLedger) -> dict[str, Any]:
@@ -220,6 +266,8 @@ def describe(row: Dataset, ledger: PrivacyLedger | None = None) -> dict[str, Any
         "records": row.records,
         "bytes": row.bytes,
         "budget": budget,
+        # the dataset whose budget this one shares (they share records), else absent
+        **({"budget_of": row.budget_id} if row.budget_id not in (None, row.id) else {}),
         "perturbation": None if row.perturbation is None else json.loads(row.perturbation),
         "require_dp": bool(row.require_dp),
         "created_at": row.created_at.isoformat() + "Z",

@@ -75,7 +75,37 @@ class Dataset(Base):
     # released verbatim, e.g. as PromptPATE's public inputs)
     kind: Mapped[str] = mapped_column(String(8), default="private")
     content_digest: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # the dataset whose ledger is this one's budget: its own id, or the first dataset it
+    # shares a record with (privlm.service.record_index); None in databases made before
+    budget_id: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    records_indexed: Mapped[bool] = mapped_column(Boolean, default=False)
+    # a deleted dataset is a tombstone: its file and text are gone, its row, ledger and
+    # record digests stay, so an upload of the same records draws on the same budget
+    deleted_at: Mapped[datetime | None] = mapped_column(nullable=True)
     created_at: Mapped[datetime] = mapped_column(default=now)
+
+    @property
+    def ledger_name(self) -> str:
+        """The name of this dataset's budget ledger (shared by every dataset of its records)."""
+        return f"dataset-{self.budget_id or self.id}"
+
+
+class RecordDigest(Base):
+    """A record a tenant uploaded in a private dataset, as a keyed digest of its text, and
+    the budget it belongs to; kept when the dataset is deleted."""
+
+    __tablename__ = "record_digests"
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    digest: Mapped[str] = mapped_column(String(64), primary_key=True)
+    budget_id: Mapped[str] = mapped_column(String(40), index=True)
+
+
+class ServiceMeta(Base):
+    """Facts about the service itself (e.g. a check value of the record key)."""
+
+    __tablename__ = "service_meta"
+    key: Mapped[str] = mapped_column(String(80), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
 
 
 class Job(Base):
@@ -141,6 +171,9 @@ ADDED_COLUMNS = [
     ("jobs", "cancel_requested", "BOOLEAN NOT NULL DEFAULT FALSE"),
     ("datasets", "kind", "VARCHAR(8) NOT NULL DEFAULT 'private'"),
     ("datasets", "content_digest", "VARCHAR(64)"),
+    ("datasets", "budget_id", "VARCHAR(40)"),
+    ("datasets", "records_indexed", "BOOLEAN NOT NULL DEFAULT FALSE"),
+    ("datasets", "deleted_at", "TIMESTAMP"),
 ]
 
 

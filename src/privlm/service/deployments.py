@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from privlm.accounting import Charge, PrivacyLedger, RdpCurve
 from privlm.accounting.analysis import pmixed as pmixed_analysis
@@ -50,6 +50,18 @@ LEGACY_BOUND = "jensen"  # what deployments stored without a bound were reserved
 RESTATEMENT = "deployment-reservation-restatement"
 
 
+# the settings each mechanism reads; any other one given is refused (400)
+APPLIES = {
+    "pmixed": {"epsilon", "delta", "queries", "alpha", "sample_rate", "bound", "fallback"},
+    "screened": {
+        "epsilon", "delta", "alpha", "sample_rate", "paid_tokens", "threshold", "svt_share",
+        "fallback",
+    },
+    "submix": {"epsilon", "delta", "queries", "alpha", "beta", "fallback"},
+    "adapter": set(),
+}  # fmt: skip
+
+
 class DeploymentParams(BaseModel):
     """A deployment's settings; defaults, bounds and help come from PMixEDConfig,
     ScreenedPMixEDConfig and SubMixConfig (ε and α: the mechanism's own when not given).
@@ -75,6 +87,33 @@ class DeploymentParams(BaseModel):
     threshold: float = request_field(ScreenedPMixEDConfig, "threshold")
     svt_share: float = request_field(ScreenedPMixEDConfig, "svt_share")
     fallback: bool = Field(False, description="answer from the public model once spent")
+
+    @model_validator(mode="after")
+    def _only_what_applies(self) -> DeploymentParams:
+        given = self.model_fields_set - {"job_id", "mechanism"}
+        wrong = sorted(given - APPLIES[self.mechanism])
+        if wrong:
+            raise ValueError(
+                f"{', '.join(wrong)}: not a setting of a {self.mechanism} deployment (it takes "
+                f"{', '.join(sorted(APPLIES[self.mechanism])) or 'none'})"
+            )
+        return self
+
+    @classmethod
+    def from_row(cls, row: Deployment) -> DeploymentParams:
+        """A stored deployment's settings, read back: those of its mechanism only (rows
+        stored before every setting was checked against its mechanism hold them all). Every
+        PMixED deployment answers under the per-unit bound, whatever it was stored with."""
+        raw = json.loads(row.params)
+        mechanism = raw.get("mechanism", "pmixed")
+        kept = {k: v for k, v in raw.items() if k in {"job_id", "mechanism", *APPLIES[mechanism]}}
+        if "bound" in kept:
+            kept["bound"] = REPLACEMENT
+        return cls(**kept)
+
+    def stored(self) -> dict[str, Any]:
+        """The settings as stored with the deployment: those of its mechanism only."""
+        return self.model_dump(include={"job_id", "mechanism", *APPLIES[self.mechanism]})
 
     def mixture(self) -> MixtureConfig:
         """The private mixture's config (PMixED's for an adapter deployment, whose budget
@@ -154,11 +193,21 @@ class DeploymentRuntime:
         self._lock = threading.Lock()
         self.models = ModelPool()  # one copy of each public model, shared by deployments
 
-    def get(self, row: Deployment, job: Job) -> LoadedDeployment:
+    def stop(self, deployment_id: str) -> None:
+        """Unload a deployment (its row was deleted): completions already taken finish,
+        nothing more is admitted, and its generation thread ends."""
+        with self._lock:
+            loaded = self._loaded.pop(deployment_id, None)
+        if loaded is not None:
+            loaded.scheduler.close()
+
+    def get(self, row: Deployment, job: Job, budget: str | None = None) -> LoadedDeployment:
+        """The loaded deployment; ``budget`` names its dataset's ledger (a legacy
+        reservation is restated there on the first load)."""
         with self._lock:
             if row.id not in self._loaded:
                 self._loaded[row.id] = load_deployment(
-                    row, job, self.ledger_url, self.models, (self.limits, self.gate)
+                    row, job, self.ledger_url, self.models, (self.limits, self.gate), budget
                 )
             return self._loaded[row.id]
 
@@ -166,18 +215,19 @@ class DeploymentRuntime:
 def load_deployment(
     row: Deployment, job: Job, ledger_url: str, models: ModelPool | None = None,
     scheduling: tuple[SchedulerLimits, TenantGate] | None = None,
+    budget: str | None = None,
 ) -> LoadedDeployment:  # fmt: skip
     """A deployment ready to answer, its public model taken from ``models`` (the serve
     --device policy) so that deployments of one model share its weights."""
     models = models if models is not None else ModelPool()
     raw = json.loads(row.params)
-    params = DeploymentParams(**{**raw, "bound": REPLACEMENT})  # every one answers per unit
+    params = DeploymentParams.from_row(row)
     loaded, statement = _served(job, models)
     predictor = build_predictor(
         params.config(statement), loaded, ledger=ledger_url, name=f"deployment-{row.id}"
     )
     if isinstance(predictor, PMixED) and deployment_bound(raw) != REPLACEMENT:
-        restate_reservation(ledger_url, job, row, predictor)
+        restate_reservation(ledger_url, job, row, predictor, budget)
     public = build_predictor(PlainConfig("public"), loaded)
     default = SchedulerLimits()
     limits, gate = scheduling or (default, TenantGate(default.tenant_max, default.max_queue))
@@ -208,7 +258,9 @@ def deployment_bound(params: dict[str, Any]) -> str:
     return str(params.get("bound", LEGACY_BOUND))
 
 
-def restate_reservation(ledger_url: str, job: Job, row: Deployment, predictor: Predictor) -> None:
+def restate_reservation(
+    ledger_url: str, job: Job, row: Deployment, predictor: Predictor, budget: str | None = None
+) -> None:
     """A deployment reserved under a per-part bound: its lifetime, restated per unit, is
     compared with what its dataset's ledger reserved, and the excess is recorded there once,
     durably. The lifetime is what its tokens cost per unit, each at the radius and order it
@@ -219,7 +271,7 @@ def restate_reservation(ledger_url: str, job: Job, row: Deployment, predictor: P
     says why, and the deployment refuses every further private token."""
     if not isinstance(predictor, PMixED):
         return
-    dataset = PrivacyLedger(ledger_url, f"dataset-{job.dataset_id}")
+    dataset = PrivacyLedger(ledger_url, budget or f"dataset-{job.dataset_id}")
     records = dataset.charges()
     if any(r.mechanism == RESTATEMENT and r.params.get("deployment") == row.id for r in records):
         return
@@ -256,7 +308,7 @@ def restate_reservation(ledger_url: str, job: Job, row: Deployment, predictor: P
 def deployment_guarantee(row: Deployment, job: Job | None) -> dict[str, Any]:
     """What a deployment's answers guarantee: PMixED in (ε, δ), SubMix
     in Rényi DP at its order, a DP adapter's training ε, or a JFT adapter's SDP."""
-    p = DeploymentParams(**json.loads(row.params))
+    p = DeploymentParams.from_row(row)
     if row.mechanism == "pmixed":
         return {"kind": "DP", "relation": pmixed_analysis.relation(REPLACEMENT),
                 "text": f"({row.budget_epsilon:g}, {row.budget_delta:g})-DP over all its "
@@ -337,7 +389,7 @@ def create_ledgers(row: Deployment, job: Job, ledger_url: str) -> None:
     from privlm.predict.submix import part_ledgers
     from privlm.training.manifest import load_manifest
 
-    cfg = DeploymentParams(**json.loads(row.params)).config()
+    cfg = DeploymentParams.from_row(row).config()
     name = f"deployment-{row.id}"
     if isinstance(cfg, PMixEDConfig | ScreenedPMixEDConfig):
         PrivacyLedger(ledger_url, name, Budget(cfg.epsilon, cfg.delta))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -307,13 +308,22 @@ def job_task(params: TaskParams) -> Task:
     return task
 
 
-def check_task_data(params: TaskParams, private: Dataset, public: Dataset | None) -> None:
-    """At submission: the datasets fit the job's task (labels, template fields), and
-    PromptPATE's public inputs are public by declaration and share no private record (they
-    leave verbatim in the student prompt)."""
+def check_task_data(
+    params: TaskParams, private: Dataset, public: Dataset | None, model: str
+) -> list[Record] | None:
+    """At submission: the task's verbalisers can be told apart under ``model``'s tokenizer,
+    the datasets fit the job's task (labels, template fields), and PromptPATE's public
+    inputs are public by declaration and share no record of the job's private dataset
+    (they leave verbatim in the student prompt). Returns the public inputs, for the check
+    against every private record of the tenant (``privlm.service.record_index``)."""
     from privlm.prompting.pate_pipeline import check_public_inputs
+    from privlm.prompting.tasks import label_token_ids
 
     task = job_task(params)
+    try:
+        label_token_ids(task, tokenizer_of(model))
+    except DataError as exc:
+        raise PrivlmError(f"params.task: {exc.problem}") from None
     secret = task_records(private, task, "private")
     if public is not None:
         if public.kind != "public" or public.id == private.id:
@@ -322,7 +332,18 @@ def check_task_data(params: TaskParams, private: Dataset, public: Dataset | None
                 "inputs verbatim in the student prompt, so they must come from a dataset "
                 "uploaded as public (public=true, no budget)"
             )
-        check_public_inputs(secret, task_records(public, task, "public"))
+        inputs = task_records(public, task, "public")
+        check_public_inputs(secret, inputs)
+        return inputs
+    return None
+
+
+@lru_cache(maxsize=4)
+def tokenizer_of(model: str) -> Any:
+    """The service model's tokenizer (verbalisers are checked against it at submission)."""
+    from privlm.models.loading import load_tokenizer
+
+    return load_tokenizer(model)
 
 
 def task_records(ds: Dataset, task: Task, role: str) -> list[Record]:

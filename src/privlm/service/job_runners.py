@@ -39,8 +39,9 @@ P = TypeVar("P", bound=JobParams)
 
 
 def dataset_ledger(url: str | Engine, ds: Dataset) -> PrivacyLedger:
-    """The dataset's one budget: every DP job and every deployment of its ensembles."""
-    return PrivacyLedger(url, f"dataset-{ds.id}", Budget(ds.budget_epsilon, ds.budget_delta))
+    """The dataset's one budget, shared with every dataset of its records: every DP job and
+    every deployment of its ensembles (privlm.service.record_index)."""
+    return PrivacyLedger(url, ds.ledger_name, Budget(ds.budget_epsilon, ds.budget_delta))
 
 
 def job_ledger(ctx: JobContext) -> PrivacyLedger:

@@ -98,13 +98,16 @@ def progress(job: Job) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def describe(job: Job) -> dict[str, Any]:
+def describe(job: Job, queue_position: int | None = None) -> dict[str, Any]:
+    """A job as the API shows it; a queued job's place in line (1: next) when given
+    (:mod:`privlm.service.job_queue`)."""
     return {
         "id": job.id,
         "kind": job.kind,
         "dataset_id": job.dataset_id,
         "params": public_params(job),
         "status": job.status,
+        "queue_position": queue_position if job.status == "queued" else None,
         "stage": job.stage,
         "progress": progress(job),
         "cancel_requested": bool(job.cancel_requested),

@@ -26,6 +26,7 @@ import threading
 import time
 from collections import deque
 
+from privlm.errors import PrivlmError
 from privlm.predict.batching import DecodeBatch, Slot
 from privlm.predict.engine import EnsembleEngine, Prefill
 from privlm.predict.protocol import Sequence
@@ -48,12 +49,21 @@ class DeploymentScheduler:
         self.rejoin: deque[Completion] = deque()  # switching to the public fallback
         self.prefilling: deque[tuple[Completion, Sequence, Prefill]] = deque()
         self.wake = threading.Condition()
+        self.closed = False
         self.thread = threading.Thread(target=self._run, name=f"generate-{name}", daemon=True)
         self.thread.start()
+
+    def close(self) -> None:
+        """Admit nothing more; the thread ends once what it holds is done."""
+        with self.wake:
+            self.closed = True
+            self.wake.notify()
 
     def submit(self, c: Completion) -> None:
         """Queue ``c`` or refuse at once (:class:`Overloaded`)."""
         with self.wake:
+            if self.closed:
+                raise PrivlmError(f"deployment {self.name} was stopped")
             self.gate.enter(c.tenant)  # the tenant's cap (429), then the service's (503)
             c.on_over = lambda: self.gate.leave(c.tenant)
             self.pending.append(c)
@@ -70,6 +80,8 @@ class DeploymentScheduler:
         while True:
             with self.wake:
                 while not (self.pending or self.rejoin or self.prefilling or len(self.batch)):
+                    if self.closed:
+                        return
                     self.wake.wait()
             try:
                 self._admit()

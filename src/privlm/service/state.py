@@ -43,6 +43,7 @@ class ServiceState:
     ledgers: str  # the ledgers' database (a SQLAlchemy URL)
     ledger_engine: Engine  # one pool for the datasets' ledgers
     runtime: DeploymentRuntime
+    record_secret: bytes  # keys the tenants' record digests (privlm.service.record_index)
 
     def dataset_ledger(self, row: Dataset) -> PrivacyLedger:
         """The dataset's one budget."""
@@ -64,7 +65,10 @@ State = Annotated[ServiceState, Depends(service_state)]
 def own(s: Session, model: Any, ident: str, me: Tenant, what: str) -> Any:
     """The caller's row ``ident`` of ``model``; another tenant's is reported exactly like a
     missing one (404)."""
-    row = s.scalar(select(model).where(model.id == ident, model.tenant_id == me.id))
+    query = select(model).where(model.id == ident, model.tenant_id == me.id)
+    if model is Dataset:  # a deleted dataset is a tombstone, kept for its budget only
+        query = query.where(Dataset.deleted_at.is_(None))
+    row = s.scalar(query)
     if row is None:
         raise not_found(what, ident)
     return row

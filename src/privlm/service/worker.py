@@ -30,6 +30,7 @@ from privlm.errors import PrivlmError
 from privlm.progress import watch
 from privlm.service.db import Dataset, Job, ledger_url, make_engine, now, session_factory
 from privlm.service.job_params import PateParams, stored_params
+from privlm.service.job_queue import next_job
 from privlm.service.job_runners import (
     RUNNERS,
     JobCancelled,
@@ -60,8 +61,11 @@ def _pid_alive(pid: int | None) -> bool:
 
 
 class Worker:
-    def __init__(self, db_url: str, root: Path, model: str, poll: float = 1.0) -> None:
+    def __init__(
+        self, db_url: str, root: Path, model: str, poll: float = 1.0, tenant_cap: int = 1
+    ) -> None:
         self.db_url, self.root, self.model, self.poll = db_url, Path(root), model, poll
+        self.tenant_cap = tenant_cap  # a tenant's jobs running at once (privlm.service.job_queue)
         self.ledger_url = ledger_url(db_url, self.root)
         self.engine = make_engine(db_url)
         self.sessions: sessionmaker[Session] = session_factory(self.engine)
@@ -110,10 +114,8 @@ class Worker:
     # -- running ------------------------------------------------------------------------------
 
     def claim(self) -> str | None:
-        with self.sessions.begin() as s:
-            job = s.scalars(
-                select(Job).where(Job.status == "queued").order_by(Job.created_at).limit(1)
-            ).first()
+        with self.sessions.begin() as s:  # BEGIN IMMEDIATE: workers claim one at a time
+            job = next_job(s, self.tenant_cap)
             if job is None:
                 return None
             done = s.execute(
@@ -181,7 +183,9 @@ class Worker:
         beat = threading.Thread(target=self._heartbeat, args=(job_id, stop), daemon=True)
         beat.start()
         try:
-            if ds is None or (pub and (public is None or public.tenant_id != job.tenant_id)):
+            needed = (ds, public) if pub else (ds,)
+            gone = any(d is None or d.deleted_at is not None for d in needed)
+            if ds is None or gone or (public is not None and public.tenant_id != job.tenant_id):
                 raise PrivlmError("a dataset of this job was deleted before it ran")
             out = job_dir(self.root, job.tenant_id, job.id) / "output"
             out.parent.mkdir(parents=True, exist_ok=True)
@@ -241,11 +245,19 @@ class Worker:
         return ran
 
 
-def run_worker(db_url: str, root: Path, model: str, die_with_parent: bool = False) -> None:
-    """Entry point of ``privlm service worker``."""
+def run_worker(
+    db_url: str, root: Path, model: str, die_with_parent: bool = False, tenant_cap: int = 1,
+    threads: int | None = None,
+) -> None:  # fmt: skip
+    """Entry point of ``privlm service worker``; ``threads``: torch's, when several workers
+    share the machine's cores."""
     if die_with_parent:
         _die_with_parent()
-    Worker(db_url, root, model).loop()
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    Worker(db_url, root, model, tenant_cap=tenant_cap).loop()
 
 
 def _die_with_parent() -> None:

@@ -510,13 +510,15 @@ def fit_dpsgd(
     run: DpSgdRun,
     *,
     init_adapter: str | Path | None = None,
+    init_from: str | None = None,
     detector: Detector | None = None,
     progress: bool = True,
 ) -> FittedAdapter:
     """Step 3: train the adapter as ``run`` planned, releasing nothing. JFT composes DP-SGD
     through this step: ``init_adapter`` continues from a saved adapter (phase 2 from phase
-    1), ``detector`` redacts every example first (A.2 masks), and a run planned with a
-    rate factor accounts at q·m̃ (light noise)."""
+    1), which the statement describes as ``init_from`` (never by its path: a released file
+    names no local path), ``detector`` redacts every example first (A.2 masks), and a run
+    planned with a rate factor accounts at q·m̃ (light noise)."""
     reference = reference_of(model)
     groups = records_per_unit(dataset)
     unit = dataset.unit_kind
@@ -583,7 +585,7 @@ def fit_dpsgd(
         "data_size": PUBLIC_SIZE,
         "training": asdict(cfg),
         "model": reference,
-        "init_adapter": str(init_adapter) if init_adapter is not None else None,
+        "init_adapter": None if init_adapter is None else (init_from or "a saved adapter"),
         "detector": detector.name if detector is not None else None,
         "redacted_token_fraction": redacted_fraction,
         "seconds": time.perf_counter() - t0,

@@ -134,10 +134,12 @@ def train_jft(
     ``out_dir`` and is deleted once phase 2 is done, or fails."""
     out = Path(out_dir)
     if phase1_dir is not None:
-        return _train_jft(model, dataset, out, cfg, Path(phase1_dir), ledger, detector, progress)
+        return _train_jft(
+            model, dataset, out, cfg, (Path(phase1_dir), True), ledger, detector, progress
+        )
     scratch = out.with_name(f".{out.name}-phase1-{secrets.token_hex(4)}")
     try:
-        return _train_jft(model, dataset, out, cfg, scratch, ledger, detector, progress)
+        return _train_jft(model, dataset, out, cfg, (scratch, False), ledger, detector, progress)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         curator_report_path(scratch).unlink(missing_ok=True)
@@ -148,12 +150,15 @@ def _train_jft(
     dataset: Dataset,
     out: Path,
     cfg: JftConfig | None,
-    p1_dir: Path,
+    phase1_place: tuple[Path, bool],
     ledger: PrivacyLedger | None,
     detector: Detector | None,
     progress: bool,
 ) -> SdpStatement:
+    """``phase1_place``: where phase 1 is written, and whether it is kept (asked for) or a
+    scratch folder deleted after phase 2; a released file says which, never the path."""
     cfg = cfg or JftConfig()
+    p1_dir, kept = phase1_place
     det = _detector(cfg, detector)
     texts, _ = examples_per_unit(dataset)
     n = len(texts)
@@ -162,7 +167,10 @@ def _train_jft(
     delta = run2.delta
     p2_dp = replace(cfg.phase2, delta=delta)
     charges = [run2.charge(PHASE2_CHARGE, p2_dp, unit, reference)]
-    phase1: dict[str, Any] = {"mode": cfg.phase1, "adapter": str(p1_dir)}
+    phase1: dict[str, Any] = {
+        "mode": cfg.phase1,
+        "adapter": "kept by the curator, not released" if kept else "deleted after phase 2",
+    }
     miss: MissRateInterval | None = None
     run1: DpSgdRun | None = None
     p1_dp = replace(cfg.phase1_dp(), delta=delta)  # light noise: phase 1's DP-SGD
@@ -233,7 +241,10 @@ def _train_jft(
         dp_eps = composed_epsilon(
             [(s1, q1, n1), (run2.noise_multiplier, run2.sample_rate, run2.steps)], delta
         )
-    fitted2 = fit_dpsgd(model, dataset, p2_dp, run2, init_adapter=p1_dir, progress=progress)
+    fitted2 = fit_dpsgd(
+        model, dataset, p2_dp, run2, init_adapter=p1_dir,
+        init_from=f"JFT phase 1: {phase1['adapter']}", progress=progress,
+    )  # fmt: skip
     st2 = release_adapter(fitted2, out, budget, charges[-1], sdp_release_label(cfg, det, dp_eps))
     statement = _statement(cfg, det, phase1, st2, miss)
     released = release(statement.to_dict(), out)  # exact statistics beside, for the curator

@@ -48,14 +48,17 @@ def deploy(req: DeploymentParams, s: Db, me: Me, state: State) -> dict[str, Any]
     check_config(req)
     d = Deployment(
         id=new_id("dep"), tenant_id=me.id, job_id=job.id, mechanism=req.mechanism,
-        params=json.dumps(req.model_dump()), budget_epsilon=req.epsilon,
+        params=json.dumps(req.stored()), budget_epsilon=req.epsilon,
         budget_delta=req.delta, fallback=req.fallback,
     )  # fmt: skip
     dataset = s.get(Dataset, job.dataset_id)
-    if dataset is None and req.mechanism != "adapter":
+    gone = dataset is None or dataset.deleted_at is not None
+    if not job.output_dir or (gone and req.mechanism != "adapter"):
         raise ApiError(
-            409, "conflict", f"the dataset of job {job.id} was deleted, and its budget with it"
-        )
+            409, "conflict",
+            f"the dataset of job {job.id} was deleted, and the job's models with it (its "
+            "budget stays, spent as it was)",
+        )  # fmt: skip
     if dataset is not None:  # fail-closed: reserved, durably, before the deployment exists
         try:
             reserve_on_dataset(state.dataset_ledger(dataset), req, job, d.id)
@@ -113,7 +116,8 @@ def loaded_deployment(state: ServiceState, me: Tenant, deployment_id: str) -> Lo
         job = s.get(Job, d.job_id)
         if job is None:
             raise ApiError(409, "conflict", "the deployment's job is gone")
-    return state.runtime.get(d, job)
+        dataset = s.get(Dataset, job.dataset_id)
+    return state.runtime.get(d, job, None if dataset is None else dataset.ledger_name)
 
 
 @router.get("/deployments/{deployment_id}/budget")

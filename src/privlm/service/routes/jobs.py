@@ -13,8 +13,10 @@ from fastapi import APIRouter
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from privlm.accounting.ledger import PrivacyLedger
+from privlm.data import Record
 from privlm.service.api_errors import ApiError
 from privlm.service.auth import Db, Me
 from privlm.service.db import Dataset, Job, new_id, now
@@ -28,8 +30,15 @@ from privlm.service.job_params import (
     stored_params,
     validate_params,
 )
+from privlm.service.job_queue import positions
 from privlm.service.job_runners import add_event
 from privlm.service.job_views import describe, zip_artifact
+from privlm.service.record_index import (
+    budgets_sharing,
+    describe_sharing,
+    keyed_digests,
+    tenant_key,
+)
 from privlm.service.state import State, own
 from privlm.service.strict import STRICT_BODY
 
@@ -55,6 +64,21 @@ def check_fits_remaining(epsilon: float, ledger: PrivacyLedger) -> None:
         )  # fmt: skip
 
 
+def check_never_private(s: Session, tenant_id: str, inputs: list[Record], secret: bytes) -> None:
+    """Refuse PromptPATE public inputs that are records of any private dataset the tenant
+    ever uploaded (deleted ones included): they would leave verbatim in the student prompt.
+    The refusal gives the count, never the text."""
+    owners = budgets_sharing(s, tenant_id, keyed_digests(inputs, tenant_key(secret, tenant_id)))
+    if owners:
+        raise ApiError(
+            400, "invalid_request",
+            f"refused: {sum(owners.values())} of the {len(inputs)} public inputs are records of "
+            f"the tenant's private data ({describe_sharing(s, owners)}). PromptPATE releases "
+            "its public inputs verbatim in the student prompt, so the public data must hold "
+            "no private record, even of a deleted dataset",
+        )  # fmt: skip
+
+
 @router.post("", status_code=201)
 def submit_job(req: JobRequest, s: Db, me: Me, state: State) -> dict[str, Any]:
     dataset = own(s, Dataset, req.dataset_id, me, "dataset")
@@ -64,7 +88,9 @@ def submit_job(req: JobRequest, s: Db, me: Me, state: State) -> dict[str, Any]:
         public = None
         if isinstance(params, PateParams):
             public = own(s, Dataset, params.public_dataset_id, me, "dataset")
-        check_task_data(params, dataset, public)
+        inputs = check_task_data(params, dataset, public, state.settings.model)
+        if inputs is not None:
+            check_never_private(s, me.id, inputs, state.record_secret)
     planned = params.planned_epsilon
     if planned is not None:
         check_fits_remaining(planned, state.dataset_ledger(dataset))
@@ -76,18 +102,19 @@ def submit_job(req: JobRequest, s: Db, me: Me, state: State) -> dict[str, Any]:
     )  # fmt: skip
     s.add(job)
     s.flush()
-    return describe(job)
+    return describe(job, positions(s).get(job.id))
 
 
 @router.get("")
 def list_jobs(s: Db, me: Me) -> dict[str, Any]:
     rows = s.scalars(select(Job).where(Job.tenant_id == me.id).order_by(Job.created_at))
-    return {"data": [describe(r) for r in rows]}
+    line = positions(s)
+    return {"data": [describe(r, line.get(r.id)) for r in rows]}
 
 
 @router.get("/{job_id}")
 def get_job(job_id: str, s: Db, me: Me) -> dict[str, Any]:
-    return describe(own(s, Job, job_id, me, "job"))
+    return describe(own(s, Job, job_id, me, "job"), positions(s).get(job_id))
 
 
 @router.post("/{job_id}/cancel")
@@ -123,6 +150,8 @@ def artifact(job_id: str, s: Db, me: Me, state: State) -> Response:
         )  # fmt: skip
     if job.status != "succeeded":
         raise ApiError(409, "conflict", f"job {job.id} has not succeeded (status {job.status})")
+    if not job.output_dir:
+        raise ApiError(410, "gone", f"job {job.id}'s artefact was deleted with its dataset")
     model = stored_params(job).model or state.settings.model
     blob = zip_artifact(Path(job.output_dir), model, state.settings.data_dir)
     return Response(

@@ -280,10 +280,12 @@
     }).catch(function (e) { $("upload").disabled = true; status("upload-status", e.message, true); });
   }
 
+  /* The budget typed in; "" sends none, and the server answers with the default it applied
+   * (the same as an API upload without one). */
   function budgetEpsilon() {
     var raw = $("budget-epsilon").value.trim(), eps = Number(raw);
-    if (raw === "" || !isFinite(eps) || eps <= 0) {
-      throw new Error("enter the dataset's budget ε, a number above 0 (nothing was uploaded)");
+    if (raw !== "" && (!isFinite(eps) || eps <= 0)) {
+      throw new Error("the dataset's budget ε must be a number above 0, or empty for the default (nothing was uploaded)");
     }
     return raw;
   }
@@ -303,8 +305,9 @@
     // only the dataset name typed above leaves the page, never the file's own name
     form.append("file", new Blob([body], { type: "text/plain" }), "upload." + p.kind);
     form.append("name", $("ds-name").value);
-    form.append("budget_epsilon", budgetEpsilon());
-    form.append("budget_delta", $("budget-delta").value);
+    var eps = budgetEpsilon();
+    if (eps !== "") form.append("budget_epsilon", eps);
+    if ($("budget-delta").value.trim() !== "") form.append("budget_delta", $("budget-delta").value);
     form.append("require_dp", $("require-dp").checked ? "true" : "false");
     form.append("public", $("public-data").checked ? "true" : "false");
     form.append("perturbation", JSON.stringify({
@@ -315,7 +318,8 @@
     return api("/v1/datasets", { method: "POST", body: form }).then(function (ds) {
       state.uploaded = p;  // stays disabled until another file is perturbed
       state.want.dataset = ds.id;
-      status("upload-status", "stored as " + ds.id + " (" + ds.records + " records)");
+      status("upload-status", "stored as " + ds.id + " (" + ds.records + " records)" +
+        (ds.budget_note ? "; " + ds.budget_note : ""));
       refresh();
     });
   }
@@ -364,11 +368,15 @@
       (kind === "ensemble" ? "spends nothing now: each deployment of it reserves its own ε"
         : "spends up to ε " + $("job-epsilon").value + " of its " + num(d.budget.remaining ? d.budget.remaining.epsilon : d.budget.epsilon) + " left");
     var jsel = $("dep-job"), opt = jsel.options[jsel.selectedIndex], mech = opt ? opt.dataset.mechanism : null;
+    var waiting = opt && opt.dataset.status !== "succeeded";
+    $("deploy").disabled = !opt || waiting;
     $("dep-epsilon-label").hidden = mech !== "pmixed";
     $("dep-queries-label").hidden = !mech || mech === "adapter";
     $("dep-screen-label").hidden = mech !== "pmixed";
     var screened = mech === "pmixed" && $("dep-screen").checked;
-    $("dep-target").textContent = !opt ? "" : "serves job " + opt.value + " with " + mech + "; " +
+    $("dep-target").textContent = !opt ? "" : waiting
+      ? "waiting for job " + opt.value + ", " + opt.dataset.progress + ": Deploy serves it once it has succeeded"
+      : "serves job " + opt.value + " with " + mech + "; " +
       (mech === "adapter" ? "costs nothing more (its answers are post-processing of the trained model)"
         : screened ? "reserves ε " + $("dep-epsilon").value + " of its dataset's budget for " + $("dep-queries").value + " paid tokens and any number of free ones"
         : mech === "pmixed" ? "reserves ε " + $("dep-epsilon").value + " of its dataset's budget for " + $("dep-queries").value + " private tokens"
@@ -423,30 +431,52 @@
     cell.appendChild(document.createTextNode(text + (p.stage ? " · " + p.stage : "")));
   }
 
+  function ordinal(n) {
+    var s = ["th", "st", "nd", "rd"], v = n % 100;
+    return n + (s[(v - 20) % 10] || s[v] || s[0]);
+  }
+
+  /* "queued (2nd in line)", "running, 40%", "running (cancelling)", "succeeded". */
+  function jobState(j) {
+    if (j.status === "queued") return "queued" + (j.queue_position ? " (" + ordinal(j.queue_position) + " in line)" : "");
+    if (j.status === "running") return "running, " + j.progress.percent.toFixed(0) + "%" + (j.cancel_requested ? " (cancelling)" : "");
+    return j.status;
+  }
+
+  /* The jobs, newest first: the id of the newest (a row's button on an older one asks). */
+  var newestJob = null;
+  function confirmOlderJob(id) {
+    return id === newestJob ||
+      window.confirm("Job " + id + " is not your most recent one (" + newestJob + "). Act on it anyway?");
+  }
+
   function renderJobs(r) {
     var body = $("jobs").tBodies[0], sel = $("dep-job"), keep = sel.value;
     body.innerHTML = ""; sel.innerHTML = "";
+    newestJob = r.data.length ? r.data[r.data.length - 1].id : null;
     r.data.slice().reverse().forEach(function (j) {
       var tr = body.insertRow();
       tr.id = "job-" + j.id;
       tr.insertCell().textContent = j.id;
       tr.insertCell().textContent = j.kind;
-      tr.insertCell().textContent = j.status + (j.cancel_requested && j.status === "running" ? " (cancelling)" : "") +
-        (j.error ? ": " + j.error : "");
+      tr.insertCell().textContent = jobState(j) + (j.error ? ": " + j.error : "");
       progressCell(tr.insertCell(), j);
       tr.insertCell().textContent = num(j.epsilon.spent);
       tr.insertCell().textContent = j.guarantee.kind === "SDP"
         ? "selective DP (SDP) under '" + j.guarantee.policy + "'; not DP" : j.guarantee.kind;
       var actions = tr.insertCell();
       if (j.status === "queued" || j.status === "running") {
-        actions.appendChild(button("Cancel", function () { cancelJob(j.id); }));
+        actions.appendChild(button("Cancel", function () { if (confirmOlderJob(j.id)) cancelJob(j.id); }));
       }
       if (j.status === "succeeded" && j.kind !== "ensemble") {
-        actions.appendChild(button("Download", function () { download(j.id); }));
+        actions.appendChild(button("Download", function () { if (confirmOlderJob(j.id)) download(j.id); }));
       }
-      if (j.status === "succeeded" && j.kind !== "pate" && j.kind !== "prompt-dpsgd") {
+      var live = j.status === "queued" || j.status === "running" || j.status === "succeeded";
+      if (live && j.kind !== "pate" && j.kind !== "prompt-dpsgd") {
         var mech = j.kind === "ensemble" ? j.params.protocol : "adapter";
-        option(sel, j.id, j.id + " (" + j.kind + " → " + mech + ")").dataset.mechanism = mech;
+        var o = option(sel, j.id, j.id + " (" + j.kind + " → " + mech + ")" +
+          (j.status === "succeeded" ? "" : ", " + jobState(j)));
+        o.dataset.mechanism = mech; o.dataset.status = j.status; o.dataset.progress = jobState(j);
       }
     });
     choose(sel, "job", keep);
@@ -523,7 +553,11 @@
 
   function onDeploy() {
     var sel = $("dep-job"), chosen = sel.options[sel.selectedIndex];
-    if (!chosen) { status("deploy-status", "no finished job to deploy yet", true); return; }
+    if (!chosen) { status("deploy-status", "no job to deploy yet", true); return; }
+    if (chosen.dataset.status !== "succeeded") {  // never another job in its place
+      status("deploy-status", "job " + chosen.value + " has not finished yet: Deploy serves it once it has succeeded", true);
+      return;
+    }
     if (!confirmOlder(sel, "job")) return;
     var body = { job_id: chosen.value, mechanism: chosen.dataset.mechanism };
     if (body.mechanism !== "adapter") body.queries = parseInt($("dep-queries").value, 10);

@@ -201,8 +201,8 @@
 
   function perturbText(text, vocab, mech, uniforms) {
     uniforms = uniforms || cryptoUniforms;
-    var lines = text.split(/\r\n|\r|\n/);
-    if (lines.length && lines[lines.length - 1] === "") lines.pop(); // as str.splitlines()
+    var lines = text.split(/\r\n|\n/); // records are split at these only (the server's loader)
+    if (lines.length && lines[lines.length - 1] === "") lines.pop();
     var tokens = lines.map(tokenize), flat = [].concat.apply([], tokens);
     var out = perturbWords(flat, vocab, mech, uniforms), p = 0;
     var text2 = tokens.map(function (t) { return t.map(function () { return out[p++]; }).join(" "); }).join("\n");
