@@ -217,7 +217,7 @@ def section_pmixed(model_name: str, args: argparse.Namespace) -> dict[str, Any]:
     engine = EnsembleEngine(model, adapters, spec)
     del adapters
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = PMixEDConfig(8.0, 1e-5, 3, 1_000_000, args.q)
+        cfg = PMixEDConfig(epsilon=8.0, delta=1e-5, alpha=3, queries=1_000_000, sample_rate=args.q)
         ledger = PrivacyLedger(Path(tmp) / "l.db", "bench", Budget(8.0, 1e-5))
         pm = PMixED(engine, tok, ledger, cfg)
         pm.generate(text, max_new_tokens=2)  # warm-up

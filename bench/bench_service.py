@@ -199,7 +199,7 @@ def run_long_prompt(root: Path, key: str, dep: str, args: argparse.Namespace) ->
 
 def library_ms_per_token(output_dir: Path, root: Path, args: argparse.Namespace) -> float:
     pm = build_predictor(
-        PMixEDConfig(100, 1e-5, 3, QUERIES, 0.03), load_ensemble(output_dir),
+        PMixEDConfig(epsilon=100, delta=1e-5, alpha=3, queries=QUERIES, sample_rate=0.03), load_ensemble(output_dir),
         ledger=root / "baseline-ledger.db", name="bench",
     )  # fmt: skip
     pm.generate("x", max_new_tokens=1)

@@ -103,7 +103,9 @@ def score_pmixed(
     queries = sum(len(b) - 1 for b in blocks)
     with tempfile.TemporaryDirectory() as tmp:
         led = PrivacyLedger(Path(tmp) / "l.db", "pm", Budget(EPSILON, DELTA))
-        cfg = PMixEDConfig(EPSILON, DELTA, 3, queries, q, bound=bound)
+        cfg = PMixEDConfig(
+            epsilon=EPSILON, delta=DELTA, alpha=3, queries=queries, sample_rate=q, bound=bound
+        )
         pm = LambdaRecordingPMixED(engine, tokenizer, led, cfg)
         t = time.perf_counter()
         ppl = evaluate(pm, blocks).perplexity
@@ -172,11 +174,11 @@ def main() -> None:
         for method in ("public", "finetuned")
     }
     dp = load_adapter(root / f"dpsgd-eps{EPSILON:g}", MODEL)  # a fresh model: an engine wraps
-    ppl["dpsgd"] = evaluate(build_predictor(PlainConfig("adapter"), dp), blocks).perplexity
+    ppl["dpsgd"] = evaluate(build_predictor(PlainConfig(members="adapter"), dp), blocks).perplexity
     pmixed_ensemble = load_ensemble(root / f"pmixed-{args.n}")
     pm_engine = pmixed_ensemble.engine
     ppl["ensemble"] = evaluate(
-        build_predictor(PlainConfig("ensemble"), pmixed_ensemble), blocks
+        build_predictor(PlainConfig(members="ensemble"), pmixed_ensemble), blocks
     ).perplexity
     pmixed = {b: score_pmixed(pm_engine, lm.tokenizer, blocks, q, b) for b in PER_UNIT_BOUNDS}
     for b, r in pmixed.items():
@@ -184,7 +186,7 @@ def main() -> None:
     sweep = q_sweep(pm_engine, lm.tokenizer, blocks, args.q_sweep, args.runs)
     submix_ensemble = load_ensemble(root / f"submix-{args.k}")
     with tempfile.TemporaryDirectory() as tmp:
-        scfg = SubMixConfig(2.0, 2.0, 2.0 / queries)
+        scfg = SubMixConfig(epsilon=2.0, alpha=2.0, beta=2.0 / queries)
         sm = build_predictor(scfg, submix_ensemble, ledger=Path(tmp) / "l.db", name="sm")
         rep = evaluate(sm, blocks)
         ppl["submix"] = rep.perplexity

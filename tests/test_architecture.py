@@ -51,6 +51,8 @@ FORBIDDEN_IN_PERTURB = {"torch", "transformers", "peft"}  # runs as plain numpy,
 DYNAMIC = {
     "lazy.py": "a package's own submodules (its EXPORTS, checked below)",
     "cli/__init__.py": "privlm.cli's own command modules",
+    "predict/mechanisms.py": "each registered mechanism's builder, by its import path (checked below)",
+    "service/job_kinds.py": "each registered job kind's runner, by its import path (checked below)",
 }
 
 
@@ -172,3 +174,15 @@ def test_nothing_imports_the_cli():
     for path in SRC.rglob("*.py"):
         if layer_of(path) not in ("cli", "__main__"):  # python -m privlm is the CLI
             assert not any(m.startswith("privlm.cli") for m in imports(path)), path
+
+
+def test_registered_builders_and_runners_are_in_their_registrys_layer():
+    """The dynamic imports of the two registries name modules of their own layer."""
+    from privlm.predict.mechanisms import mechanisms
+    from privlm.service.job_kinds import JOB_KINDS
+
+    for m in mechanisms():
+        if isinstance(m.builder, str):
+            assert m.builder.split(":")[0].startswith("privlm.predict."), m.name
+    for kind in JOB_KINDS.values():
+        assert kind.runner.split(":")[0].startswith("privlm.service."), kind.name

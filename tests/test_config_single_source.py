@@ -14,7 +14,6 @@ from privlm.errors import PrivlmError
 from privlm.predict.pmixed import PMixEDConfig
 from privlm.predict.submix import SubMixConfig
 from privlm.prompting.pate_pipeline import PromptPateConfig
-from privlm.service.deployments import DeploymentParams
 from privlm.service.job_params import (
     DpSgdParams,
     EnsembleParams,
@@ -24,15 +23,7 @@ from privlm.training.lora_finetune import LoraTrainingConfig
 
 # parameters named like a setting of their command's config class yet deliberately not that
 # setting, with the reason
-NOT_SETTINGS = {
-    ("generate", "epsilon"): "the mechanism's own default (PMixED 8, SubMix 2): None here",
-    ("generate", "alpha"): "the mechanism's own default (PMixED 3, SubMix 2): None here",
-    ("eval ppl", "epsilon"): "the mechanism's own default (PMixED 8, SubMix 2): None here",
-    ("eval ppl", "alpha"): "the mechanism's own default (PMixED 3, SubMix 2): None here",
-    ("DeploymentParams", "epsilon"): "the mechanism's own default: None, resolved per mechanism",
-    ("DeploymentParams", "alpha"): "the mechanism's own default: None, resolved per mechanism",
-    ("DeploymentParams", "beta"): "ε/T of the deployment's own ε and T",
-}
+NOT_SETTINGS: dict[tuple[str, str], str] = {}
 
 
 def every_command():
@@ -52,8 +43,19 @@ def every_command():
     yield from walk(typer.main.get_command(importlib.import_module("privlm.cli").full_app()), [])
 
 
+def deployment_variants():
+    """The deployment request's variants, one per registered mechanism."""
+    import typing
+
+    from privlm.service.deployments import deployment_request
+
+    union = typing.get_args(deployment_request())[0]
+    return [typing.get_args(v)[0] for v in typing.get_args(union)]
+
+
 def every_request_model():
-    """Every pydantic model the service defines, found by walking privlm.service."""
+    """Every pydantic model the service defines, found by walking privlm.service, and the
+    deployment request's variants (made from the mechanisms' registry)."""
     import importlib
     import pkgutil
 
@@ -65,6 +67,7 @@ def every_request_model():
             if (isinstance(obj, type) and issubclass(obj, BaseModel)
                     and obj.__module__ == module.__name__):  # fmt: skip
                 yield obj
+    yield from deployment_variants()
 
 
 def marked_setting(param):
@@ -120,7 +123,8 @@ def test_every_service_field_of_a_setting_is_generated_from_its_config_class():
                 checked += 1
             else:
                 clash = [c.__name__ for c in classes if field in settings_of(c)]
-                assert not clash or (model.__name__, field) in NOT_SETTINGS, (
+                derived = getattr(model, "DERIVED", {})  # a mechanism derives it (its record)
+                assert not clash or (model.__name__, field) in NOT_SETTINGS or field in derived, (
                     f"{model.__name__}.{field} restates a setting of {clash}: use request_field()"
                 )
     assert checked >= 40
@@ -136,13 +140,15 @@ def test_the_drifted_defaults_are_one_value_now():
         LoraTrainingConfig().epochs,
         LoraTrainingConfig().block_size,
     )
-    dep = DeploymentParams(job_id="j").resolved()
+    from privlm.service.deployments import parse_request, request_config
+
+    dep = parse_request({"job_id": "j"})  # mechanism: pmixed by default
     assert (dep.sample_rate, dep.queries) == (PMixEDConfig().sample_rate, PMixEDConfig().queries)
     assert (dep.epsilon, dep.alpha) == (PMixEDConfig().epsilon, PMixEDConfig().alpha)
-    sub = DeploymentParams(job_id="j", mechanism="submix").resolved()
+    sub = parse_request({"job_id": "j", "mechanism": "submix"})
     assert (sub.epsilon, sub.alpha) == (SubMixConfig().epsilon, SubMixConfig().alpha)
-    assert sub.config() == SubMixConfig()  # β = ε/T at the defaults
-    assert DeploymentParams(job_id="j").config() == PMixEDConfig()
+    assert request_config(sub) == SubMixConfig()  # β = ε/T at the defaults
+    assert request_config(dep) == PMixEDConfig()
 
 
 def config_classes() -> list[type]:
@@ -259,7 +265,7 @@ def test_a_dpsgd_config_round_trips_through_cli_service_and_library(tmp_path, mo
     from typer.testing import CliRunner
 
     from privlm.cli import app
-    from privlm.service.job_params import validate_params
+    from privlm.service.job_kinds import validate_params
 
     seen = _capture(monkeypatch, "privlm.training.dpsgd", "train_dpsgd")
     (tmp_path / "d.txt").write_text("\n".join(f"note {i}" for i in range(40)))
@@ -283,7 +289,8 @@ def test_a_jft_config_round_trips_through_cli_service_and_library(tmp_path, monk
     from typer.testing import CliRunner
 
     from privlm.cli import app
-    from privlm.service.job_params import JftParams, validate_params
+    from privlm.service.job_kinds import validate_params
+    from privlm.service.job_params import JftParams
     from privlm.training.config import JftConfig
 
     seen = _capture(monkeypatch, "privlm.training.jft", "train_jft")
@@ -311,16 +318,24 @@ def test_every_setting_is_a_service_field_or_withheld_with_a_reason():
     withheld there with a reason: a decision, never an oversight. The runner builds the
     config from every field that is a setting (``JobParams.settings``), with no mapping by
     hand."""
-    from privlm.service.job_params import CONFIGS, PARAMS
+    from privlm.predict.mechanisms import mechanism
+    from privlm.service.job_kinds import JOB_KINDS
 
-    assert set(CONFIGS) == set(PARAMS.values())
-    for params, classes in CONFIGS.items():
+    for kind in JOB_KINDS.values():
+        params = kind.params
         exposed = {params.RENAMED.get(f, f) for f in params.model_fields}
-        for cls in classes:
+        for cls in kind.configs:
             undecided = set(settings_of(cls)) - exposed - set(params.WITHHELD)
             assert not undecided, f"{params.__name__}: {cls.__name__}.{sorted(undecided)}"
         assert all(reason for reason in params.WITHHELD.values())
         assert not exposed & set(params.WITHHELD), params.__name__
+    variants = deployment_variants()
+    assert len(variants) >= 4
+    for variant in variants:  # a deployment: every setting of its mechanism's config
+        m = mechanism(variant.privlm_mechanism)
+        undecided = set(settings_of(m.config)) - set(variant.model_fields) - set(m.withheld)
+        assert not undecided, f"{m.name}: {sorted(undecided)}"
+        assert all(m.withheld.values()) and not set(variant.model_fields) & set(m.withheld)
 
 
 def test_cli_settings_makes_every_setting_an_option_and_passes_them_as_one_dict():

@@ -31,7 +31,10 @@ def test_the_cli_builds_the_exported_configs_and_calls_the_exported_functions():
 
     assert train.DpSgdConfig is training.DpSgdConfig and train.JftConfig is training.JftConfig
     assert prompt.PromptPateConfig is prompting.PromptPateConfig
-    assert predict_cli.PMixEDConfig is predict.PMixEDConfig
+    from privlm.predict.mechanisms import mechanism
+
+    assert mechanism("pmixed").config is predict.PMixEDConfig  # what the CLI's options read
+    assert predict_cli.mechanism_options
     assert "from privlm.training.dpsgd import" in inspect.getsource(train.dpsgd)
     assert "from privlm.prompting.pate_pipeline import" in inspect.getsource(prompt.pate)
 

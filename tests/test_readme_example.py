@@ -28,3 +28,10 @@ def test_the_readme_python_example_runs(tmp_path, monkeypatch, capsys):
     assert (tmp_path / "dp-adapter" / "privacy.json").is_file()
     assert (tmp_path / "ens" / "manifest.json").is_file()
     assert capsys.readouterr().out  # the private tokens were printed
+    from privlm.accounting import PrivacyLedger
+
+    budget = PrivacyLedger(tmp_path / "ledger.db", "notes")  # one budget for both releases
+    assert [c.mechanism for c in budget.charges()] == ["dpsgd", "deployment-reservation"]
+    assert budget.spent().epsilon <= budget.budget.epsilon
+    tokens = PrivacyLedger(tmp_path / "ledger.db", "deployment-demo")
+    assert tokens.count() == 16

@@ -127,7 +127,7 @@ def test_export_json(db, tmp_path):
     assert data["budget"] == {"epsilon": 8.0, "delta": 1e-5, "order": None}
     assert data["charges"][0]["mechanism"] == "dpsgd"
     assert data["spent"]["epsilon"] == pytest.approx(ledger.spent().epsilon)
-    assert data["relation"] == "add or remove one privacy unit"
+    assert data["relation"] == "add or remove one record"  # its first charge was per record
 
 
 def test_invalid_charges_refused():
@@ -269,3 +269,44 @@ def test_an_overdraft_is_recorded_whole_and_refuses_everything_after_it(tmp_path
         ledger.record_overdraft(Charge("silent", epsilon=1.0), "")
     with ledger.transaction() as tx, pytest.raises(AccountingError):
         tx.set_flag(OVERDRAWN_FLAG, "cleared")
+
+
+def test_a_ledger_composes_one_relation_and_refuses_another(tmp_path):
+    """One figure is one promise: a per-unit ledger takes the unit of its first record- or
+    user-level charge, composes per-unit charges of any mechanism, and refuses a charge of
+    another relation (a user-level one, or SubMix's per part), recording nothing."""
+    from privlm.accounting import Relation
+    from privlm.accounting.ledger import RelationError
+
+    ledger = PrivacyLedger(tmp_path / "l.db", "d", Budget(8.0, 1e-5))
+    assert ledger.relation() is Relation.UNIT
+    ledger.charge(Charge("pmixed", epsilon=0.1, unit="unit of the dataset"))  # per unit
+    ledger.charge(Charge("dpsgd", epsilon=0.1, unit="user"))
+    assert ledger.relation() is Relation.USER
+    ledger.charge(Charge("pmixed", epsilon=0.1, relation=Relation.UNIT))
+    for other in (Relation.RECORD, Relation.PART):
+        with pytest.raises(RelationError, match=r"one figure\s+for two promises"):
+            ledger.charge(Charge("x", epsilon=0.1, relation=other))
+    assert ledger.count() == 3
+    parts = PrivacyLedger(
+        tmp_path / "l.db", "p", Budget(2.0, 1e-5, order=2.0), relation=Relation.PART
+    )
+    parts.charge(Charge("submix", rdp=RdpCurve.from_mapping({2.0: 0.1}), unit="part"))
+    with pytest.raises(RelationError):
+        parts.charge(Charge("dpsgd", epsilon=0.1, unit="record"))
+    with pytest.raises(RelationError, match="cannot be reopened"):
+        PrivacyLedger(tmp_path / "l.db", "p", relation=Relation.RECORD)
+    assert ledger.to_json()["relation"] == "add or remove one user (all their records)"
+
+
+def test_a_ledger_from_before_relations_keeps_composing_what_it_did(tmp_path):
+    from sqlalchemy import update
+
+    from privlm.accounting.ledger import ledgers_table
+
+    ledger = PrivacyLedger(tmp_path / "l.db", "old", Budget(8.0, 1e-5))
+    with ledger._engine.begin() as conn:  # as the earlier version wrote it
+        conn.execute(update(ledgers_table).values(relation="add or remove one privacy unit"))
+    ledger.charge(Charge("dpsgd", epsilon=0.1, unit="record"))
+    ledger.charge(Charge("submix", epsilon=0.1, unit="part"))
+    assert ledger.relation() is None and ledger.count() == 2

@@ -155,8 +155,7 @@ def test_eval_ppl(ensembles, method):
             "1",
             "--block-size",
             "16",
-            "--sample-rate",
-            "0.5",
+            *(["--sample-rate", "0.5"] if method in ("pmixed", "screened") else []),
             "--runs",
             "2",
             "--seed",
@@ -194,16 +193,16 @@ def test_generate_screened(ensembles, tmp_path):
     assert refused.exit_code == 2 and "when_spent=refuse" in refused.stderr
 
 
-def test_plan_pmixed_screened():
+def test_plan_screened():
     from privlm.predict.config import ScreenedPMixEDConfig
 
-    out = json.loads(ok("plan", "pmixed", "--screened", "--paid-tokens", "64", "--json").stdout)
+    out = json.loads(ok("plan", "screened", "--paid-tokens", "64", "--json").stdout)
     cfg = ScreenedPMixEDConfig(paid_tokens=64)
     assert out["paid_tokens"] == 64 and out["free_tokens"] == "unbounded"
     assert out["instance_epsilon"] == pytest.approx(cfg.split()[0])
     assert out["radius"] == pytest.approx(cfg.query_cost(80)[0])
     assert out["lifetime_epsilon"] <= 8.0 + 1e-9 and "replaced" in out["relation"]
-    text = ok("plan", "pmixed", "--screened", "--paid-tokens", "1024").stdout
+    text = ok("plan", "screened", "--paid-tokens", "1024").stdout
     assert "c=1024 paid tokens" in text and "coin" in text  # the noise is too wide there
 
 

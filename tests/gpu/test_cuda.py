@@ -143,7 +143,7 @@ def test_submix_leakage_bounds_the_exact_divergence_on_gpu_outputs(adapter_dirs)
 
 def test_pmixed_generates_end_to_end_on_the_gpu(adapter_dirs, tmp_path):
     gpu, tok = engine_on(adapter_dirs, DEVICE, "auto")
-    cfg = PMixEDConfig(8.0, 1e-5, 3, 32, 0.5)
+    cfg = PMixEDConfig(epsilon=8.0, delta=1e-5, alpha=3, queries=32, sample_rate=0.5)
     ledger = PrivacyLedger(tmp_path / "l.db", "gpu", Budget(8.0, 1e-5))
     gen = PMixED(gpu, tok, ledger, cfg).generate("The history of", max_new_tokens=8)
     assert 1 <= len(gen.token_ids) <= 8 and ledger.count() == len(gen.token_ids)

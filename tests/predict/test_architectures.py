@@ -143,7 +143,10 @@ def test_a_model_directory_of_another_family_trains_and_serves_privately(arch, t
     )  # fmt: skip
     lm, engine, _ = load_ensemble(tmp_path / "ens", device="cpu")
     ledger = PrivacyLedger(tmp_path / "l.db", "x", Budget(8.0, 1e-5))
-    gen = PMixED(engine, lm.tokenizer, ledger, PMixEDConfig(8.0, 1e-5, 3, 8, 1.0)).generate(
-        "note", max_new_tokens=3
-    )
+    gen = PMixED(
+        engine,
+        lm.tokenizer,
+        ledger,
+        PMixEDConfig(epsilon=8.0, delta=1e-5, alpha=3, queries=8, sample_rate=1.0),
+    ).generate("note", max_new_tokens=3)
     assert ledger.count() == len(gen.token_ids) >= 1

@@ -65,7 +65,7 @@ def test_submix_leakage_bounds_the_exact_divergence_on_bf16_outputs(bf16_engine)
 
 def test_pmixed_generates_and_charges_from_a_bf16_model(bf16_engine, tmp_path):
     low, tok = bf16_engine
-    cfg = PMixEDConfig(8.0, 1e-5, 3, 16, 0.5)
+    cfg = PMixEDConfig(epsilon=8.0, delta=1e-5, alpha=3, queries=16, sample_rate=0.5)
     ledger = PrivacyLedger(tmp_path / "l.db", "bf16", Budget(8.0, 1e-5))
     gen = PMixED(low, tok, ledger, cfg).generate("Hello", max_new_tokens=4)
     assert 1 <= len(gen.token_ids) <= 4 and ledger.count() == len(gen.token_ids)

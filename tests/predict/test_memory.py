@@ -47,7 +47,12 @@ def test_adapters_and_kv_cache_that_do_not_fit_are_refused_before_any_charge(
     lm = load_public_model("tiny", device="cpu")
     engine = EnsembleEngine.from_directories(lm.model, adapter_dirs)
     ledger = PrivacyLedger(tmp_path / "l.db", "m", Budget(8.0, 1e-5))
-    pmixed = PMixED(engine, lm.tokenizer, ledger, PMixEDConfig(8.0, 1e-5, 3, 64, 1.0))
+    pmixed = PMixED(
+        engine,
+        lm.tokenizer,
+        ledger,
+        PMixEDConfig(epsilon=8.0, delta=1e-5, alpha=3, queries=64, sample_rate=1.0),
+    )
     kv_one = memory.kv_cache_bytes(lm.model.config, torch.float32, 5, 1)
     monkeypatch.setattr(memory, "free_bytes", lambda device: int(kv_one * 20))
     CachedDecoder(engine, [1, 2, 3], [-1, 0, 1, 2, 3], reserve=4)  # 7 tokens: fits

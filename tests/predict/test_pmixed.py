@@ -140,7 +140,7 @@ def _legacy_ledger(tmp_path, cfg: PMixEDConfig, n_models: int, tokens: int) -> P
 
 def test_tokens_released_under_the_per_part_bound_are_restated_per_unit(engine, tmp_path):
     eng, tok = engine
-    cfg = PMixEDConfig(8.0, 1e-5, 3, 12, 0.03)
+    cfg = PMixEDConfig(epsilon=8.0, delta=1e-5, alpha=3, queries=12, sample_rate=0.03)
     ledger = _legacy_ledger(tmp_path, cfg, eng.n_adapters, tokens=2)
     fresh = cfg.query_cost(eng.n_adapters)[0]
     pm = PMixED(eng, tok, ledger, cfg, seed=0)
@@ -162,7 +162,7 @@ def test_tokens_released_under_the_per_part_bound_are_restated_per_unit(engine, 
 
 def test_a_deployment_that_overspent_per_unit_refuses_with_the_reason(engine, tmp_path):
     eng, tok = engine
-    cfg = PMixEDConfig(8.0, 1e-5, 3, 12, 0.03)
+    cfg = PMixEDConfig(epsilon=8.0, delta=1e-5, alpha=3, queries=12, sample_rate=0.03)
     ledger = _legacy_ledger(tmp_path, cfg, eng.n_adapters, tokens=12)
     charges = ledger.count()
     pm = PMixED(eng, tok, ledger, cfg, seed=0)
@@ -189,7 +189,9 @@ def test_legacy_tokens_are_restated_at_the_order_they_were_released(engine, tmp_
     from privlm.predict.pmixed import per_unit_rdp, released_alpha
 
     eng, tok = engine
-    old_cfg = PMixEDConfig(16.0, 1e-5, 2, 12, 0.03)  # released at α = 2
+    old_cfg = PMixEDConfig(
+        epsilon=16.0, delta=1e-5, alpha=2, queries=12, sample_rate=0.03
+    )  # released at α = 2
     ledger = _legacy_ledger(tmp_path, old_cfg, eng.n_adapters, tokens=3)
     records = [r for r in ledger.charges() if r.mechanism == "pmixed"]
     assert {released_alpha(r, ledger.orders) for r in records} == {2}
@@ -198,7 +200,13 @@ def test_legacy_tokens_are_restated_at_the_order_they_were_released(engine, tmp_
     radius = float(records[0].params["radius"])
     assert at[2.0] == pytest.approx(3 * analysis.query_rdp(radius, 2, eng.n_adapters, 0.03))
     assert at[3.0] == float("inf")
-    pm = PMixED(eng, tok, ledger, PMixEDConfig(16.0, 1e-5, 3, 12, 0.03), seed=0)
+    pm = PMixED(
+        eng,
+        tok,
+        ledger,
+        PMixEDConfig(epsilon=16.0, delta=1e-5, alpha=3, queries=12, sample_rate=0.03),
+        seed=0,
+    )
     assert pm.exhausted() and "per-unit budget" in (pm.refusal or "")  # nothing bounds α = 3
 
 

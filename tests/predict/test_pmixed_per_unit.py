@@ -208,7 +208,7 @@ def test_t_composed_queries_of_a_worst_pair_cost_at_most_what_the_ledger_states(
             value_discretization_interval=1e-5,
         )
         exact = max(exact, one.self_compose(t).get_epsilon_for_delta(delta))
-    cfg = PMixEDConfig(8.0, delta, ALPHA, t, q)
+    cfg = PMixEDConfig(epsilon=8.0, delta=delta, alpha=ALPHA, queries=t, sample_rate=q)
     ledger = PrivacyLedger(tmp_path / "l.db", "d", Budget(8.0, delta))
     curve = RdpCurve.from_mapping(pm.query_rdp_curve(radius, ALPHA, n, q))
     ledger.charge(Charge("pmixed", rdp=curve.times(t)))

@@ -16,7 +16,7 @@ from privlm.accounting.analysis import sparse_vector as sv
 from privlm.accounting.ledger import LedgerTransaction
 from privlm.errors import BudgetExceededError, PrivlmError
 from privlm.predict import screened
-from privlm.predict.config import ScreenedPMixEDConfig, mechanism_config, rdp_budget_for
+from privlm.predict.config import ScreenedPMixEDConfig, rdp_budget_for
 from privlm.predict.screened import INSTANCE, PAID, STATE_FLAG, ScreenedPMixED, tv_score
 
 
@@ -237,11 +237,15 @@ def test_scoring_runs_every_position_through_the_screen(engine, tmp_path):
     assert kinds(ledger).count(PAID) == pm.queries_used()
 
 
-def test_mechanism_config_builds_the_screened_config():
-    cfg = mechanism_config("screened", epsilon=6.0, screen={"paid_tokens": 10, "threshold": None})
+def test_the_registry_builds_the_screened_config():
+    from privlm.predict.mechanisms import mechanism
+
+    cfg = mechanism("screened").make_config({"epsilon": 6.0, "paid_tokens": 10, "threshold": None})
     assert isinstance(cfg, ScreenedPMixEDConfig)
     assert cfg.paid_tokens == 10 and cfg.epsilon == 6.0
     assert cfg.threshold == ScreenedPMixEDConfig().threshold
+    with pytest.raises(PrivlmError, match="beta: not a setting of screened"):
+        mechanism("screened").make_config({"beta": 0.1})
 
 
 def test_the_predictor_is_the_analysed_algorithm(monkeypatch):

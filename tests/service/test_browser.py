@@ -380,8 +380,8 @@ def test_a_newcomer_goes_from_the_page_to_a_private_completion(working_server, t
         page.wait_for_selector("#jobs tbody td:has-text('succeeded')", timeout=240_000)
         shot(page, "ensemble-trained")
         page.wait_for_selector("#dep-job option", state="attached")
-        page.fill("#dep-epsilon", "8")
-        page.fill("#dep-queries", "64")
+        page.fill("#dep-field-epsilon", "8")
+        page.fill("#dep-field-queries", "64")
         page.click("#deploy")
         page.wait_for_selector("#deploy-status:has-text('deployed')", timeout=60_000)
         page.wait_for_selector("#play-deployment option", state="attached")
@@ -480,13 +480,16 @@ def test_a_user_with_history_acts_on_what_they_just_made(working_server, tmp_pat
         new_job = page.inner_text("#job-status").split("queued ")[1].strip()
         page.wait_for_function(f"document.getElementById('dep-job').value === '{new_job}'")
         page.wait_for_selector("#deploy:not([disabled])", timeout=240_000)  # it succeeded
-        assert page.is_visible("#dep-queries-label") and page.is_visible("#dep-epsilon-label")
+        assert page.is_visible("#dep-field-queries") and page.is_visible("#dep-field-epsilon")
+        offered = page.eval_on_selector_all("#dep-mechanism option", "os => os.map(o => o.value)")
+        assert offered == ["pmixed", "screened"]  # what serves a PMixED ensemble (the registry)
         page.select_option("#dep-job", dp["id"])  # an adapter takes neither ε nor queries
-        assert page.is_hidden("#dep-queries-label") and page.is_hidden("#dep-epsilon-label")
+        assert page.locator("#dep-field-epsilon").count() == 0
+        assert page.locator("#dep-field-queries").count() == 0
         assert "costs nothing more" in page.inner_text("#dep-target")
         page.select_option("#dep-job", new_job)
-        page.fill("#dep-epsilon", "8")
-        page.fill("#dep-queries", "64")
+        page.fill("#dep-field-epsilon", "8")
+        page.fill("#dep-field-queries", "64")
         assert f"serves job {new_job} with pmixed" in page.inner_text("#dep-target")
         page.click("#deploy")
         page.wait_for_selector("#deploy-status:has-text('deployed')", timeout=60_000)
@@ -550,8 +553,8 @@ def test_deploy_clicked_early_waits_for_the_job_just_started(working_server, tmp
             assert c.get("/v1/deployments").json()["data"] == []
         page.wait_for_selector("#deploy:not([disabled])", timeout=240_000)
         assert f"serves job {new_job} with pmixed" in page.inner_text("#dep-target")
-        page.fill("#dep-epsilon", "8")
-        page.fill("#dep-queries", "16")
+        page.fill("#dep-field-epsilon", "8")
+        page.fill("#dep-field-queries", "16")
         page.click("#deploy")
         page.wait_for_selector("#deploy-status:has-text('deployed')", timeout=60_000)
         page.select_option("#dep-job", old["id"])  # an older job: the page asks first

@@ -186,7 +186,7 @@ def test_submix_deployment_charges_its_part_ledgers(service):
     )  # fmt: skip
     run_queue(service)
     assert job(service, "acme", j["id"])["status"] == "succeeded"
-    r = deploy(service, "acme", j["id"], mechanism="submix", epsilon=2, alpha=3, queries=4)
+    r = deploy(service, "acme", j["id"], mechanism="submix", epsilon=2, alpha=3, beta=0.5)
     assert r.status_code == 201, r.text
     dep = r.json()["id"]
     total_private = 0
@@ -235,7 +235,7 @@ def test_deployments_reserve_the_dataset_budget_until_one_is_refused(service, en
     assert [c["deployment"] for c in budget["charges"]] == made
     # independently: the reserved curves composed by hand give the ledger's ε, and one more
     # deployment would have gone over
-    one = PMixEDConfig(6, 1e-5, 3, 8, 1.0).lifetime_curve(2)
+    one = PMixEDConfig(epsilon=6, delta=1e-5, alpha=3, queries=8, sample_rate=1.0).lifetime_curve(2)
     total = one.times(len(made))
     assert total.to_dp(1e-5).epsilon == pytest.approx(budget["spent"]["epsilon"], rel=1e-9)
     assert total.to_dp(1e-5).epsilon <= 8.0 < one.times(len(made) + 1).to_dp(1e-5).epsilon
@@ -344,13 +344,13 @@ def test_a_database_from_before_require_dp_is_migrated(tmp_path):
 
 def test_the_service_never_passes_a_seed():
     """A tenant cannot ask for (or be given) reproducible noise."""
-    from privlm.service import job_params
+    from privlm.service import job_kinds, job_params
 
-    for kind, model in job_params.PARAMS.items():
-        assert not any("seed" in f for f in model.model_fields), kind
+    for kind in job_kinds.JOB_KINDS.values():
+        assert not any("seed" in f for f in kind.params.model_fields), kind.name
     with pytest.raises(PrivlmError, match="seed"):
-        job_params.validate_params("dpsgd", {"seed": 0})
-    params = job_params.validate_params("dpsgd", {})
+        job_kinds.validate_params("dpsgd", {"seed": 0})
+    params = job_kinds.validate_params("dpsgd", {})
     assert isinstance(params, job_params.DpSgdParams) and params.config(1e-5).seed is None
 
 
@@ -359,12 +359,12 @@ def test_a_deployment_reserved_per_part_is_restated_per_unit_on_its_dataset(serv
     with no bound: Jensen's) is restated when it loads: its dataset's ledger is charged the
     excess of its per-unit lifetime over what was reserved, once."""
     from privlm.service.db import Deployment
-    from privlm.service.deployments import DeploymentParams, deployment_bound
+    from privlm.service.deployments import deployment_bound, parse_request
 
     legacy = {"job_id": "j", "mechanism": "pmixed", "epsilon": 8.0, "delta": 1e-5,
               "queries": 6, "alpha": 3.0, "sample_rate": 0.03, "beta": None, "fallback": False}  # fmt: skip
     assert deployment_bound(legacy) == "jensen"
-    assert deployment_bound(DeploymentParams(job_id="j").model_dump()) == "replacement"
+    assert deployment_bound(parse_request({"job_id": "j"}).model_dump()) == "replacement"
     r = deploy(service, "acme", ensemble_job["id"], mechanism="pmixed", bound="expansion")
     assert r.status_code == 400 and "per part" in r.json()["error"]["message"]
 
@@ -506,7 +506,7 @@ def test_a_screened_deployment_reserves_c_paid_tokens_and_charges_before_release
     assert "2 paid tokens and any number of free ones" in r.json()["guarantee"]["text"]
     dataset = PrivacyLedger(service.ledgers, f"dataset-{ensemble_job['dataset_id']}")
     reservation = [c for c in dataset.charges() if c.params.get("deployment") == dep]
-    assert reservation[0].params["paid_tokens"] == 2
+    assert reservation[0].params["settings"]["paid_tokens"] == 2
     ledger = PrivacyLedger(service.ledgers, f"deployment-{dep}")
     paid = free = 0
     for _ in range(40):

@@ -10,10 +10,11 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from privlm.service.app import ROUTERS, ServiceSettings, service_state
+from privlm.service.app import ServiceSettings, routers, service_state
 from privlm.service.db import Dataset, Job, Tenant, database_url, new_id
 from privlm.service.errors_http import install_error_handlers
-from privlm.service.job_params import DpSgdParams, stored_params
+from privlm.service.job_kinds import stored_params
+from privlm.service.job_params import DpSgdParams
 from privlm.service.routes import jobs, page
 from privlm.training.config import DpSgdConfig
 from tests.service.conftest import make_tenants
@@ -33,7 +34,7 @@ def alone(router, tmp_path) -> tuple[TestClient, object]:
 
 
 def test_the_app_is_an_assembly_of_routers():
-    assert {r.prefix for r in ROUTERS} == {"", "/v1/datasets", "/v1/jobs", "/v1"}
+    assert {r.prefix for r in routers()} == {"", "/v1/datasets", "/v1/jobs", "/v1"}
 
 
 def test_the_page_router_alone(tmp_path):

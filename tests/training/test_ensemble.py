@@ -271,7 +271,10 @@ def test_an_ensemble_trains_on_a_bf16_model_and_serves_privately(tmp_path):
     assert {t.dtype for t in weights.values()} == {torch.float32}
     lm, engine, _ = load_ensemble(tmp_path, device="cpu", dtype="bfloat16")
     ledger = PrivacyLedger(tmp_path / "l.db", "bf16", Budget(8.0, 1e-5))
-    gen = PMixED(engine, lm.tokenizer, ledger, PMixEDConfig(8.0, 1e-5, 3, 8, 1.0)).generate(
-        "secret", max_new_tokens=3
-    )
+    gen = PMixED(
+        engine,
+        lm.tokenizer,
+        ledger,
+        PMixEDConfig(epsilon=8.0, delta=1e-5, alpha=3, queries=8, sample_rate=1.0),
+    ).generate("secret", max_new_tokens=3)
     assert ledger.count() == len(gen.token_ids) >= 1

@@ -48,6 +48,7 @@ from privlm.accounting.pate import (
     plan_gnmax,
     release_data_dependent_rdp,
 )
+from privlm.accounting.relations import Relation
 
 __all__ = [
     "ACCOUNTANTS",
@@ -64,6 +65,7 @@ __all__ = [
     "GnmaxPlan",
     "PrivacyLedger",
     "RdpCurve",
+    "Relation",
     "ReleasedRdp",
     "SmoothRelease",
     "Spent",

@@ -67,9 +67,10 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection
 
 from privlm.accounting.analysis.conversion import balle_epsilon, check_delta
-from privlm.accounting.curves import NEIGHBOURING_RELATION, RdpCurve
+from privlm.accounting.curves import RdpCurve
 from privlm.accounting.events import MechanismEvent, pld_epsilon
 from privlm.accounting.orders import DEFAULT_ORDERS, as_orders
+from privlm.accounting.relations import Relation
 from privlm.errors import AccountingError, BudgetExceededError
 
 _metadata = MetaData()
@@ -153,10 +154,13 @@ class Charge:
     params: Mapping[str, Any] = field(default_factory=dict)
     event: MechanismEvent | None = None  # the mechanism, where it is data-independent
     compose: str = "rdp"  # "pld": compose ``event`` by its PLD (the prv accountant)
+    relation: Relation | None = None  # None: read from ``unit`` (Relation.parse)
 
     def __post_init__(self) -> None:
         if not self.mechanism:
             raise AccountingError("a charge must name its mechanism")
+        if self.relation is None:
+            object.__setattr__(self, "relation", Relation.parse(self.unit))
         if self.compose not in COMPOSITIONS:
             raise AccountingError(f"compose must be one of {COMPOSITIONS}, got {self.compose!r}")
         if self.compose == "pld" and (self.event is None or self.rdp is None):
@@ -204,6 +208,23 @@ class ChargeRecord:
     delta: float
     unit: str
     created_at: str
+
+    @property
+    def relation(self) -> Relation:
+        return Relation.parse(self.params.get("relation") or self.unit)
+
+
+class RelationError(AccountingError):
+    """A charge whose neighbouring relation the ledger does not compose."""
+
+
+def _stored_relation(text: str) -> Relation | None:
+    """A ledger's relation as stored; None for a ledger written before relations were
+    enforced (its free text), which keeps composing what it always did."""
+    try:
+        return Relation(text)
+    except ValueError:
+        return None
 
 
 def _now() -> str:
@@ -266,7 +287,9 @@ class PrivacyLedger:
 
     ``PrivacyLedger(path, name, budget)`` creates the ledger on first use and reopens it
     afterwards; reopening with a different budget or order grid is refused, since a budget
-    is not something to change silently.
+    is not something to change silently. ``relation`` is the neighbouring relation its
+    figures are for (:mod:`privlm.accounting.relations`; per unit by default): a charge of
+    another relation is refused, recording nothing.
     """
 
     def __init__(
@@ -275,6 +298,7 @@ class PrivacyLedger:
         name: str = "default",
         budget: Budget | None = None,
         orders: tuple[float, ...] = DEFAULT_ORDERS,
+        relation: Relation | None = None,
     ) -> None:
         self.name = name
         self.tags: dict[str, str] = {}
@@ -301,7 +325,7 @@ class PrivacyLedger:
                         approx_epsilon=0.0,
                         approx_delta=0.0,
                         n_charges=0,
-                        relation=NEIGHBOURING_RELATION,
+                        relation=(relation or Relation.UNIT).value,
                         created_at=_now(),
                     )
                 )
@@ -313,21 +337,34 @@ class PrivacyLedger:
                         f"ledger {name!r} already has budget {stored.describe()}; it cannot "
                         f"be reopened with {budget.describe()}"
                     )
+                kept = _stored_relation(row.relation)
+                if relation is not None and kept is not None and not kept.accepts(relation):
+                    raise RelationError(
+                        f"ledger {name!r} composes charges per {kept.describe()}; it cannot be "
+                        f"reopened per {relation.describe()}"
+                    )
                 self.budget = stored
                 self.orders = tuple(json.loads(row.orders))
 
     @classmethod
     def family(
         cls,
-        target: str | Path,
+        target: str | Path | Engine,
         names: list[str],
         budget: Budget | None = None,
         orders: tuple[float, ...] = DEFAULT_ORDERS,
+        relation: Relation | None = None,
     ) -> list[PrivacyLedger]:
         """Ledgers in one database sharing one connection pool, so that
         :func:`charge_together` can charge several of them in one transaction."""
-        engine = durable_engine(target)
-        return [cls(engine, n, budget, orders) for n in names]
+        engine = target if isinstance(target, Engine) else durable_engine(target)
+        return [cls(engine, n, budget, orders, relation) for n in names]
+
+    def sibling(
+        self, name: str, budget: Budget | None = None, relation: Relation | None = None
+    ) -> PrivacyLedger:
+        """Another ledger in this one's database (a deployment's beside its dataset's)."""
+        return PrivacyLedger(self._engine, name, budget, self.orders, relation)
 
     def tagged(self, **tags: str) -> PrivacyLedger:
         """The same ledger, writing ``tags`` into the params of every charge made through it
@@ -524,11 +561,44 @@ class PrivacyLedger:
         with self._engine.connect() as conn:
             return self._totals(conn)[3]
 
+    def relation(self) -> Relation | None:
+        """The relation this ledger's figures are for (None: a ledger from before relations
+        were enforced)."""
+        with self._engine.connect() as conn:
+            return self._relation(conn)
+
+    def _relation(self, conn: Connection) -> Relation | None:
+        row = conn.execute(
+            select(ledgers_table.c.relation).where(ledgers_table.c.name == self.name)
+        ).one()
+        return _stored_relation(row.relation)
+
+    def _check_relation(self, conn: Connection, charge: Charge) -> None:
+        """Refuse a charge of another relation; narrow a per-unit ledger to the unit of its
+        first record- or user-level charge."""
+        mine, theirs = self._relation(conn), charge.relation
+        assert theirs is not None
+        if mine is None:
+            return
+        if not mine.accepts(theirs):
+            raise RelationError(
+                f"refused: ledger {self.name!r} composes charges per {mine.describe()}; "
+                f"charging {charge.mechanism} per {theirs.describe()} would state one figure "
+                "for two promises; nothing was recorded (it needs a ledger of its own)"
+            )
+        if mine.narrowed(theirs) is not mine:
+            conn.execute(
+                update(ledgers_table)
+                .where(ledgers_table.c.name == self.name)
+                .values(relation=theirs.value)
+            )
+
     def _apply(self, conn: Connection, charge: Charge, check: bool = True) -> Spent:
         """Check and record ``charge`` inside the caller's (locked) transaction (``check``
         False: only :meth:`record_overdraft`)."""
         extra = None if charge.rdp is None else charge.rdp.at(self.orders)
         rdp, ae, ad, n = self._totals(conn, lock=True)
+        self._check_relation(conn, charge)
         pld_before = self._pld_part(conn)
         after, pld = self._after(rdp, ae, ad, charge, pld_before)
         if check and not after.epsilon <= self.budget.epsilon:
@@ -546,6 +616,9 @@ class PrivacyLedger:
             )
         new_rdp = rdp if extra is None else rdp + extra
         params = {**dict(charge.params), **self.tags}
+        if charge.relation is not Relation.parse(charge.unit):  # where ``unit`` does not say it
+            assert charge.relation is not None
+            params["relation"] = charge.relation.value
         if charge.event is not None:
             params.update(dp_event=charge.event.to_dict(), composed_by=charge.compose)
         conn.execute(
@@ -685,9 +758,12 @@ class PrivacyLedger:
     def to_json(self) -> dict[str, Any]:
         """The ledger as a JSON-serialisable dict: budget, spent, and every charge."""
         spent = self.spent()
+        relation = self.relation()
         return {
             "name": self.name,
-            "relation": NEIGHBOURING_RELATION,
+            "relation": "as stored before relations were enforced"
+            if relation is None
+            else relation.describe(),
             "budget": asdict(self.budget),
             "spent": asdict(spent),
             "remaining_epsilon": max(self.budget.epsilon - spent.epsilon, 0.0),

@@ -116,7 +116,13 @@ def run_extraction(
     train_ensemble(
         model, data, root / "pmixed", EnsembleConfig(n_codes, training=cfg), progress=progress
     )
-    pcfg = PMixEDConfig(epsilon_pmixed, EXTRACTION_DELTA, 3, queries, sample_rate)
+    pcfg = PMixEDConfig(
+        epsilon=epsilon_pmixed,
+        delta=EXTRACTION_DELTA,
+        alpha=3,
+        queries=queries,
+        sample_rate=sample_rate,
+    )
     loaded = load_ensemble(root / "pmixed", cfg.device, cfg.dtype)
     pm = build_predictor(pcfg, loaded, ledger=root / "ledger.db", name="pmixed", seed=seed)
     hits = 0
@@ -135,7 +141,7 @@ def run_extraction(
     train_ensemble(
         model, data, root / "submix", EnsembleConfig(n_codes // 2, "submix", cfg), progress=progress
     )
-    scfg = SubMixConfig(epsilon_submix, 2.0, epsilon_submix / queries)
+    scfg = SubMixConfig(epsilon=epsilon_submix, alpha=2.0, beta=epsilon_submix / queries)
     loaded = load_ensemble(root / "submix", cfg.device, cfg.dtype)
     sm = build_predictor(scfg, loaded, ledger=root / "ledger.db", name="submix", seed=seed)
     hits = 0

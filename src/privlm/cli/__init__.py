@@ -24,6 +24,9 @@ class Entry:
     module: str  # privlm.cli.<module>
     attribute: str  # a Typer app (a group of commands) or a command function
     help: str  # the one line `privlm --help` shows
+    # the attribute makes the app or command when mounted (options generated from a registry
+    # as it is then: privlm.predict.mechanisms)
+    factory: bool = False
 
 
 COMMANDS: dict[str, Entry] = {
@@ -32,16 +35,17 @@ COMMANDS: dict[str, Entry] = {
     "data": Entry("data", "app", "Datasets."),
     "ledger": Entry("ledger", "app", "Privacy ledgers."),
     "ensemble": Entry("ensemble", "app", "LoRA ensembles for PMixED and SubMix."),
-    "plan": Entry("plan", "app", "Plan private-prediction budgets."),
-    "eval": Entry("predict", "eval_app", "Evaluate private prediction."),
+    "plan": Entry("plan", "plan_app", "Plan private-prediction budgets.", factory=True),
+    "eval": Entry("predict", "eval_app", "Evaluate private prediction.", factory=True),
     "audit": Entry("audit", "app", "Attacks and audits."),
     "train": Entry("train", "app", "Private fine-tuning."),
     "detect": Entry("detect", "app", "Secret detectors (JFT policy functions)."),
     "prompt": Entry("prompt", "app", "Private prompt learning: PromptDPSGD, PromptPATE."),
     "generate": Entry(
         "predict",
-        "generate",
+        "generate_command",
         "Generate text privately; every released token is charged to the ledger first.",
+        factory=True,
     ),
     "quickstart": Entry(
         "quickstart",
@@ -65,6 +69,8 @@ def mount(app: Any, name: str) -> None:
     importing its module now."""
     entry = COMMANDS[name]
     target = getattr(importlib.import_module(f"privlm.cli.{entry.module}"), entry.attribute)
+    if entry.factory:
+        target = target()
     if isinstance(target, typer.Typer):
         app.add_typer(target, name=name)
     else:

@@ -19,34 +19,27 @@ from privlm.cli.common import (
     user_errors,
     warn_if_seeded,
 )
-from privlm.config import option
+from privlm.cli.mechanism_options import mechanism_options
 from privlm.errors import PrivlmError
 from privlm.predict.budget_names import BUDGETS, record_budget, second_budget_warning
-from privlm.predict.config import METHODS, PMixEDConfig, ScreenedPMixEDConfig, mechanism_config
+from privlm.predict.config import BASELINES
 
 if TYPE_CHECKING:
     from privlm.predict.protocol import Predictor
 
-eval_app = typer.Typer(help="Evaluate private prediction.", no_args_is_help=True)
+METHOD_HELP = "A registered private mechanism (privlm.predict.mechanisms): {}."
 
 
-# ε and α default to the mechanism's own (its config class), so they are None here
-EPSILON_OPTION = typer.Option(
-    None, help="PMixED: ε_G at δ (default 8); SubMix: RDP ε per part at order α (default 2)."
-)
-ALPHA_OPTION = typer.Option(None, help="Rényi order α (default: PMixED 3, an integer; SubMix 2).")
-# screened PMixED's own settings (method screened)
-PAID_OPTION = option(ScreenedPMixEDConfig, "paid_tokens")
-THRESHOLD_OPTION = option(ScreenedPMixEDConfig, "threshold")
-SVT_SHARE_OPTION = option(ScreenedPMixEDConfig, "svt_share")
-WHEN_SPENT_OPTION = option(ScreenedPMixEDConfig, "when_spent")
+def eval_app() -> typer.Typer:
+    """``privlm eval``, its options generated from the mechanisms registered now."""
+    app = typer.Typer(help="Evaluate private prediction.", no_args_is_help=True)
+    app.command("ppl")(mechanism_options("settings")(eval_ppl))
+    return app
 
 
-def _screen(
-    paid_tokens: int, threshold: float, svt_share: float, when_spent: str
-) -> dict[str, Any]:
-    return {"paid_tokens": paid_tokens, "threshold": threshold, "svt_share": svt_share,
-            "when_spent": when_spent}  # fmt: skip
+def generate_command() -> Any:
+    """``privlm generate``, its options generated from the mechanisms registered now."""
+    return mechanism_options("settings")(generate)
 
 
 @user_errors
@@ -54,20 +47,11 @@ def generate(
     ensemble: Path = typer.Argument(..., help="A directory made by `privlm ensemble train`."),
     prompt: str = typer.Option(..., help="The query context."),
     method: str = typer.Option(
-        "pmixed", help="pmixed, screened (PMixED behind a sparse-vector screen) or submix."
+        "pmixed", help="The private mechanism: a registered one (pmixed, screened, submix, …)."
     ),
     ledger: Path = typer.Option(Path("privlm-ledger.db"), help="The budget ledger (SQLite)."),
     name: str = typer.Option("default", help="Ledger (deployment) name."),
-    epsilon: float | None = EPSILON_OPTION,
-    delta: float = option(PMixEDConfig, "delta"),
-    alpha: float | None = ALPHA_OPTION,
-    queries: int = option(PMixEDConfig, "queries"),
-    sample_rate: float = option(PMixEDConfig, "sample_rate"),
-    beta: float | None = typer.Option(None, help="SubMix: target leakage β (default ε/T)."),
-    paid_tokens: int = PAID_OPTION,
-    threshold: float = THRESHOLD_OPTION,
-    svt_share: float = SVT_SHARE_OPTION,
-    when_spent: str = WHEN_SPENT_OPTION,
+    settings: dict[str, Any] | None = None,
     max_new_tokens: int = typer.Option(32, help="Tokens to generate."),
     seed: int | None = SEED_OPTION,
     temperature: float | None = typer.Option(
@@ -83,13 +67,10 @@ def generate(
     """Generate text privately; every released token is charged to the ledger first."""
     from privlm.predict.factory import build_predictor
     from privlm.predict.loading import load_ensemble
+    from privlm.predict.mechanisms import private_mechanism
 
     warn_if_seeded(seed)
-    config = mechanism_config(
-        method, epsilon=epsilon, delta=delta, alpha=alpha, queries=queries,
-        sample_rate=sample_rate, beta=beta,
-        screen=_screen(paid_tokens, threshold, svt_share, when_spent),
-    )  # fmt: skip
+    config = private_mechanism(method).serving_config(settings)
     loaded = load_ensemble(ensemble, device, dtype)
     predictor = build_predictor(config, loaded, ledger=ledger, name=name, seed=seed)
     _warn_of_a_second_budget(ensemble, ledger, name)
@@ -133,13 +114,13 @@ def _warn_of_a_second_budget(ensemble: Path, ledger: Path, name: str) -> None:
         typer.echo(f"warning: {second_budget_warning(ensemble, others)}", err=True)
 
 
-@eval_app.command("ppl")
 @user_errors
 def eval_ppl(
     method: str | None = typer.Option(
         None,
-        help=f"With --ensemble: one of {', '.join(METHODS)}. Without: the public model, or "
-        "the --adapter-dir adapter.",
+        help=f"With --ensemble: a baseline ({', '.join(BASELINES)}) or a registered private "
+        "mechanism (pmixed, screened, submix, …). Without: the public model, or the "
+        "--adapter-dir adapter.",
     ),
     ensemble: Path | None = typer.Option(None, help="A directory made by `privlm ensemble train`."),
     adapter_dir: Path | None = typer.Option(
@@ -161,15 +142,7 @@ def eval_ppl(
     ),
     block_size: int = typer.Option(128, help="Tokens per block."),
     runs: int = typer.Option(1, help="Average over runs (private methods are random)."),
-    epsilon: float | None = EPSILON_OPTION,
-    delta: float = option(PMixEDConfig, "delta"),
-    alpha: float | None = ALPHA_OPTION,
-    sample_rate: float = option(PMixEDConfig, "sample_rate"),
-    beta: float | None = typer.Option(None, help="SubMix β (default ε/T)."),
-    paid_tokens: int = PAID_OPTION,
-    threshold: float = THRESHOLD_OPTION,
-    svt_share: float = SVT_SHARE_OPTION,
-    when_spent: str = WHEN_SPENT_OPTION,
+    settings: dict[str, Any] | None = None,
     adapter: int = typer.Option(0, help="finetuned: which adapter of the ensemble."),
     seed: int | None = typer.Option(None, help="Seed of the first run (experiments only)."),
     device: str = DEVICE_OPTION,
@@ -194,11 +167,11 @@ def eval_ppl(
                 "--ensemble brings its own model and adapters: drop --adapter-dir/--model"
             )
         if method is None:
-            raise PrivlmError(f"with --ensemble, name a --method: {', '.join(METHODS)}")
-        screen = _screen(paid_tokens, threshold, svt_share, when_spent)
-        out = _ensemble_ppl(method, ensemble, texts, data, blocks, block_size, runs, epsilon,
-                            delta, alpha, sample_rate, beta, screen, adapter, seed, device,
-                            dtype, as_json)  # fmt: skip
+            raise PrivlmError(
+                f"with --ensemble, name a --method: {', '.join(BASELINES)} or a mechanism"
+            )
+        out = _ensemble_ppl(method, ensemble, texts, data, blocks, block_size, runs,
+                            settings or {}, adapter, seed, device, dtype, as_json)  # fmt: skip
     if as_json:
         emit_json(out)
         return
@@ -310,12 +283,7 @@ def _ensemble_ppl(
     blocks: int | None,
     block_size: int,
     runs: int,
-    epsilon: float | None,
-    delta: float,
-    alpha: float | None,
-    sample_rate: float,
-    beta: float | None,
-    screen: dict[str, Any],
+    settings: dict[str, Any],
     adapter: int,
     seed: int | None,
     device: str,
@@ -324,10 +292,11 @@ def _ensemble_ppl(
 ) -> dict[str, Any]:
     import tempfile
 
-    from privlm.predict.config import MECHANISMS, PredictorConfig
+    from privlm.predict.config import PredictorConfig
     from privlm.predict.evaluate import evaluate
     from privlm.predict.factory import build_predictor, plain_config
     from privlm.predict.loading import load_ensemble
+    from privlm.predict.mechanisms import private_mechanism
 
     loaded = load_ensemble(ensemble, device, dtype)  # once, for every run and method
     lm, manifest = loaded.model, loaded.manifest
@@ -335,13 +304,15 @@ def _ensemble_ppl(
     ids = _blocks_of(lm.tokenizer, texts, data, block_size, blocks).tolist()
     queries = sum(len(b) - 1 for b in ids)
     config: PredictorConfig
-    if method not in MECHANISMS:
+    if method in BASELINES:
+        given = sorted(k for k, v in settings.items() if v is not None)
+        if given:
+            raise PrivlmError(
+                f"--{given[0].replace('_', '-')} is a mechanism's; {method} takes none"
+            )
         config = plain_config(method, adapter)
-    else:
-        config = mechanism_config(
-            method, epsilon=epsilon, delta=delta, alpha=alpha, queries=queries,
-            sample_rate=sample_rate, beta=beta, screen=screen,
-        )  # fmt: skip
+    else:  # every scored token is one query: T is the tokens scored
+        config = private_mechanism(method).make_config(settings, {"queries": queries})
     reports = []
     for r in range(runs):
         with tempfile.TemporaryDirectory() as tmp:

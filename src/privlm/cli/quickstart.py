@@ -150,8 +150,10 @@ def private_pipeline(
             eval_block_size,
             eval_blocks,
         ).tolist()
-        public = evaluate(build_predictor(PlainConfig("public"), loaded), blocks, progress)
-        ensemble = evaluate(build_predictor(PlainConfig("ensemble"), loaded), blocks, progress)
+        public = evaluate(build_predictor(PlainConfig(members="public"), loaded), blocks, progress)
+        ensemble = evaluate(
+            build_predictor(PlainConfig(members="ensemble"), loaded), blocks, progress
+        )
         scorer = build_predictor(config, loaded, ledger=Path(tmp) / "eval.db", name="eval")
         private = evaluate(scorer, blocks, progress=progress)
         eval_spent = scorer.budget()["spent"]["epsilon"]

@@ -4,11 +4,12 @@ calls:
 
 - ``load_ensemble(path, device=, dtype=)`` -> ``LoadedEnsemble(model, engine, manifest)``;
   ``load_adapter(path, model)`` for one DP adapter
-- ``build_predictor(config, loaded, ledger=, name=, seed=)`` -> the predictor a typed config
+- ``build_predictor(config, loaded, budget=, name=, seed=)`` -> the predictor a typed config
   describes: ``PMixEDConfig``, ``ScreenedPMixEDConfig`` or ``SubMixConfig`` (charged to
-  durable ledgers), or
-  ``PlainConfig`` (the public model, one adapter, the plain ensemble average);
-  ``mechanism_config(name, ε=, δ=, …)`` builds a mixture's config from loose numbers
+  durable ledgers; with ``budget``, the dataset's ledger, its lifetime reserved there
+  first), or ``PlainConfig`` (the public model, one adapter, the plain ensemble average)
+- ``mechanism(name).make_config({...})``: a registered mechanism's config from loose
+  settings; ``register_mechanism(Mechanism(...))`` adds one (:mod:`.mechanisms`)
 - ``predictor.stream(ids, n)``, ``.generate(prompt, n)``, ``.score(ids)``, ``.budget()``
 - ``evaluate(predictor, blocks)`` -> held-out perplexity
 """
@@ -32,10 +33,12 @@ EXPORTS = {
     "Token": "protocol",
     "TokenStream": "protocol",
     "build_predictor": "factory",
-    "register_builder": "factory",
+    "register_mechanism": "mechanisms",
+    "mechanism": "mechanisms",
+    "mechanisms": "mechanisms",
+    "Mechanism": "mechanisms",
     "PlainConfig": "config",
     "PredictorConfig": "config",
-    "mechanism_config": "config",
     "load_ensemble": "loading",
     "load_adapter": "loading",
     "LoadedEnsemble": "loading",

@@ -14,12 +14,12 @@ from typing import Any
 from privlm.accounting import RdpCurve
 from privlm.accounting.analysis import pmixed as analysis
 from privlm.accounting.analysis import sparse_vector
-from privlm.config import check_settings, setting, settings_of
+from privlm.config import check_settings, setting
 from privlm.errors import PrivlmError
 
-# what `privlm eval ppl --method` scores (privlm.predict.evaluate)
-METHODS = ("public", "finetuned", "ensemble", "pmixed", "screened", "submix")
-MECHANISMS = ("pmixed", "screened", "submix")  # the private mixtures, charged token by token
+# the non-private baselines `privlm eval ppl --method` scores beside the private mechanisms
+# (privlm.predict.mechanisms)
+BASELINES = ("public", "finetuned", "ensemble")
 WHEN_SPENT = ("public", "refuse")
 PLAIN_MEMBERS = ("public", "adapter", "ensemble")
 
@@ -30,7 +30,7 @@ def rdp_budget_for(epsilon: float, delta: float, alpha: int) -> float:
     return epsilon - math.log((a - 1) / a) + (math.log(delta) + math.log(a)) / (a - 1)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PMixEDConfig:
     """Privacy hyperparameters; defaults are Table 1 of the PMixED paper."""
 
@@ -81,7 +81,7 @@ class PMixEDConfig:
         return self.query_cost(n_models)[1].times(self.queries)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ScreenedPMixEDConfig:
     """Screened PMixED: a sparse-vector test (AboveThreshold) on the score TV(p̄, p₀) sends
     each query to the public model (free) or to a paid PMixED query; the budget (ε, δ)
@@ -157,7 +157,7 @@ class ScreenedPMixEDConfig:
         return (self.instance_curve() + self.query_cost(n_models)[1]).times(self.paid_tokens)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SubMixConfig:
     """ε: the (α, ε) operational-privacy budget of every part; β: target leakage (Eq. 2)."""
 
@@ -182,7 +182,17 @@ class SubMixConfig:
         return RdpCurve.from_mapping({self.alpha: self.epsilon})
 
 
-@dataclass(frozen=True)
+def part_ledgers(target: Any, name: str, n_parts: int, config: SubMixConfig) -> list[Any]:
+    """SubMix's ledgers: one RDP ledger per part (per part, never per unit), in one
+    database, chargeable together."""
+    from privlm.accounting import Budget, PrivacyLedger, Relation
+
+    budget = Budget(config.epsilon, config.delta, order=config.alpha)
+    names = [f"{name}/part-{i:03d}" for i in range(n_parts)]
+    return PrivacyLedger.family(target, names, budget, relation=Relation.PART)
+
+
+@dataclass(frozen=True, kw_only=True)
 class PlainConfig:
     """A predictor that charges nothing per token: ``public`` (the public model alone),
     ``adapter`` (one member: a DP-trained adapter, whose tokens are post-processing of a
@@ -201,51 +211,3 @@ class PlainConfig:
 
 PredictorConfig = PMixEDConfig | ScreenedPMixEDConfig | SubMixConfig | PlainConfig
 MixtureConfig = PMixEDConfig | ScreenedPMixEDConfig | SubMixConfig
-
-
-def mechanism_config(
-    method: str,
-    *,
-    epsilon: float | None = None,
-    delta: float | None = None,
-    alpha: float | None = None,
-    queries: int | None = None,
-    sample_rate: float | None = None,
-    beta: float | None = None,
-    bound: str | None = None,
-    screen: Mapping[str, Any] | None = None,
-) -> MixtureConfig:
-    """A private mixture's config from loose numbers (a CLI's options, a deployment's
-    request), every one not given taken from the config class: ε and α are each
-    mechanism's own (PMixED 8 at δ with α = 3; SubMix RDP 2 at α = 2), SubMix's β is ε/T.
-    ``screen``: screened PMixED's own settings (``paid_tokens``, ``threshold``,
-    ``svt_share``, ``when_spent``), each its config's default when absent. The one place a
-    mechanism's name becomes its config."""
-    pm = {k: s.default for k, s in settings_of(PMixEDConfig).items()}
-    delta = pm["delta"] if delta is None else delta
-    queries = pm["queries"] if queries is None else queries
-    if method in ("pmixed", "screened"):
-        order = pm["alpha"] if alpha is None else alpha
-        if order != int(order):
-            raise PrivlmError(f"PMixED's order α must be an integer, got {order:g}")
-        if method == "screened":
-            return ScreenedPMixEDConfig(
-                pm["epsilon"] if epsilon is None else epsilon, delta, int(order),
-                sample_rate=pm["sample_rate"] if sample_rate is None else sample_rate,
-                **{k: v for k, v in (screen or {}).items() if v is not None},
-            )  # fmt: skip
-        return PMixEDConfig(
-            pm["epsilon"] if epsilon is None else epsilon, delta, int(order), queries,
-            pm["sample_rate"] if sample_rate is None else sample_rate,
-            pm["bound"] if bound is None else bound,
-        )  # fmt: skip
-    if method == "submix":
-        sm = {k: s.default for k, s in settings_of(SubMixConfig).items()}
-        eps = sm["epsilon"] if epsilon is None else epsilon
-        return SubMixConfig(
-            eps,
-            sm["alpha"] if alpha is None else float(alpha),
-            beta if beta is not None else eps / queries,
-            delta,
-        )
-    raise PrivlmError(f"unknown mechanism {method!r}; choose one of {', '.join(MECHANISMS)}")

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 
 from tqdm.auto import tqdm
 
-from privlm.predict.config import METHODS as METHODS
 from privlm.predict.protocol import Predictor
 
 

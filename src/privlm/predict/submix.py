@@ -14,9 +14,10 @@ from typing import Any
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from privlm.accounting import Budget, Charge, PrivacyLedger, RdpCurve, charge_together
+from privlm.accounting import Charge, PrivacyLedger, RdpCurve, charge_together
 from privlm.errors import BudgetExceededError, PrivlmError
 from privlm.predict.config import SubMixConfig as SubMixConfig
+from privlm.predict.config import part_ledgers as part_ledgers
 from privlm.predict.engine import EnsembleEngine, upcast_log_softmax
 from privlm.predict.protocol import Generation, Scores, StreamingPredictor, Token
 from privlm.predict.sampling import sample
@@ -24,12 +25,6 @@ from privlm.predict.submix_rule import submix_step
 from privlm.randomness import PrivacyRandomness, as_randomness
 
 STOP_FLAG = "submix-stop"
-
-
-def part_ledgers(target: Any, name: str, n_parts: int, config: SubMixConfig) -> list[PrivacyLedger]:
-    """One RDP ledger per part, in one database, chargeable together."""
-    budget = Budget(config.epsilon, config.delta, order=config.alpha)
-    return PrivacyLedger.family(target, [f"{name}/part-{i:03d}" for i in range(n_parts)], budget)
 
 
 class SubMix(StreamingPredictor):

@@ -29,7 +29,11 @@ from privlm.service.state import ServiceSettings as ServiceSettings
 from privlm.service.state import ServiceState
 from privlm.service.url_keys import AccessLog, KeyBeforeBody, KeysNotInUrls
 
-ROUTERS = (page.router, datasets.router, jobs.router, deployments.router, openai_api.router)
+
+def routers() -> tuple[Any, ...]:
+    """One router per resource; the deployments' built now, its request a union of the
+    mechanisms registered now."""
+    return (page.router, datasets.router, jobs.router, deployments.assembled(), openai_api.router)
 
 
 def service_state(settings: ServiceSettings) -> ServiceState:
@@ -61,7 +65,7 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     app.state.settings, app.state.engine = settings, state.engine
     app.state.runtime, app.state.sessions = state.runtime, state.sessions
     install_error_handlers(app)
-    for router in ROUTERS:
+    for router in routers():
         app.include_router(router)
     app.mount("/static", StaticFiles(directory=page.STATIC), name="static")
     app.state.asgi = guarded(app, state)

@@ -249,7 +249,30 @@ def budget_state(ledger: PrivacyLedger) -> dict[str, Any]:
         "rule": "every DP job, every JFT job and every deployment of its ensembles is charged "
         "to this budget; a deployment reserves its whole (ε, δ) when it is created. The total "
         "composes all of them, so it can be below the sum of the DP and SDP parts",
+        "relation": ledger.to_json()["relation"],
+        "per_part": per_part_state(ledger),
     }  # fmt: skip
+
+
+def per_part_state(ledger: PrivacyLedger) -> dict[str, Any] | None:
+    """SubMix deployments' reservations, per part (a part removed), kept beside the per-unit
+    figure and never composed with it: while one exists, no per-unit bound covers what it
+    releases (docs/sharp_edges.md). None when the dataset has none."""
+    from privlm.accounting import Relation
+    from privlm.errors import AccountingError
+
+    try:
+        beside = ledger.sibling(f"{ledger.name}/per-{Relation.PART.value}")
+    except AccountingError:
+        return None
+    return {
+        "spent": {"epsilon": beside.spent().epsilon},
+        "relation": Relation.PART.describe(),
+        "deployments": [c.params.get("deployment") for c in beside.charges()],
+        "note": "SubMix's operational privacy per part: no per-unit bound covers what these "
+        "deployments release",
+        "ledger": beside.name,
+    }
 
 
 def describe(row: Dataset, ledger: PrivacyLedger | None = None) -> dict[str, Any]:

@@ -13,130 +13,105 @@ from __future__ import annotations
 
 import json
 import threading
+import typing
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Discriminator, Field, Tag, TypeAdapter, create_model
 
 from privlm.accounting import Charge, PrivacyLedger, RdpCurve
-from privlm.accounting.analysis import pmixed as pmixed_analysis
 from privlm.accounting.analysis.pmixed import REPLACEMENT
 from privlm.config import request_field
 from privlm.errors import BudgetExceededError, PrivlmError
 from privlm.models.pool import ModelPool
-from privlm.predict.config import (
-    MixtureConfig,
-    PlainConfig,
-    PMixEDConfig,
-    PredictorConfig,
-    ScreenedPMixEDConfig,
-    SubMixConfig,
-    mechanism_config,
-)
-from privlm.predict.factory import build_predictor
+from privlm.predict.config import PlainConfig
+from privlm.predict.factory import build_predictor, deployment_ledger, reserve
 from privlm.predict.loading import LoadedEnsemble, load_adapter, load_ensemble
+from privlm.predict.mechanisms import Mechanism, mechanism, mechanisms, serving
 from privlm.predict.pmixed import UNIT as PMIXED_UNIT
 from privlm.predict.pmixed import PMixED, shortfall
 from privlm.predict.protocol import Predictor
 from privlm.service.admission import SchedulerLimits, TenantGate
 from privlm.service.db import Deployment, Job
-from privlm.service.job_params import EnsembleParams, stored_params
-from privlm.service.job_views import guarantee
+from privlm.service.job_kinds import serves, stored_params
 from privlm.service.scheduler import DeploymentScheduler
 from privlm.service.strict import STRICT_BODY
 
 LEGACY_BOUND = "jensen"  # what deployments stored without a bound were reserved with
 RESTATEMENT = "deployment-reservation-restatement"
+MAX_DERIVED = 1000.0  # the service's ceiling on a derived setting a request gives
 
 
-# the settings each mechanism reads; any other one given is refused (400)
-APPLIES = {
-    "pmixed": {"epsilon", "delta", "queries", "alpha", "sample_rate", "bound", "fallback"},
-    "screened": {
-        "epsilon", "delta", "alpha", "sample_rate", "paid_tokens", "threshold", "svt_share",
-        "fallback",
-    },
-    "submix": {"epsilon", "delta", "queries", "alpha", "beta", "fallback"},
-    "adapter": set(),
-}  # fmt: skip
+def _variant(m: Mechanism) -> type[BaseModel]:
+    """The request for a deployment of ``m``: the job, the mechanism and, for a mechanism
+    that charges tokens, ``fallback``; then every setting of ``m``'s config class, its
+    default, bounds and help from there, except those withheld (with the reason) and those a
+    mechanism derives from the others (None until then)."""
+    fields: dict[str, Any] = {
+        "job_id": (str, Field(..., max_length=40)),
+        "mechanism": (Literal[m.name], Field(m.name, description=m.summary)),
+    }
+    if m.charges_tokens:
+        fields["fallback"] = (
+            bool,
+            Field(False, description="answer from the public model once spent"),
+        )
+    hints = typing.get_type_hints(m.config)
+    for name in m.settings():
+        if name in m.withheld:
+            continue
+        if name in m.derived:  # None until derived, within its setting's bounds
+            bounds = {"le": MAX_DERIVED, **m.settings()[name].bounds}
+            fields[name] = (hints[name] | None, Field(None, description=m.derived[name], **bounds))
+        else:
+            fields[name] = (hints[name], request_field(m.config, name))
+    title = "".join(w.title() for w in m.name.split("_")) + "Deployment"
+    model: type[BaseModel] = create_model(title, __config__=STRICT_BODY, **fields)
+    setattr(model, "WITHHELD", dict(m.withheld))  # noqa: B010  # found by the tests
+    setattr(model, "DERIVED", dict(m.derived))  # noqa: B010
+    setattr(model, "privlm_mechanism", m.name)  # noqa: B010
+    return model
 
 
-class DeploymentParams(BaseModel):
-    """A deployment's settings; defaults, bounds and help come from PMixEDConfig,
-    ScreenedPMixEDConfig and SubMixConfig (ε and α: the mechanism's own when not given).
-    ``screened``: PMixED behind a sparse-vector screen, on a PMixED ensemble; once its c
-    paid tokens are spent it refuses, or answers from the public model with ``fallback``."""
-
-    model_config = STRICT_BODY
-    job_id: str = Field(..., max_length=40)
-    mechanism: str = Field("pmixed", pattern="^(pmixed|screened|submix|adapter)$")
-    epsilon: float | None = Field(
-        None, gt=0, le=1000,
-        description="PMixED: ε_G at δ (default 8); SubMix: RDP ε per part at order α (default 2)",
-    )  # fmt: skip
-    delta: float = request_field(PMixEDConfig, "delta")
-    queries: int = request_field(PMixEDConfig, "queries")
-    alpha: float | None = Field(
-        None, gt=1, le=256, description="Rényi order α (default: PMixED 3, an integer; SubMix 2)"
+def _tag(value: Any) -> str:
+    mechanism = (
+        value.get("mechanism") if isinstance(value, dict) else getattr(value, "mechanism", None)
     )
-    sample_rate: float = request_field(PMixEDConfig, "sample_rate")
-    bound: str = request_field(PMixEDConfig, "bound")
-    beta: float | None = Field(None, gt=0, le=1000, description="SubMix per-query β (default ε/T)")
-    paid_tokens: int = request_field(ScreenedPMixEDConfig, "paid_tokens")
-    threshold: float = request_field(ScreenedPMixEDConfig, "threshold")
-    svt_share: float = request_field(ScreenedPMixEDConfig, "svt_share")
-    fallback: bool = Field(False, description="answer from the public model once spent")
+    return str(mechanism or "pmixed")
 
-    @model_validator(mode="after")
-    def _only_what_applies(self) -> DeploymentParams:
-        given = self.model_fields_set - {"job_id", "mechanism"}
-        wrong = sorted(given - APPLIES[self.mechanism])
-        if wrong:
-            raise ValueError(
-                f"{', '.join(wrong)}: not a setting of a {self.mechanism} deployment (it takes "
-                f"{', '.join(sorted(APPLIES[self.mechanism])) or 'none'})"
-            )
-        return self
 
-    @classmethod
-    def from_row(cls, row: Deployment) -> DeploymentParams:
-        """A stored deployment's settings, read back: those of its mechanism only (rows
-        stored before every setting was checked against its mechanism hold them all). Every
-        PMixED deployment answers under the per-unit bound, whatever it was stored with."""
-        raw = json.loads(row.params)
-        mechanism = raw.get("mechanism", "pmixed")
-        kept = {k: v for k, v in raw.items() if k in {"job_id", "mechanism", *APPLIES[mechanism]}}
-        if "bound" in kept:
-            kept["bound"] = REPLACEMENT
-        return cls(**kept)
+def deployment_request() -> Any:
+    """``POST /v1/deployments``'s body: a union of every registered mechanism's request,
+    discriminated by ``mechanism`` (default ``pmixed``)."""
+    variants = [Annotated[_variant(m), Tag(m.name)] for m in mechanisms()]
+    return Annotated[Union[tuple(variants)], Discriminator(_tag)]  # noqa: UP007
 
-    def stored(self) -> dict[str, Any]:
-        """The settings as stored with the deployment: those of its mechanism only."""
-        return self.model_dump(include={"job_id", "mechanism", *APPLIES[self.mechanism]})
 
-    def mixture(self) -> MixtureConfig:
-        """The private mixture's config (PMixED's for an adapter deployment, whose budget
-        columns have always held PMixED's defaults; its tokens charge nothing)."""
-        method = self.mechanism if self.mechanism in ("submix", "screened") else "pmixed"
-        return mechanism_config(
-            method, epsilon=self.epsilon, delta=self.delta, alpha=self.alpha,
-            queries=self.queries, sample_rate=self.sample_rate, beta=self.beta, bound=self.bound,
-            screen={"paid_tokens": self.paid_tokens, "threshold": self.threshold,
-                    "svt_share": self.svt_share, "when_spent": "refuse"},
-        )  # fmt: skip
+def parse_request(body: dict[str, Any]) -> Any:
+    """A deployment's settings, typed by the union (errors name the field)."""
+    return TypeAdapter(deployment_request()).validate_python(body)
 
-    def config(self, statement: dict[str, Any] | None = None) -> PredictorConfig:
-        """The typed config the factory builds this deployment's predictor from: the request
-        is parsed here, once; nothing after it branches on the mechanism's name."""
-        if self.mechanism == "adapter":
-            return PlainConfig("adapter", statement=statement or {})
-        return self.mixture()
 
-    def resolved(self) -> DeploymentParams:
-        """The same settings with ε and α filled in from the mechanism's defaults."""
-        cfg = self.mixture()
-        return self.model_copy(update={"epsilon": cfg.epsilon, "alpha": cfg.alpha})
+def stored_request(row: Deployment) -> Any:
+    """A stored deployment's settings, read back: those its mechanism's request has (rows
+    stored before every setting was checked against its mechanism hold them all). Every
+    PMixED deployment answers under the per-unit bound, whatever it was stored with."""
+    raw = json.loads(row.params)
+    m = mechanism(raw.get("mechanism", "pmixed"))
+    kept = {k: v for k, v in raw.items() if k in _variant(m).model_fields}
+    if "bound" in kept:
+        kept["bound"] = REPLACEMENT
+    return parse_request({**kept, "mechanism": m.name})
+
+
+def request_config(req: Any, statement: Mapping[str, Any] | None = None) -> Any:
+    """The typed config a deployment's predictor is built from: its mechanism's settings
+    from the request, the withheld ones at their service value, derived ones derived."""
+    m = mechanism(req.mechanism)
+    given = {k: getattr(req, k) for k in m.settings() if k in type(req).model_fields}
+    return m.serving_config({**given, **m.fixed}, {"statement": statement or {}})
 
 
 @dataclass
@@ -221,14 +196,14 @@ def load_deployment(
     --device policy) so that deployments of one model share its weights."""
     models = models if models is not None else ModelPool()
     raw = json.loads(row.params)
-    params = DeploymentParams.from_row(row)
     loaded, statement = _served(job, models)
     predictor = build_predictor(
-        params.config(statement), loaded, ledger=ledger_url, name=f"deployment-{row.id}"
-    )
+        request_config(stored_request(row), statement), loaded, ledger=ledger_url,
+        name=deployment_ledger(row.id),
+    )  # fmt: skip
     if isinstance(predictor, PMixED) and deployment_bound(raw) != REPLACEMENT:
         restate_reservation(ledger_url, job, row, predictor, budget)
-    public = build_predictor(PlainConfig("public"), loaded)
+    public = build_predictor(PlainConfig(members="public"), loaded)
     default = SchedulerLimits()
     limits, gate = scheduling or (default, TenantGate(default.tenant_max, default.max_queue))
     return LoadedDeployment(
@@ -244,7 +219,7 @@ def _served(job: Job, models: ModelPool) -> tuple[LoadedEnsemble, dict[str, Any]
     """What a job's deployment serves: its ensemble, or its one DP adapter with what the
     adapter's ``privacy.json`` states."""
     out = Path(job.output_dir)
-    if job.kind == "ensemble":
+    if serves(job) != "adapter":
         return load_ensemble(out, pool=models), {}
     statement = json.loads((out / "privacy.json").read_text())
     facts = {k: statement[k] for k in STATEMENT_FACTS if k in statement}
@@ -306,110 +281,59 @@ def restate_reservation(
 
 
 def deployment_guarantee(row: Deployment, job: Job | None) -> dict[str, Any]:
-    """What a deployment's answers guarantee: PMixED in (ε, δ), SubMix
-    in Rényi DP at its order, a DP adapter's training ε, or a JFT adapter's SDP."""
-    p = DeploymentParams.from_row(row)
-    if row.mechanism == "pmixed":
-        return {"kind": "DP", "relation": pmixed_analysis.relation(REPLACEMENT),
-                "text": f"({row.budget_epsilon:g}, {row.budget_delta:g})-DP over all its "
-                "private tokens, per unit of the dataset (adding or removing one unit "
-                "replaces one ensemble member's model)"}  # fmt: skip
-    if row.mechanism == "screened":
-        return {"kind": "DP", "relation": pmixed_analysis.relation(REPLACEMENT),
-                "text": f"({row.budget_epsilon:g}, {row.budget_delta:g})-DP over its "
-                f"{p.paid_tokens} paid tokens and any number of free ones (a sparse-vector "
-                "screen sends each query to the public model or to a paid PMixED query), per "
-                "unit of the dataset (adding or removing one unit replaces one ensemble "
-                "member's model)"}  # fmt: skip
-    if row.mechanism == "submix":
-        return {"kind": "RDP", "order": p.alpha, "rdp_epsilon": p.epsilon,
-                "relation": "per part: one part removed (operational privacy); not per unit",
-                "text": f"(α={p.alpha:g}, ε={p.epsilon:g})-Rényi operational privacy per "
-                "part (a part removed), not a per-unit DP guarantee"}  # fmt: skip
-    if job is not None and job.kind == "jft":
-        return guarantee(job)
-    return {"kind": "DP", "text": "a DP-trained adapter: its tokens are post-processing"}
+    """What a deployment's answers guarantee, from its mechanism's record: PMixED in
+    (ε, δ), SubMix in Rényi DP at its order, a DP adapter's training statement (a JFT
+    adapter's SDP)."""
+    req = stored_request(row)
+    m = mechanism(req.mechanism)
+    statement = adapter_statement(job) if job is not None and m.serves == "adapter" else {}
+    return m.guarantee(request_config(req, statement), statement).to_dict()
 
 
-def check_config(p: DeploymentParams) -> None:
-    """Refuse at creation a configuration the mechanism would refuse at the first token."""
-    cfg = p.config()
-    if isinstance(cfg, PMixEDConfig):
-        pmixed_analysis.check_per_unit(cfg.bound)
+def adapter_statement(job: Job) -> dict[str, Any]:
+    """What a served adapter's ``privacy.json`` states (its facts only)."""
+    path = Path(job.output_dir) / "privacy.json"
+    if not job.output_dir or not path.is_file():
+        return {}
+    statement = json.loads(path.read_text())
+    return {k: statement[k] for k in STATEMENT_FACTS if k in statement}
 
 
-def lifetime_cost(p: DeploymentParams, job: Job) -> RdpCurve | None:
-    """Everything the deployment can ever release about its dataset, as one RDP curve:
-    PMixED's T queries at the radius its ensemble gets, or SubMix's (α, ε) per part. None
-    for a DP adapter, whose tokens are post-processing of a release already charged.
-
-    privlm reserves this on the dataset's ledger when the deployment is created, so every deployment of every ensemble counts against the dataset's one budget."""
+def members_of(job: Job) -> int:
+    """How many members a job's ensemble has (1 for an adapter)."""
     from privlm.training.manifest import load_manifest
 
-    cfg = p.config()
-    if isinstance(cfg, PMixEDConfig | ScreenedPMixEDConfig):
-        return cfg.lifetime_curve(load_manifest(job.output_dir).members)
-    if isinstance(cfg, SubMixConfig):
-        return cfg.lifetime_curve()
-    return None
+    return load_manifest(job.output_dir).members if serves(job) != "adapter" else 1
 
 
-def reserve_on_dataset(ledger: PrivacyLedger, p: DeploymentParams, job: Job, dep_id: str) -> None:
-    """Charge the deployment's whole cost to its dataset's ledger, durably, or refuse
-    (:class:`BudgetExceededError`, recording nothing) if it does not fit."""
-    cost = lifetime_cost(p, job)
-    if cost is None:
-        return
-    ledger.charge(
-        Charge(
-            "deployment-reservation",
-            rdp=cost,
-            unit=PMIXED_UNIT
-            if p.mechanism in ("pmixed", "screened")
-            else "part (SubMix: a part removed; not a per-unit figure)",
-            params={
-                "deployment": dep_id,
-                "job": job.id,
-                "mechanism": p.mechanism,
-                "epsilon": p.epsilon,
-                "delta": p.delta,
-                "queries": p.queries,
-                "alpha": p.alpha,
-                "bound": p.bound,
-                **({"paid_tokens": p.paid_tokens} if p.mechanism == "screened" else {}),
-            },
-        )
-    )
+def reserve_on_dataset(ledger: PrivacyLedger, req: Any, job: Job, dep_id: str) -> None:
+    """Charge the deployment's whole cost to its dataset's budget, durably, or refuse
+    (:class:`BudgetExceededError`, recording nothing) if it does not fit
+    (:func:`privlm.predict.factory.reserve`: SubMix's per-part figure beside the per-unit
+    one, never composed with it)."""
+    reserve(ledger, request_config(req), members_of(job), dep_id, {"job": job.id})
 
 
 def create_ledgers(row: Deployment, job: Job, ledger_url: str) -> None:
     """Open the deployment's budget in the ledger at creation, so it is durable (and
     visible) before the first token."""
-    from privlm.accounting import Budget
-    from privlm.predict.submix import part_ledgers
-    from privlm.training.manifest import load_manifest
-
-    cfg = DeploymentParams.from_row(row).config()
-    name = f"deployment-{row.id}"
-    if isinstance(cfg, PMixEDConfig | ScreenedPMixEDConfig):
-        PrivacyLedger(ledger_url, name, Budget(cfg.epsilon, cfg.delta))
-    elif isinstance(cfg, SubMixConfig):
-        part_ledgers(ledger_url, name, load_manifest(job.output_dir).submix_parts, cfg)
+    req = stored_request(row)
+    m = mechanism(req.mechanism)
+    if m.open_ledgers is not None:
+        m.open_ledgers(ledger_url, deployment_ledger(row.id), request_config(req), members_of(job))
 
 
-def check_deployable(job: Job, mechanism: str) -> None:
+def check_deployable(job: Job, mechanism_name: str) -> None:
+    """Refuse a deployment of a job that has not succeeded, or with a mechanism that does
+    not serve what the job made (from the job kind's and the mechanism's records)."""
     if job.status != "succeeded":
         raise PrivlmError(f"job {job.id} has not succeeded (status {job.status})")
-    params = stored_params(job).params
-    if isinstance(params, EnsembleParams):
-        protocol = params.protocol
-        if mechanism != protocol and not (mechanism == "screened" and protocol == "pmixed"):
-            raise PrivlmError(
-                f"job {job.id} trained a {protocol} ensemble; deploy it with mechanism {protocol}"
-                + (" or screened" if protocol == "pmixed" else "")
-            )
-    elif job.kind in ("dpsgd", "jft"):
-        if mechanism != "adapter":
-            raise PrivlmError(f"job {job.id} trained one DP adapter; deploy it as 'adapter'")
-    else:
+    target = serves(job)
+    if target is None:
         raise PrivlmError(f"a {job.kind} job has no model to deploy")
+    fitting = [m.name for m in serving(target)]
+    if mechanism_name not in fitting:
+        what = "one DP adapter" if target == "adapter" else f"a {target} ensemble"
+        raise PrivlmError(
+            f"job {job.id} trained {what}; deploy it with mechanism {' or '.join(fitting)}"
+        )

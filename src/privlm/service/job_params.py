@@ -7,30 +7,21 @@ service may only tighten a bound. Runners receive the typed config, never a dict
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, Field, field_validator
 
 from privlm.config import request_field, settings_of
 from privlm.data import Record
 from privlm.errors import DataError, PrivlmError
 from privlm.prompting.config import PromptDpSgdConfig, PromptPateConfig
-from privlm.service.db import Dataset, Job
+from privlm.service.db import Dataset
 from privlm.service.strict import STRICT_BODY
 from privlm.training.config import DpSgdConfig, EnsembleConfig, JftConfig, LoraTrainingConfig
 
 if TYPE_CHECKING:
     from privlm.prompting.tasks import Task
-
-KINDS = ("dpsgd", "jft", "ensemble", "pate", "prompt-dpsgd")
-# jobs whose output is itself DP and may leave the service; an ensemble's adapters may not
-RELEASABLE = ("dpsgd", "jft", "pate", "prompt-dpsgd")
-# jobs that learn a prompt for a classification task, bundled or the tenant's own
-TASK_KINDS = ("pate", "prompt-dpsgd")
 
 
 class JobParams(BaseModel):
@@ -217,70 +208,6 @@ class PromptDpSgdParams(TaskParams):
     @property
     def planned_epsilon(self) -> float | None:
         return self.epsilon
-
-
-# each kind's parameters and the config classes they set
-CONFIGS: dict[type[JobParams], tuple[type, ...]] = {}
-PARAMS: dict[str, type[JobParams]] = {
-    "dpsgd": DpSgdParams,
-    "jft": JftParams,
-    "ensemble": EnsembleParams,
-    "pate": PateParams,
-    "prompt-dpsgd": PromptDpSgdParams,
-}
-
-
-CONFIGS.update({
-    DpSgdParams: (DpSgdConfig,),
-    JftParams: (JftConfig, DpSgdConfig),
-    EnsembleParams: (EnsembleConfig, LoraTrainingConfig),
-    PateParams: (PromptPateConfig,),
-    PromptDpSgdParams: (PromptDpSgdConfig,),
-})  # fmt: skip
-
-
-def validate_params(kind: str, params: dict[str, Any]) -> JobParams:
-    """The typed parameters (defaults filled in), or a PrivlmError naming the problem."""
-    if kind not in PARAMS:
-        raise PrivlmError(f"unknown job kind {kind!r}; choose one of {', '.join(KINDS)}")
-    try:
-        typed = PARAMS[kind](**params)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'params'}: {e['msg']}" for e in exc.errors()
-        )
-        raise PrivlmError(f"invalid {kind} parameters: {problems}") from None
-    if isinstance(typed, TaskParams):
-        job_task(typed)  # a bad task spec is refused now, naming its field
-    return typed
-
-
-@dataclass(frozen=True)
-class StoredParams:
-    """What a job stores: its kind's parameters and the public model it trains on."""
-
-    params: JobParams
-    model: str
-
-    def to_json(self) -> str:
-        return json.dumps({**self.params.model_dump(), "model": self.model})
-
-
-def stored_params(job: Job) -> StoredParams:
-    """A job's stored parameters, typed (read back as they were validated)."""
-    raw = json.loads(job.params)
-    model = str(raw.pop("model", ""))
-    return StoredParams(PARAMS[job.kind].model_validate(raw), model)
-
-
-def public_params(job: Job) -> dict[str, Any]:
-    """A job's parameters as its owner sees them: a model given as a server directory is
-    shown by its name only."""
-    stored = stored_params(job)
-    model = stored.model
-    if Path(model).is_absolute():
-        model = Path(model).name
-    return {**stored.params.model_dump(), "model": model}
 
 
 def job_task(params: TaskParams) -> Task:

@@ -31,7 +31,6 @@ from privlm.service.job_params import (
     PateParams,
     PromptDpSgdParams,
     job_task,
-    stored_params,
     task_records,
 )
 
@@ -83,6 +82,8 @@ Runner = Callable[[JobContext], dict[str, Any]]
 
 def typed(ctx: JobContext, kind: type[P]) -> P:
     """The job's parameters as its kind's typed parameters."""
+    from privlm.service.job_kinds import stored_params
+
     params = stored_params(ctx.job).params
     if not isinstance(params, kind):
         raise PrivlmError(f"job {ctx.job.id} is a {ctx.job.kind} job, not {kind.__name__}")
@@ -162,12 +163,3 @@ def run_prompt_dpsgd(ctx: JobContext) -> dict[str, Any]:
         **labelled(st.to_dict()), "task": task.name,
         "epsilon_spent": job_epsilon(ledger, ctx.job.id),
     }  # fmt: skip
-
-
-RUNNERS: dict[str, Runner] = {
-    "dpsgd": run_dpsgd,
-    "jft": run_jft,
-    "ensemble": run_ensemble,
-    "pate": run_pate,
-    "prompt-dpsgd": run_prompt_dpsgd,
-}

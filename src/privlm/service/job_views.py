@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from privlm.service.db import Job, now
-from privlm.service.job_params import JftParams, public_params, stored_params
+from privlm.service.job_kinds import guarantee, public_params
 
 TEXT_SUFFIXES = (".json", ".md", ".txt", ".yaml", ".yml")
 
@@ -56,29 +56,6 @@ def zip_artifact(out_dir: Path, model: str, data_dir: Path) -> bytes:
             else:
                 z.write(f, name)
     return buf.getvalue()
-
-
-def guarantee(job: Job) -> dict[str, Any]:
-    """What a job's output guarantees, in the words the page, the API and the model card use:
-    a JFT model is selective DP under its policy, never plain DP."""
-    params = stored_params(job).params
-    if isinstance(params, JftParams):
-        policy = params.detector
-        return {
-            "kind": "SDP",
-            "policy": policy,
-            "dp_epsilon": None,
-            "text": f"(ε, δ)-SDP under the policy '{policy}' (JFT direct mode): what the policy "
-            "flags is protected; phase 1 trained without noise on the rest, so there is no "
-            "ordinary DP guarantee",
-        }
-    if job.kind == "ensemble":
-        return {
-            "kind": "none released",
-            "text": "the adapters never leave the service; a deployment's tokens are DP, "
-            "and reserved on the dataset's budget",
-        }
-    return {"kind": "DP", "text": "(ε, δ)-DP per privacy unit"}
 
 
 def progress(job: Job) -> dict[str, Any]:

@@ -29,10 +29,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from privlm.errors import PrivlmError
 from privlm.progress import watch
 from privlm.service.db import Dataset, Job, ledger_url, make_engine, now, session_factory
-from privlm.service.job_params import PateParams, stored_params
+from privlm.service.job_kinds import job_kind, stored_params
+from privlm.service.job_params import PateParams
 from privlm.service.job_queue import next_job
 from privlm.service.job_runners import (
-    RUNNERS,
     JobCancelled,
     JobContext,
     add_event,
@@ -103,11 +103,7 @@ class Worker:
                     add_event(job, f"failed: {job.error}")
                 else:
                     job.status = "queued"
-                    how = (
-                        "resumes from its finished adapters"
-                        if job.kind == "ensemble"
-                        else ("restarts (nothing was released before the interruption)")
-                    )
+                    how = job_kind(job.kind).resume
                     add_event(job, f"interrupted: {why}; requeued, {how}")
         return touched
 
@@ -191,7 +187,7 @@ class Worker:
             out.parent.mkdir(parents=True, exist_ok=True)
             ctx = JobContext(job, ds, public, out, self.ledger_url, stored.model or self.model)
             with watch(self._progress_listener(job_id, job.kind)):
-                result = RUNNERS[job.kind](ctx)
+                result = job_kind(job.kind).run(ctx)
             status, error = "succeeded", None
         except JobCancelled:
             status, error, result = "cancelled", None, {}

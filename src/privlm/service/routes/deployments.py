@@ -2,26 +2,25 @@
 reserved on its dataset's budget before it exists), what its answers guarantee, and its
 budget."""
 
-from __future__ import annotations
-
 import json
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Body
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from privlm.errors import BudgetExceededError
+from privlm.predict.mechanisms import Mechanism, mechanisms
 from privlm.service.api_errors import ApiError
 from privlm.service.auth import Db, Me, MeBriefly
 from privlm.service.db import Dataset, Deployment, Job, Tenant, new_id
 from privlm.service.deployments import (
-    DeploymentParams,
     LoadedDeployment,
-    check_config,
     check_deployable,
     create_ledgers,
     deployment_guarantee,
+    deployment_request,
+    request_config,
     reserve_on_dataset,
 )
 from privlm.service.state import ServiceState, State, own
@@ -40,39 +39,83 @@ def describe_deployment(d: Deployment, s: Session) -> dict[str, Any]:
     }  # fmt: skip
 
 
-@router.post("/deployments", status_code=201)
-def deploy(req: DeploymentParams, s: Db, me: Me, state: State) -> dict[str, Any]:
-    req = req.resolved()
-    job = own(s, Job, req.job_id, me, "job")
-    check_deployable(job, req.mechanism)
-    check_config(req)
-    d = Deployment(
-        id=new_id("dep"), tenant_id=me.id, job_id=job.id, mechanism=req.mechanism,
-        params=json.dumps(req.stored()), budget_epsilon=req.epsilon,
-        budget_delta=req.delta, fallback=req.fallback,
-    )  # fmt: skip
-    dataset = s.get(Dataset, job.dataset_id)
-    gone = dataset is None or dataset.deleted_at is not None
-    if not job.output_dir or (gone and req.mechanism != "adapter"):
-        raise ApiError(
-            409, "conflict",
-            f"the dataset of job {job.id} was deleted, and the job's models with it (its "
-            "budget stays, spent as it was)",
+def assembled() -> APIRouter:
+    """This module's routes, and ``POST /v1/deployments`` with its body the union of every
+    mechanism registered now (the app assembles it: privlm.service.app)."""
+    r = APIRouter()
+    deploy_route(r)
+    r.include_router(router)
+    return r
+
+
+def deploy_route(r: APIRouter) -> None:
+    """``POST /v1/deployments``, its body the union of every mechanism registered now."""
+    Request = deployment_request()
+
+    @r.post("/v1/deployments", status_code=201)
+    def deploy(
+        body: Annotated[Request, Body()],  # type: ignore[valid-type]
+        s: Db,
+        me: Me,
+        state: State,
+    ) -> dict[str, Any]:
+        req: Any = body  # one variant of the union: its mechanism's settings
+        job = own(s, Job, req.job_id, me, "job")
+        check_deployable(job, req.mechanism)
+        cfg = request_config(req)  # refused now, not at the first token
+        epsilon, delta = getattr(cfg, "epsilon", 0.0), getattr(cfg, "delta", 0.0)
+        d = Deployment(
+            id=new_id("dep"), tenant_id=me.id, job_id=job.id, mechanism=req.mechanism,
+            params=json.dumps(req.model_dump()), budget_epsilon=epsilon, budget_delta=delta,
+            fallback=getattr(req, "fallback", False),
         )  # fmt: skip
-    if dataset is not None:  # fail-closed: reserved, durably, before the deployment exists
-        try:
-            reserve_on_dataset(state.dataset_ledger(dataset), req, job, d.id)
-        except BudgetExceededError as exc:
+        dataset = s.get(Dataset, job.dataset_id)
+        gone = dataset is None or dataset.deleted_at is not None
+        if not job.output_dir or (gone and req.mechanism != "adapter"):
             raise ApiError(
-                409, "budget_exceeded",
-                f"refused: this deployment can release up to ε={req.epsilon:g} at "
-                f"δ={req.delta:g} about dataset {dataset.id}, and that does not fit what is "
-                f"left of the dataset's budget. {exc}",
-            ) from None  # fmt: skip
-    create_ledgers(d, job, state.ledgers)
-    s.add(d)
-    s.flush()
-    return describe_deployment(d, s)
+                409, "conflict",
+                f"the dataset of job {job.id} was deleted, and the job's models with it (its "
+                "budget stays, spent as it was)",
+            )  # fmt: skip
+        if dataset is not None:  # fail-closed: reserved, durably, before it exists
+            try:
+                reserve_on_dataset(state.dataset_ledger(dataset), req, job, d.id)
+            except BudgetExceededError as exc:
+                raise ApiError(
+                    409, "budget_exceeded",
+                    f"refused: this deployment can release up to ε={epsilon:g} at "
+                    f"δ={delta:g} about dataset {dataset.id}, and that does not fit what is "
+                    f"left of the dataset's budget. {exc}",
+                ) from None  # fmt: skip
+        create_ledgers(d, job, state.ledgers)
+        s.add(d)
+        s.flush()
+        return describe_deployment(d, s)
+
+
+@router.get("/mechanisms")
+def list_mechanisms() -> dict[str, Any]:
+    """Every registered mechanism a deployment can use, with the fields its request takes
+    (name, type, default, bounds, choices, help): what the page's deploy form shows."""
+    return {"data": [describe_mechanism(m) for m in mechanisms()]}
+
+
+def describe_mechanism(m: Mechanism) -> dict[str, Any]:
+    fields = []
+    for name, setting in m.settings().items():
+        if name in m.withheld:
+            continue
+        fields.append({
+            "name": name, "type": type(setting.default).__name__,
+            "default": None if name in m.derived else setting.default,
+            "bounds": setting.bounds, "choices": setting.choices,
+            "help": m.derived.get(name, setting.help),
+        })  # fmt: skip
+    return {
+        "name": m.name, "summary": m.summary, "serves": m.serves,
+        "charges_tokens": m.charges_tokens, "relation": m.relation.describe(),
+        "fields": fields, "withheld": dict(m.withheld),
+    }  # fmt: skip
 
 
 @router.get("/deployments")

@@ -20,15 +20,12 @@ from privlm.data import Record
 from privlm.service.api_errors import ApiError
 from privlm.service.auth import Db, Me
 from privlm.service.db import Dataset, Job, new_id, now
+from privlm.service.job_kinds import StoredParams, job_kind, stored_params, validate_params
 from privlm.service.job_params import (
-    RELEASABLE,
     PateParams,
-    StoredParams,
     TaskParams,
     check_dataset_policy,
     check_task_data,
-    stored_params,
-    validate_params,
 )
 from privlm.service.job_queue import positions
 from privlm.service.job_runners import add_event
@@ -142,11 +139,12 @@ def artifact(job_id: str, s: Db, me: Me, state: State) -> Response:
     privacy statement. An ensemble's adapters are not DP (each saw its part of the data in
     the clear; only the mixing is private) and are never released."""
     job = own(s, Job, job_id, me, "job")
-    if job.kind not in RELEASABLE:
+    kind = job_kind(job.kind)
+    if kind.releases is None:
         raise ApiError(
             403, "forbidden",
-            f"job {job.id} trained an ensemble: its adapters are not differentially "
-            "private, and are served only through a PMixED or SubMix deployment",
+            f"job {job.id} ({job.kind}) releases no artefact: "
+            f"{kind.guarantee(stored_params(job).params)['text']}",
         )  # fmt: skip
     if job.status != "succeeded":
         raise ApiError(409, "conflict", f"job {job.id} has not succeeded (status {job.status})")

@@ -6,7 +6,8 @@
   var $ = function (id) { return document.getElementById(id); };
   var state = { key: sessionStorage.getItem("privlm-key") || "", perturbed: null, vocab: {},
                 // what the user just made, selected as soon as it is listed; then what they chose
-                want: {}, datasets: {}, jobs: {}, deployments: {} };
+                want: {}, datasets: {}, jobs: {}, deployments: {},
+                mechanisms: [] };  // GET /v1/mechanisms: what each can serve, and its fields
 
   function api(path, opts) {
     opts = opts || {};
@@ -367,20 +368,16 @@
     $("job-target").textContent = !d ? "" : "trains on " + d.name + " (" + d.records + " records); " +
       (kind === "ensemble" ? "spends nothing now: each deployment of it reserves its own ε"
         : "spends up to ε " + $("job-epsilon").value + " of its " + num(d.budget.remaining ? d.budget.remaining.epsilon : d.budget.epsilon) + " left");
-    var jsel = $("dep-job"), opt = jsel.options[jsel.selectedIndex], mech = opt ? opt.dataset.mechanism : null;
+    var jsel = $("dep-job"), opt = jsel.options[jsel.selectedIndex];
     var waiting = opt && opt.dataset.status !== "succeeded";
     $("deploy").disabled = !opt || waiting;
-    $("dep-epsilon-label").hidden = mech !== "pmixed";
-    $("dep-queries-label").hidden = !mech || mech === "adapter";
-    $("dep-screen-label").hidden = mech !== "pmixed";
-    var screened = mech === "pmixed" && $("dep-screen").checked;
-    $("dep-target").textContent = !opt ? "" : waiting
+    var m = chosenMechanism(), eps = $("dep-field-epsilon");
+    $("dep-target").textContent = !opt || !m ? "" : waiting
       ? "waiting for job " + opt.value + ", " + opt.dataset.progress + ": Deploy serves it once it has succeeded"
-      : "serves job " + opt.value + " with " + mech + "; " +
-      (mech === "adapter" ? "costs nothing more (its answers are post-processing of the trained model)"
-        : screened ? "reserves ε " + $("dep-epsilon").value + " of its dataset's budget for " + $("dep-queries").value + " paid tokens and any number of free ones"
-        : mech === "pmixed" ? "reserves ε " + $("dep-epsilon").value + " of its dataset's budget for " + $("dep-queries").value + " private tokens"
-        : "reserves its parts' RDP budget for " + $("dep-queries").value + " private tokens");
+      : "serves job " + opt.value + " with " + m.name + "; " +
+      (!m.charges_tokens ? "costs nothing more (its answers are post-processing of the trained model)"
+        : "reserves " + (eps ? "ε " + eps.value + " (" + m.relation + ")" : "its whole cost (" + m.relation + ")") +
+          " of its dataset's budget now");
     var dep = state.deployments[$("play-deployment").value];
     $("play-target").textContent = !dep ? "" : "completes with " + dep.id + " (" + dep.mechanism + ")";
   }
@@ -473,13 +470,14 @@
       }
       var live = j.status === "queued" || j.status === "running" || j.status === "succeeded";
       if (live && j.kind !== "pate" && j.kind !== "prompt-dpsgd") {
-        var mech = j.kind === "ensemble" ? j.params.protocol : "adapter";
-        var o = option(sel, j.id, j.id + " (" + j.kind + " → " + mech + ")" +
+        var serves = j.kind === "ensemble" ? j.params.protocol : "adapter";
+        var o = option(sel, j.id, j.id + " (" + j.kind + (serves === "adapter" ? ", one adapter" : ", a " + serves + " ensemble") + ")" +
           (j.status === "succeeded" ? "" : ", " + jobState(j)));
-        o.dataset.mechanism = mech; o.dataset.status = j.status; o.dataset.progress = jobState(j);
+        o.dataset.serves = serves; o.dataset.status = j.status; o.dataset.progress = jobState(j);
       }
     });
     choose(sel, "job", keep);
+    renderMechanisms();
   }
 
   /* The budget is read for the deployment chosen in the playground only: reading one loads
@@ -551,24 +549,85 @@
       .catch(function (e) { status("job-status", e.message, true); });
   }
 
+  /* The mechanisms that can serve the selected job (by what it made: an ensemble's
+   * protocol, or one adapter), from GET /v1/mechanisms; the chosen one's fields. */
+  function chosenMechanism() {
+    var name = $("dep-mechanism").value;
+    return state.mechanisms.filter(function (m) { return m.name === name; })[0] || null;
+  }
+
+  function renderMechanisms() {
+    var jsel = $("dep-job"), opt = jsel.options[jsel.selectedIndex], sel = $("dep-mechanism");
+    var serves = opt ? opt.dataset.serves : null, keep = sel.value;
+    var fitting = state.mechanisms.filter(function (m) { return m.serves === serves; });
+    var names = fitting.map(function (m) { return m.name; }).join(",");
+    if (sel.dataset.names !== names) {  // rebuilt only when the choice changes
+      sel.innerHTML = ""; sel.dataset.names = names;
+      fitting.forEach(function (m) { option(sel, m.name, m.name); });
+      if (keep && fitting.some(function (m) { return m.name === keep; })) sel.value = keep;
+      renderFields();
+    }
+  }
+
+  /* One input per field of the chosen mechanism, its default, bounds and help from the
+   * server (the mechanism's config class); nothing restated here. */
+  function renderFields() {
+    var m = chosenMechanism(), box = $("dep-fields");
+    box.innerHTML = "";
+    $("dep-summary").textContent = m ? m.summary : "";
+    if (!m) { describeTargets(); return; }
+    m.fields.forEach(function (f) {
+      var label = document.createElement("label"), input;
+      label.id = "dep-field-" + f.name + "-label";
+      label.appendChild(document.createTextNode(f.name + " "));
+      if (f.choices) {
+        input = document.createElement("select");
+        f.choices.forEach(function (c) { option(input, c, c); });
+        input.value = f.default;
+      } else {
+        input = document.createElement("input");
+        input.type = f.type === "str" ? "text" : "number";
+        input.step = f.type === "int" ? "1" : "any";
+        input.value = f.default === null ? "" : f.default;
+      }
+      input.id = "dep-field-" + f.name;
+      input.dataset.type = f.type;
+      input.addEventListener("input", describeTargets);
+      label.appendChild(input);
+      var help = document.createElement("small"); help.textContent = f.help;
+      label.appendChild(help);
+      box.appendChild(label);
+    });
+    describeTargets();
+  }
+
+  function fieldValues(m) {
+    var out = {};
+    for (var i = 0; i < m.fields.length; i++) {
+      var f = m.fields[i], raw = $("dep-field-" + f.name).value.trim();
+      if (raw === "") continue;  // the mechanism's own default (or derived)
+      if (f.type === "str") out[f.name] = raw;
+      else {
+        var n = Number(raw);
+        if (!isFinite(n)) throw new Error(f.name + " must be a number");
+        out[f.name] = f.type === "int" ? Math.round(n) : n;
+      }
+    }
+    return out;
+  }
+
   function onDeploy() {
-    var sel = $("dep-job"), chosen = sel.options[sel.selectedIndex];
+    var sel = $("dep-job"), chosen = sel.options[sel.selectedIndex], m = chosenMechanism();
     if (!chosen) { status("deploy-status", "no job to deploy yet", true); return; }
     if (chosen.dataset.status !== "succeeded") {  // never another job in its place
       status("deploy-status", "job " + chosen.value + " has not finished yet: Deploy serves it once it has succeeded", true);
       return;
     }
+    if (!m) { status("deploy-status", "no mechanism serves this job", true); return; }
     if (!confirmOlder(sel, "job")) return;
-    var body = { job_id: chosen.value, mechanism: chosen.dataset.mechanism };
-    if (body.mechanism !== "adapter") body.queries = parseInt($("dep-queries").value, 10);
-    if (body.mechanism === "pmixed" && $("dep-screen").checked) {
-      body.mechanism = "screened"; body.paid_tokens = body.queries; delete body.queries;
-    }
-    if (body.mechanism === "pmixed" || body.mechanism === "screened") {
-      var raw = $("dep-epsilon").value.trim();
-      if (raw === "" || !(Number(raw) > 0)) { status("deploy-status", "enter ε, a number above 0", true); return; }
-      body.epsilon = Number(raw);
-    }
+    var body;
+    try { body = Object.assign({ job_id: chosen.value, mechanism: m.name }, fieldValues(m)); }
+    catch (e) { status("deploy-status", e.message, true); return; }
     api("/v1/deployments", {
       method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
     }).then(function (d) { state.want.deployment = d.id; status("deploy-status", "deployed " + d.id); refresh(); })
@@ -624,8 +683,13 @@
     $("job-epsilon-label").hidden = ensemble; $("job-parts-label").hidden = !ensemble;
   });
   $("deploy").addEventListener("click", onDeploy);
-  ["job-dataset", "job-kind", "job-epsilon", "dep-job", "dep-epsilon", "dep-queries", "dep-screen", "play-deployment"]
+  ["job-dataset", "job-kind", "job-epsilon", "play-deployment"]
     .forEach(function (id) { $(id).addEventListener("input", describeTargets); $(id).addEventListener("change", describeTargets); });
+  $("dep-job").addEventListener("change", renderMechanisms);
+  $("dep-mechanism").addEventListener("change", renderFields);
+  fetch("/v1/mechanisms").then(function (r) { return r.json(); }).then(function (b) {
+    state.mechanisms = b.data; renderMechanisms();
+  }).catch(function () {});
   $("play").addEventListener("click", onPlay);
   $("play-deployment").addEventListener("change", refresh);
   // the forms' defaults come from the server's config classes, never restated here
