@@ -254,6 +254,11 @@ def _adapter_guarantee(cfg: PlainConfig, statement: Mapping[str, Any]) -> Guaran
     )
 
 
+def _per_unit_only(cfg: PMixEDConfig) -> None:
+    """A PMixED deployment is charged per unit: the paper's per-part bounds only plan."""
+    analysis.check_per_unit(cfg.bound)
+
+
 def _pmixed_ledgers(target: Any, name: str, cfg: Any, members: int) -> list[Any]:
     from privlm.accounting import Budget, PrivacyLedger
 
@@ -277,7 +282,7 @@ register_mechanism(
         open_ledgers=_pmixed_ledgers,
         contextual=_pmixed_context,
         plan=plan_pmixed,
-        servable=lambda cfg: analysis.check_per_unit(cfg.bound) and None,
+        servable=_per_unit_only,
     )
 )
 register_mechanism(

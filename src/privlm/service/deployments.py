@@ -63,7 +63,7 @@ def _variant(m: Mechanism) -> type[BaseModel]:
         if name in m.withheld:
             continue
         if name in m.derived:  # None until derived, within its setting's bounds
-            bounds = {"le": MAX_DERIVED, **m.settings()[name].bounds}
+            bounds: dict[str, Any] = {"le": MAX_DERIVED, **m.settings()[name].bounds}
             fields[name] = (hints[name] | None, Field(None, description=m.derived[name], **bounds))
         else:
             fields[name] = (hints[name], request_field(m.config, name))
