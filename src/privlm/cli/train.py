@@ -22,7 +22,7 @@ from privlm.cli.common import (
 )
 from privlm.cli.ensemble import load_training_data
 from privlm.config import cli_settings
-from privlm.curator import CURATOR_HEADING, split_private_statistics
+from privlm.curator import CURATOR_HEADING, Schema, split_statement
 from privlm.models import DEFAULT_MODEL
 from privlm.training.config import DpSgdConfig, JftConfig
 
@@ -64,7 +64,7 @@ def dpsgd(
 ) -> None:
     """Fine-tune a LoRA adapter with DP-SGD (Opacus); print its privacy statement. Every
     DpSgdConfig setting is an option here (privlm.config.cli_settings)."""
-    from privlm.training.dpsgd import plan_run, train_dpsgd
+    from privlm.training.dpsgd import RUN_RELEASES, plan_run, train_dpsgd
 
     ds = load_training_data(
         data, limit, text_column=text_column, user_column=user_column, no_header=no_header
@@ -83,7 +83,7 @@ def dpsgd(
     if int(os.environ.get("RANK", "0")) != 0:  # under torchrun, rank 0 reports
         return
     if as_json:
-        emit_json(with_curator_heading(st.to_dict()))
+        emit_json(with_curator_heading(st.to_dict(), RUN_RELEASES))
         return
     typer.echo(
         f"adapter in {out}: ({st.epsilon:.4g}, {st.delta:.3g})-DP per {st.unit_detail} ({st.accountant}); "
@@ -93,10 +93,11 @@ def dpsgd(
         typer.echo(f"  {CURATOR_HEADING}: {st.token_usage['summary']}")
 
 
-def with_curator_heading(statement: dict[str, Any]) -> dict[str, Any]:
-    """``--json`` output: the statement as released, its exact statistics apart."""
-    released, taken = split_private_statistics(statement)
-    return {**released, "not_private_for_the_curator": taken}
+def with_curator_heading(statement: dict[str, Any], schema: Schema) -> dict[str, Any]:
+    """``--json`` output: the statement as its artefact releases it (``schema``, the
+    mechanism's), every other figure apart, for the curator."""
+    split = split_statement(statement, schema)
+    return {**split.released, "not_private_for_the_curator": split.curator}
 
 
 @app.command("jft")
@@ -146,6 +147,7 @@ def jft(
     Every JftConfig setting and every DP-SGD setting of phase 2 is an option here; phase 1's
     are built from them (JftConfig.phase1_lora)."""
     from privlm.training.dpsgd import plan_run
+    from privlm.training.jft import RELEASES as JFT_RELEASES
     from privlm.training.jft import train_jft
 
     ds = load_training_data(
@@ -171,7 +173,7 @@ def jft(
     warn_if_seeded(cfg.phase2.seed)
     st = train_jft(model, ds, out, cfg, phase1_dir=phase1_out, ledger=led, progress=not as_json)
     if as_json:
-        emit_json(with_curator_heading(st.to_dict()))
+        emit_json(with_curator_heading(st.to_dict(), JFT_RELEASES))
         return
     kept = f"phase 1 in {phase1_out}" if phase1_out else "phase 1 not kept (--phase1-out keeps it)"
     typer.echo(f"adapter in {out} ({kept})")

@@ -15,7 +15,7 @@ import torch
 
 from privlm.accounting import Budget, PrivacyLedger, default_prompt_delta
 from privlm.accounting.advice import threshold_warning
-from privlm.curator import PUBLIC_SIZE, release
+from privlm.curator import PLACEMENT, PUBLIC, PUBLIC_SIZE, RANDOMNESS, Schema, release_statement
 from privlm.data import Record
 from privlm.data.partition import new_partition_key
 from privlm.data.records import shared_record_count
@@ -45,6 +45,18 @@ from privlm.prompting.tasks import PateExamples as PateExamples
 from privlm.prompting.tasks import Task, content_free_records, label_token_ids
 from privlm.randomness import PrivacyRandomness
 from privlm.training.model_card import model_card
+
+# what a student prompt's privacy.json releases (privlm.curator.split_statement); the
+# abstaining teachers and the raw votes' figures stay with the curator
+RELEASES: Schema = {
+    **dict.fromkeys(
+        ("epsilon", "delta", "mechanism", "accounting", "unit", "partition_key", "queries",
+         "answered", "teachers", "teacher_votes", "threshold", "sigma_threshold", "sigma",
+         "threshold_warning", "model", "units", "unit_kind", "data_size"), PUBLIC,
+    ),
+    **RANDOMNESS,
+    **PLACEMENT,
+}  # fmt: skip
 
 ACCOUNTING_STATEMENTS = {
     "data-independent": "data-independent: each query charged its worst case (threshold "
@@ -268,7 +280,7 @@ def run_prompt_pate(
             "data_size": PUBLIC_SIZE,
             **lm.placement.describe(),
         }
-        statement = release(statement, out_dir)  # exact statistics beside, for the curator
+        statement = release_statement(statement, RELEASES, out_dir)  # statistics beside
         (d / "privacy.json").write_text(json.dumps(statement, indent=2))
         card = model_card(statement, "A privlm student prompt (PromptPATE)", library=None)
         (d / "README.md").write_text(card)

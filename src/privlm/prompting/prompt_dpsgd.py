@@ -43,7 +43,7 @@ from privlm.accounting import (
 )
 from privlm.accounting.advice import weak_delta_warning
 from privlm.accounting.budgeted import BudgetedRun
-from privlm.curator import PUBLIC_SIZE, release
+from privlm.curator import PUBLIC, PUBLIC_SIZE, RANDOMNESS, Schema, release_statement
 from privlm.data import Record
 from privlm.errors import PrivlmError
 from privlm.fsutil import write_directory_atomically
@@ -88,6 +88,17 @@ def privacy_units(records: list[Record], unit: str) -> tuple[list[Record], str, 
             "user) or --unit record (every record, the guarantee per record)"
         )
     return firsts, "user", len(records) - len(firsts)
+
+
+# what a soft prompt's privacy.json releases (privlm.curator.split_statement)
+RELEASES: Schema = {
+    **dict.fromkeys(
+        ("epsilon", "delta", "noise_multiplier", "sample_rate", "steps", "accountant", "units",
+         "kind", "unit", "device", "dtype", "mechanism", "delta_warning", "data_size",
+         "max_grad_norm", "task", "model", "training"), PUBLIC,
+    ),
+    **RANDOMNESS,
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -342,7 +353,7 @@ def train_prompt_dpsgd(
     }
 
     def write() -> None:
-        released = release(privacy, out_dir)  # exact statistics to the curator's report
+        released = release_statement(privacy, RELEASES, out_dir)  # statistics beside
 
         def save(d: Path) -> None:
             prompted.save_pretrained(str(d))

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Engine
 
 from privlm.accounting import Budget, PrivacyLedger
-from privlm.curator import split_private_statistics
+from privlm.curator import Schema, split_statement
 from privlm.errors import PrivlmError
 from privlm.service.datasets import load_records
 from privlm.service.db import Dataset, Job, now
@@ -90,15 +90,15 @@ def typed(ctx: JobContext, kind: type[P]) -> P:
     return params
 
 
-def labelled(statement: dict[str, Any]) -> dict[str, Any]:
+def labelled(statement: dict[str, Any], schema: Schema) -> dict[str, Any]:
     """A job's result: the statement as its artefact releases it, and the exact statistics
     of the data apart, under ``not_private_for_the_curator`` (the tenant's eyes only)."""
-    released, taken = split_private_statistics(statement)
-    return {"statement": released, "not_private_for_the_curator": taken}
+    split = split_statement(statement, schema)
+    return {"statement": split.released, "not_private_for_the_curator": split.curator}
 
 
 def run_dpsgd(ctx: JobContext) -> dict[str, Any]:
-    from privlm.training.dpsgd import train_dpsgd
+    from privlm.training.dpsgd import RUN_RELEASES, train_dpsgd
 
     params = typed(ctx, DpSgdParams)
     ledger = job_ledger(ctx)
@@ -106,17 +106,24 @@ def run_dpsgd(ctx: JobContext) -> dict[str, Any]:
         ctx.model, load_records(ctx.dataset), ctx.out_dir,
         params.config(ctx.dataset.budget_delta), ledger=ledger,
     )  # fmt: skip
-    return {**labelled(st.to_dict()), "epsilon_spent": job_epsilon(ledger, ctx.job.id)}
+    return {
+        **labelled(st.to_dict(), RUN_RELEASES),
+        "epsilon_spent": job_epsilon(ledger, ctx.job.id),
+    }
 
 
 def run_jft(ctx: JobContext) -> dict[str, Any]:
+    from privlm.training.jft import RELEASES as JFT_RELEASES
     from privlm.training.jft import train_jft
 
     params = typed(ctx, JftParams)
     ledger = job_ledger(ctx)
     cfg = params.config(ctx.dataset.budget_delta)
     st = train_jft(ctx.model, load_records(ctx.dataset), ctx.out_dir, cfg, ledger=ledger)
-    return {**labelled(st.to_dict()), "epsilon_spent": job_epsilon(ledger, ctx.job.id)}
+    return {
+        **labelled(st.to_dict(), JFT_RELEASES),
+        "epsilon_spent": job_epsilon(ledger, ctx.job.id),
+    }
 
 
 def run_ensemble(ctx: JobContext) -> dict[str, Any]:
@@ -151,6 +158,7 @@ def run_pate(ctx: JobContext) -> dict[str, Any]:
 
 def run_prompt_dpsgd(ctx: JobContext) -> dict[str, Any]:
     """PromptDPSGD on the dataset: the soft prompt or prefix is the artefact."""
+    from privlm.prompting.prompt_dpsgd import RELEASES as PROMPT_RELEASES
     from privlm.prompting.prompt_dpsgd import TaskExamples, train_prompt_dpsgd
 
     params = typed(ctx, PromptDpSgdParams)
@@ -160,6 +168,6 @@ def run_prompt_dpsgd(ctx: JobContext) -> dict[str, Any]:
     cfg = params.config(ctx.dataset.budget_delta)
     st = train_prompt_dpsgd(ctx.model, examples, ctx.out_dir, cfg, ledger=ledger)
     return {
-        **labelled(st.to_dict()), "task": task.name,
+        **labelled(st.to_dict(), PROMPT_RELEASES), "task": task.name,
         "epsilon_spent": job_epsilon(ledger, ctx.job.id),
     }  # fmt: skip

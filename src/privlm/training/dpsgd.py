@@ -50,7 +50,7 @@ from privlm.accounting import (
 )
 from privlm.accounting.advice import suggested_delta, weak_delta_warning
 from privlm.accounting.budgeted import BudgetedRun
-from privlm.curator import PUBLIC_SIZE, release
+from privlm.curator import PUBLIC, PUBLIC_SIZE, RANDOMNESS, Schema, release_statement
 from privlm.data import Dataset
 from privlm.detect import Detector
 from privlm.errors import PrivlmError
@@ -120,6 +120,27 @@ class PrivacyStatement:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+# what a DP-SGD run's statement releases (privlm.curator.split_statement); every other key,
+# token usage and times included, goes to the curator's report beside the adapter
+RUN_RELEASES: Schema = {
+    **dict.fromkeys(
+        ("epsilon", "delta", "noise_multiplier", "sample_rate", "steps", "accountant", "unit",
+         "units", "max_grad_norm", "mechanism", "accounted_sample_rate", "unit_detail",
+         "device", "dtype", "delta_warning"), PUBLIC,
+    ),
+    **RANDOMNESS,
+}  # fmt: skip
+RELEASES: Schema = {
+    **RUN_RELEASES,
+    **dict.fromkeys(
+        ("data_size", "training", "model", "init_adapter", "detector", "processes",
+         # JFT's labels of a phase's adapter (training.jft.sdp_release_label)
+         "guarantee_kind", "policy", "phase1_mode", "dp_epsilon", "not_dp", "miss_rate",
+         "estimate"), PUBLIC,
+    ),
+}  # fmt: skip
 
 
 def require_finite(params: Sequence[tuple[str, torch.Tensor]]) -> None:
@@ -443,7 +464,7 @@ def release_adapter(
 
     def write() -> None:
         require_finite(fitted.trainable)  # after the charge: the run used the data either way
-        privacy = release({**fitted.privacy, **(extra or {})}, out)  # statistics beside
+        privacy = release_statement({**fitted.privacy, **(extra or {})}, RELEASES, out)
 
         def save(d: Path) -> None:
             fitted.adapted.save_pretrained(str(d))

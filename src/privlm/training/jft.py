@@ -34,7 +34,7 @@ from typing import Any
 
 from privlm.accounting import DpSgdPlan, PrivacyLedger, dpsgd_epsilon
 from privlm.accounting.budgeted import BudgetedRun
-from privlm.curator import curator_report_path, release
+from privlm.curator import PUBLIC, Schema, curator_report_path, release_statement
 from privlm.data import Dataset, load_file
 from privlm.detect import (
     AllowingDetector,
@@ -49,7 +49,9 @@ from privlm.errors import PrivlmError
 from privlm.models import LoadedModel, ModelSource, reference_of
 from privlm.training.config import PHASE1_MODES as PHASE1_MODES
 from privlm.training.config import JftConfig as JftConfig
+from privlm.training.dpsgd import RELEASES as DPSGD_RELEASES
 from privlm.training.dpsgd import (
+    RUN_RELEASES,
     DpSgdRun,
     PrivacyStatement,
     examples_per_unit,
@@ -61,6 +63,24 @@ from privlm.training.lora_finetune import finetune_lora
 from privlm.training.model_card import jft_phase1_card
 from privlm.training.redaction import redacted_token_fraction, spans_of_literal_masks
 from privlm.training.sdp_charges import PHASE1_CHARGE, PHASE2_CHARGE
+
+# what sdp.json releases (privlm.curator.split_statement): phase 1's non-private training
+# statistics (blocks, tokens, steps, losses, times) and the redacted share stay with the curator
+RELEASES: Schema = {
+    **dict.fromkeys(
+        ("guarantee", "epsilon", "delta", "policy", "phase1_mode", "assumption",
+         "epsilon_range", "dp_epsilon", "theorem"), PUBLIC,
+    ),
+    "phase1": {
+        **dict.fromkeys(
+            ("mode", "adapter", "miss_rate", "noise_multiplier", "sample_rate", "steps",
+             "epsilon_low", "epsilon_high", "estimate", "measured_miss_rate"), PUBLIC,
+        ),
+        "statement": DPSGD_RELEASES,
+        "training": {"targets": PUBLIC},
+    },
+    "phase2": RUN_RELEASES,
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -247,7 +267,7 @@ def _train_jft(
     )  # fmt: skip
     st2 = release_adapter(fitted2, out, budget, charges[-1], sdp_release_label(cfg, det, dp_eps))
     statement = _statement(cfg, det, phase1, st2, miss)
-    released = release(statement.to_dict(), out)  # exact statistics beside, for the curator
+    released = release_statement(statement.to_dict(), RELEASES, out)  # statistics beside
     (out / "sdp.json").write_text(json.dumps(released, indent=2))
     return statement
 
