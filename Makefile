@@ -7,7 +7,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.privlm-installed
 
 # (node, for the JavaScript test vectors, is on the machine)
-.PHONY: lock setup browser postgres demo test test-gpu lint typecheck unit fast bench bench-gpu bench-accounting bench-prediction bench-utility bench-screening bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft bench-jft-dialogue bench-prompting bench-service bench-randomness bench-cli-help clean
+.PHONY: lock setup browser postgres demo test test-gpu lint typecheck unit fast proof bench bench-gpu bench-accounting bench-prediction bench-utility bench-screening bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft bench-jft-dialogue bench-prompting bench-service bench-randomness bench-cli-help clean
 
 setup: $(STAMP)
 
@@ -61,11 +61,14 @@ postgres:
 unit: setup browser postgres
 	$(VENV)/bin/pytest -q -m "not slow" --durations=25
 
-# The fast loop: every test that loads no model, trains nothing and starts no server (about
-# 80 s on 2 cores; tests/conftest.py chooses them, and fails the run if one of them did).
+# The fast loop: every test marked fast (no model, no training, no server: a guard installed
+# when pytest starts fails one that does; tests/fastguard), the package's doctests among them.
 fast: setup
-	PRIVLM_FAST_LOOP=1 $(VENV)/bin/pytest -q -m "fast and not slow" $$($(PY) -c \
-	  "import sys; sys.path.insert(0, '.'); from tests.conftest import FAST_PATHS; print(*FAST_PATHS)")
+	$(VENV)/bin/pytest -q -m "fast and not slow"
+
+# The proofs: adversarial searches for the worst neighbouring pair and exact enumerations.
+proof: setup
+	$(VENV)/bin/pytest -q -m proof
 
 # mypy (about 70 s from a cold cache, one core) runs beside the tests rather than before them
 test: lint

@@ -188,7 +188,8 @@ def main() -> None:
                     continue
                 cfg = PromptDpSgdConfig(
                     kind=kind,
-                    target_epsilon=eps,
+                    noise="none" if eps is None else "target-epsilon",
+                    target_epsilon=8.0 if eps is None else eps,
                     epochs=1,
                     batch_size=32,
                     learning_rate=1e-2 if kind == "soft-prompt" else 5e-3,

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -26,74 +29,61 @@ requires_data = pytest.mark.skipif(
 )
 
 
-# The fast loop (`make fast`): the tests that load no model, train nothing and start no
-# server. They are chosen by place; the loop then checks the choice: it fails if, while the
-# tests ran, a module that loads a model, trains or serves was imported, or one that was
-# already imported (the single-source test reads the service's and the CLI's declarations)
-# had its entry point called (docs/architecture.md, "Tests").
-FAST_PATHS = (
-    "tests/accounting/",
-    "tests/data/",
-    "tests/detect/",
-    "tests/perturb/",
-    "tests/test_architecture.py",
-    "tests/test_config_single_source.py",
-    "tests/test_extras.py",
-    "tests/test_progress.py",
-    "tests/test_randomness.py",
-)
-HEAVY = {  # module: its entry point
-    "privlm.models.loading": "load_public_model",  # every model, tiny included
-    "privlm.training.lora_finetune": "lora_model",  # every LoRA training path
-    "privlm.prompting.prompt_dpsgd": "prompt_model",  # prompt training
-    "privlm.service.app": "create_app",  # the web service
-}
-_heavy_calls: list[str] = []
-_imported_at_collection: set[str] = set()
+# The fast loop (`make fast`, `pytest -m fast`): tests marked ``fast`` load no model, train
+# nothing and start no server, and a guard proves it (tests/fastguard/privlm_fast_guard.py):
+# installed here, when pytest is configured, before any test module is imported, on the
+# classes every such path constructs, and in every Python process a fast test starts
+# (docs/architecture.md, "Tests").
+GUARD_DIR = Path(__file__).with_name("fastguard")
+sys.path.insert(0, str(GUARD_DIR))
+import privlm_fast_guard  # noqa: E402
+
+_running: dict[str, str | None] = {"test": None}
+
+
+def pytest_configure(config):
+    privlm_fast_guard.install(lambda: _running["test"])
 
 
 def pytest_collection_modifyitems(config, items):
-    root = str(config.rootpath)
+    """Every doctest of the package is fast (each is checked by the guard like any test)."""
+    from _pytest.doctest import DoctestItem
+
     for item in items:
-        path = str(item.path).removeprefix(root + "/")
-        if path.startswith(FAST_PATHS):
+        if isinstance(item, DoctestItem):
             item.add_marker(pytest.mark.fast)
 
 
-def _fast_loop() -> bool:
-    return os.environ.get("PRIVLM_FAST_LOOP") == "1"
-
-
-def pytest_collection_finish(session):
-    if not _fast_loop():
+@contextlib.contextmanager
+def _guarded(item):
+    """While a fast test is set up or runs: the guard is on, here and in its children."""
+    if item.get_closest_marker("fast") is None:
+        yield
         return
-    import functools
-    import sys
+    _running["test"] = item.nodeid
+    saved = {k: os.environ.get(k) for k in (privlm_fast_guard.ENV, "PYTHONPATH")}
+    os.environ[privlm_fast_guard.ENV] = item.nodeid
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(GUARD_DIR), saved["PYTHONPATH"]) if p
+    )
+    try:
+        yield
+    finally:
+        _running["test"] = None
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
-    for name, entry in HEAVY.items():
-        module = sys.modules.get(name)
-        if module is None:
-            continue
-        _imported_at_collection.add(name)
-        original = getattr(module, entry)
 
-        @functools.wraps(original)
-        def recorded(*args, _where=f"{name}.{entry}", _original=original, **kwargs):
-            _heavy_calls.append(_where)
-            return _original(*args, **kwargs)
-
-        setattr(module, entry, recorded)
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    with _guarded(item):
+        return (yield)
 
 
-def pytest_sessionfinish(session, exitstatus):
-    if not _fast_loop():
-        return
-    import sys
-
-    late = [m for m in HEAVY if m in sys.modules and m not in _imported_at_collection]
-    if late or _heavy_calls:
-        session.exitstatus = 1
-        sys.stderr.write(
-            f"\nthe fast loop imported {late} and called {sorted(set(_heavy_calls))}: a test "
-            "in FAST_PATHS (tests/conftest.py) loads a model, trains or serves; move it out\n"
-        )
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    with _guarded(item):
+        return (yield)

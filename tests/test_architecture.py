@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.fast
+
 SRC = Path(__file__).resolve().parents[1] / "src" / "privlm"
 BASE = {
     "errors", "settings", "fsutil", "progress", "randomness", "extras", "lazy", "config", "curator"

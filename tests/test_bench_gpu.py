@@ -55,6 +55,7 @@ def test_the_dpsgd_step_runs_in_every_mode(bench, quick, mode):
     assert out["mode"] == mode and out["tokens_per_s"] > 0
 
 
+@pytest.mark.fast
 def test_the_word_tokenizer_keeps_digits_single_and_labels_distinct(bench):
     from privlm.audit.exposure import digit_tokens
     from privlm.prompting.tasks import get_task, label_token_ids

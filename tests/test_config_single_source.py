@@ -21,6 +21,8 @@ from privlm.service.job_params import (
 from privlm.training.dpsgd import DpSgdConfig
 from privlm.training.lora_finetune import LoraTrainingConfig
 
+pytestmark = pytest.mark.fast
+
 # parameters named like a setting of their command's config class yet deliberately not that
 # setting, with the reason
 NOT_SETTINGS: dict[tuple[str, str], str] = {}

@@ -15,6 +15,8 @@ from privlm.curator import (
     split_statement,
 )
 
+pytestmark = pytest.mark.fast
+
 
 def schemas():
     from privlm.prompting.pate_pipeline import RELEASES as PATE

@@ -9,6 +9,8 @@ import pytest
 from privlm import extras
 from privlm.errors import PrivlmError
 
+pytestmark = pytest.mark.fast
+
 
 def test_a_missing_extra_names_the_pip_install_line(monkeypatch):
     real = importlib.util.find_spec

@@ -64,6 +64,7 @@ def toy():
     unregister_mechanism("toy")
 
 
+@pytest.mark.fast
 def test_the_cli_offers_the_toy_and_its_setting(toy):
     from privlm.cli import full_app
 

@@ -202,7 +202,7 @@ def test_an_ensemble_holds_nothing_of_one_unit_but_its_adapters(tmp_path):
         full, less = tmp_path / f"{protocol}-full", tmp_path / f"{protocol}-less"
         for out, recs in ((full, users), (less, [r for r in users if r.unit != "user-5"])):
             train_ensemble("tiny", Dataset(recs, "notes", "user"), out,
-                           EnsembleConfig(2, protocol, cfg), progress=False,
+                           EnsembleConfig(parts=2, protocol=protocol, training=cfg), progress=False,
                            partition_key="0" * 32)  # fmt: skip
         a, b = released_files(full), released_files(less)
         assert a.keys() == b.keys() and "manifest.json" in a
@@ -241,7 +241,7 @@ def test_a_screened_deployment_releases_nothing_of_one_unit_but_its_transcript(t
     for name, recs in (("full", users), ("less", [r for r in users if r.unit != "user-5"])):
         out = tmp_path / name
         train_ensemble("tiny", Dataset(recs, "notes", "user"), out,
-                       EnsembleConfig(2, "pmixed", cfg), progress=False,
+                       EnsembleConfig(parts=2, protocol="pmixed", training=cfg), progress=False,
                        partition_key="0" * 32)  # fmt: skip
         loaded = load_ensemble(out, "cpu", "float32")
         ledger = PrivacyLedger(tmp_path / f"{name}.db", "dep", Budget(screen.epsilon, screen.delta))

@@ -3,7 +3,11 @@ manual, and learns the total before the first step."""
 
 from __future__ import annotations
 
+import pytest
+
 from privlm.progress import progress_bar, watch
+
+pytestmark = pytest.mark.fast
 
 
 def test_listener_hears_manual_updates_and_the_total_first():

@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.mark.parametrize("package", ["privlm.training", "privlm.prompting", "privlm.predict"])
 def test_every_exported_name_resolves(package):

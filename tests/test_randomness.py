@@ -10,6 +10,8 @@ from scipy import stats
 
 from privlm.randomness import SEEDED_WARNING, PrivacyRandomness, as_randomness
 
+pytestmark = pytest.mark.fast
+
 
 def test_csprng_uniforms_and_normals_have_the_right_law():
     rng = PrivacyRandomness()

@@ -14,15 +14,22 @@ from privlm.accounting.advice import (
     threshold_warning,
     weak_delta_warning,
 )
-from privlm.accounting.pate import default_prompt_delta
+from privlm.errors import AccountingError
+
+pytestmark = pytest.mark.fast
 
 
 @pytest.mark.parametrize("n", [1, 20, 1000, 10**6, 10**9])
-def test_the_suggested_delta_is_far_below_one_over_n_and_the_prompt_default(n):
+def test_the_suggested_delta_is_far_below_one_over_n(n):
     d = suggested_delta(n)
     assert d < 1 / n or (n == 1 and d == 1e-6)
-    assert d == default_prompt_delta(n)
+    assert d == min(n**-1.1, 1e-6)  # the closed form, for every mechanism's default
     assert weak_delta_warning(d, n) is None
+
+
+def test_the_suggested_delta_needs_a_unit():
+    with pytest.raises(AccountingError, match="at least one"):
+        suggested_delta(0)
 
 
 def test_weak_delta_is_flagged_with_the_reason_and_the_fix():

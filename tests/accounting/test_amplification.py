@@ -13,6 +13,8 @@ from dp_accounting import rdp as dp_rdp
 from privlm.accounting import gaussian_rdp, poisson_subsampled_rdp, subsampled_gaussian_rdp
 from privlm.errors import AccountingError
 
+pytestmark = pytest.mark.fast
+
 INTS = list(range(2, 41))
 
 

@@ -10,6 +10,8 @@ from privlm.accounting import Budget, Charge, DpSgdPlan, PrivacyLedger
 from privlm.accounting.budgeted import BudgetedRun
 from privlm.errors import AccountingError, BudgetExceededError
 
+pytestmark = pytest.mark.fast
+
 
 def dpsgd_charge(name: str, sigma: float, compose: str = "rdp") -> Charge:
     plan = DpSgdPlan(sigma, 0.1, 100)

@@ -12,6 +12,8 @@ from scipy.stats import norm
 from privlm.accounting import DEFAULT_ORDERS, balle_epsilon, classic_epsilon, gaussian_rdp
 from privlm.errors import AccountingError
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.mark.parametrize("delta", [1e-3, 1e-5, 1e-8])
 @pytest.mark.parametrize("scale", [0.01, 0.3, 2.0])

@@ -19,6 +19,8 @@ from privlm.accounting import (
 )
 from privlm.errors import AccountingError
 
+pytestmark = pytest.mark.fast
+
 GRID = [
     (sigma, q, steps)
     for sigma in (0.6, 1.0, 1.5, 4.0)

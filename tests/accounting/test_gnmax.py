@@ -23,6 +23,8 @@ from privlm.accounting.analysis.gnmax import (
 )
 from privlm.errors import AccountingError
 
+pytestmark = pytest.mark.fast
+
 ORDERS = np.array([1.5, 2.0, 3.0, 5.0, 8.0, 16.0, 32.0, 64.0])
 
 
@@ -72,6 +74,7 @@ def test_data_independent_gnmax_is_the_gaussian_mechanism_with_sensitivity_root_
     assert np.allclose(rdp_gnmax_data_independent(sigma, [2.0, 3.0, 8.0, 32.0]), acc._rdp)
 
 
+@pytest.mark.proof
 def test_the_bound_on_q_is_exact_for_two_classes_and_above_the_truth_for_three():
     sigma = 4.0
     p = gnmax_distribution([20, 11], sigma)
@@ -80,6 +83,7 @@ def test_the_bound_on_q_is_exact_for_two_classes_and_above_the_truth_for_three()
     assert math.exp(log_q_gnmax([20, 11, 9], sigma)) >= 1 - p3[0]
 
 
+@pytest.mark.proof
 @pytest.mark.parametrize("votes", [[30, 2], [25, 6, 1], [18, 10, 4], [40, 0, 0, 0], [12, 11]])
 def test_data_dependent_gnmax_bound_is_at_least_the_exact_divergence(votes):
     sigma = 4.0
@@ -101,6 +105,7 @@ def test_high_consensus_costs_far_less_than_the_data_independent_bound():
     assert np.allclose(tie, indep)
 
 
+@pytest.mark.proof
 @pytest.mark.parametrize("votes", [[380, 20], [150, 150, 100], [60, 0]])
 def test_threshold_cost_is_the_exact_bernoulli_divergence(votes):
     t, s1 = 300.0, 150.0

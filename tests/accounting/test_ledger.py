@@ -26,6 +26,8 @@ from privlm.accounting import (
 )
 from privlm.errors import AccountingError, BudgetExceededError
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.fixture
 def db(tmp_path):

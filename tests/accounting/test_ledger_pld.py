@@ -22,6 +22,8 @@ from privlm.accounting.ledger import DELTA_SPLITS, Budget, Charge, PrivacyLedger
 from privlm.accounting.orders import DEFAULT_ORDERS
 from privlm.errors import AccountingError, BudgetExceededError
 
+pytestmark = pytest.mark.fast
+
 DATA = Path(__file__).parent / "data"
 DELTA = 1e-5
 

@@ -7,6 +7,9 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
+
+pytestmark = pytest.mark.fast
 
 
 def test_importing_the_accounting_loads_neither_torch_nor_opacus():

@@ -28,6 +28,8 @@ from privlm.accounting.analysis.pate_smooth import (
 )
 from privlm.errors import AccountingError
 
+pytestmark = pytest.mark.fast
+
 # -- an independent computation of PATE 2018's analysis (paper's formulas, erfc form) ---------
 
 
@@ -138,6 +140,7 @@ def worst_gnss_pair(lam, beta, sigma, points=401):
 CASES = [(20.0, 0.02, 20.0), (4.0, 0.1, 2.0), (8.0, 0.05, 5.0), (2.0, 0.2, 1.0), (10.0, 0.049, 1.0)]
 
 
+@pytest.mark.proof
 @pytest.mark.parametrize("lam,beta,sigma", CASES)
 def test_gnss_is_the_exact_worst_pair(lam, beta, sigma):
     """privlm's bound is at least, and (its maximum sits at b = ±β) equal to, the exact
@@ -148,6 +151,7 @@ def test_gnss_is_the_exact_worst_pair(lam, beta, sigma):
     assert ours == pytest.approx(exact, rel=1e-9)
 
 
+@pytest.mark.proof
 def test_theorem_23_understates_the_worst_pair_near_its_order_limit():
     """Why privlm does not charge PATE 2018's Theorem 23 (docs/sharp_edges.md): at the
     defaults a legal pair's exact divergence exceeds it; far from the limit it is sound."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -13,6 +14,8 @@ from privlm.accounting import (
     dpsgd_epsilon,
     poisson_subsampled_rdp,
 )
+
+pytestmark = pytest.mark.fast
 
 sigmas = st.floats(0.3, 20.0)
 rates = st.floats(1e-4, 1.0)

@@ -27,6 +27,8 @@ from privlm.accounting.analysis import sparse_vector as sv
 from privlm.errors import AccountingError
 from tests.predict.exact import pmixed_poisson_output, random_pmf, renyi
 
+pytestmark = pytest.mark.fast
+
 
 def _simplex(x: np.ndarray, v: int) -> np.ndarray:
     e = np.exp(x - x.max())
@@ -44,6 +46,7 @@ def test_the_score_is_the_tv_distance_of_the_average_from_the_public_model():
     assert sv.screening_score(np.array([public, public]), public) == 0.0
 
 
+@pytest.mark.proof
 @pytest.mark.parametrize("n", [1, 2, 3, 5])
 @pytest.mark.parametrize("v", [2, 3, 5])
 def test_an_adversarial_search_finds_no_score_change_above_one_over_n(n, v):
@@ -153,6 +156,7 @@ def test_the_exact_outcomes_sum_to_one():
     assert sum(instance_outcomes([0.1, 0.6, 0.3], 0.4, at)) == pytest.approx(1.0, abs=1e-9)
 
 
+@pytest.mark.proof
 @pytest.mark.parametrize("length", [1, 2, 4])
 def test_an_adversarial_search_finds_no_instance_loss_above_epsilon(length):
     """Neighbouring score sequences (each score moves by at most Δ): the exact outcome

@@ -58,6 +58,7 @@ def test_the_tree_on_a_bf16_model_scores_its_own_distribution():
     assert np.corrcoef(tree, ref)[0, 1] > 0.99
 
 
+@pytest.mark.fast
 def test_rank_and_exposure_definition():
     scores = np.array([-1.0, -3.0, -2.0, -2.0, -0.5])
     e = exposure_from_scores(scores, "2")  # candidates 0 and 4 are strictly more likely
@@ -66,6 +67,7 @@ def test_rank_and_exposure_definition():
     assert exposure_from_scores(scores, "4").exposure == pytest.approx(math.log2(5))
 
 
+@pytest.mark.fast
 def test_insert_canary():
     ds = Dataset([Record(f"r{i}", f"record-{i}") for i in range(10)], "mem")
     out = insert_canary(ds, "123456", 3, seed=1)
@@ -108,6 +110,7 @@ def test_cli():
     assert bad.exit_code == 2 and "must be digits" in bad.stderr
 
 
+@pytest.mark.fast
 def test_random_canary():
     from privlm.audit.exposure import random_canary
 

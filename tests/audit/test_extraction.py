@@ -10,6 +10,7 @@ from privlm.errors import PrivlmError
 from privlm.training.lora_finetune import LoraTrainingConfig
 
 
+@pytest.mark.fast
 def test_codes_are_distinct_digits_of_the_given_length():
     codes = make_codes(50, 3, seed=1)
     assert len(set(codes)) == 50 and all(len(c) == 3 and c.isdigit() for c in codes)
@@ -19,6 +20,7 @@ def test_codes_are_distinct_digits_of_the_given_length():
     assert ds.records[0].text == f"{PREFIX} {codes[0]}"
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     ("text", "code"),
     [

@@ -14,6 +14,7 @@ from privlm.errors import PrivlmError
 from privlm.prompting.tasks import get_task
 
 
+@pytest.mark.fast
 def test_auc_is_the_pairwise_win_rate_with_half_ties():
     rng = np.random.default_rng(0)
     m = rng.integers(0, 5, size=7).astype(float)
@@ -53,6 +54,7 @@ def test_student_mia_uses_the_private_demos_as_members(tiny):
     assert 0.0 <= res.auc <= 1.0
 
 
+@pytest.mark.fast
 def test_auc_standard_error_matches_the_spread_under_the_null():
     """Hanley–McNeil's SE against the empirical spread of AUCs of random scores."""
     import numpy as np

@@ -26,6 +26,7 @@ def run_json(*args):
     return json.loads(result.stdout)
 
 
+@pytest.mark.fast
 def test_account_dpsgd_agrees_with_opacus():
     out = run_json(*PINNED_PLAN)
     acc = RDPAccountant()
@@ -35,6 +36,7 @@ def test_account_dpsgd_agrees_with_opacus():
     assert out["order"] == order and out["accountant"] == "rdp"
 
 
+@pytest.mark.fast
 def test_account_dpsgd_prv_and_human_output():
     out = run_json(*PINNED_PLAN, "--accountant", "prv")
     assert 6.5 < out["epsilon"] < 7.0 and out["order"] is None
@@ -42,6 +44,7 @@ def test_account_dpsgd_prv_and_human_output():
     assert "best Rényi order α = 3.9" in human.stdout
 
 
+@pytest.mark.fast
 def test_account_calibrate():
     out = run_json(
         "account",
@@ -58,6 +61,7 @@ def test_account_calibrate():
     assert out["epsilon"] <= 8.0 and 1.3 < out["noise_multiplier"] < 1.5
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -133,6 +137,7 @@ def test_user_errors_exit_2_with_a_message_and_no_traceback(args, message):
     assert "Traceback" not in result.output + result.stderr
 
 
+@pytest.mark.fast
 def test_data_inspect(tmp_path):
     p = tmp_path / "notes.jsonl"
     p.write_text(
@@ -145,6 +150,7 @@ def test_data_inspect(tmp_path):
     assert "user (2 units)" in human.stdout
 
 
+@pytest.mark.fast
 @requires_data
 def test_data_list():
     rows = run_json("data", "list")
@@ -160,12 +166,14 @@ def test_data_list():
     assert all(r["present"] for r in rows)
 
 
+@pytest.mark.fast
 def test_models_list_and_prepare_tiny():
     rows = run_json("models", "list")
     assert [r["name"] for r in rows if r["default"]] == ["smollm2-135m"]
     assert run_json("models", "prepare", "tiny")["name"] == "tiny"
 
 
+@pytest.mark.fast
 def test_ledger_show(tmp_path):
     db = tmp_path / "l.db"
     PrivacyLedger(db, "svc", Budget(4.0, 1e-6)).charge(Charge("m", epsilon=1.5))

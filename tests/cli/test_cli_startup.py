@@ -8,9 +8,12 @@ import importlib
 import subprocess
 import sys
 
+import pytest
 import typer
 
 from privlm.cli import COMMANDS, lazy_cli
+
+pytestmark = pytest.mark.fast
 
 
 def privlm(*args):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from privlm.cli import app
@@ -38,6 +39,7 @@ def test_train_jft_direct_prints_the_sdp_statement(tmp_path):
     assert not any(p.name.startswith(".m-phase1") for p in tmp_path.iterdir())
 
 
+@pytest.mark.fast
 def test_train_jft_light_noise_without_annotations_is_a_user_error(tmp_path):
     res = run(
         "train", "jft", notes(tmp_path), "--out", tmp_path / "m", "--phase1", "light-noise",
@@ -47,6 +49,7 @@ def test_train_jft_light_noise_without_annotations_is_a_user_error(tmp_path):
     assert "--annotated" in res.output
 
 
+@pytest.mark.fast
 def test_detect_redact_shows_masks(tmp_path):
     res = run("detect", "redact", notes(tmp_path), "--detector", "regex", "--limit", "2", "--json")
     assert res.exit_code == 0, res.output
@@ -55,6 +58,7 @@ def test_detect_redact_shows_masks(tmp_path):
     assert "AB1000" not in rows[0]["redacted"] and "<mask>" in rows[0]["redacted"]
 
 
+@pytest.mark.fast
 def test_detect_miss_rate(tmp_path):
     path = tmp_path / "a.jsonl"
     path.write_text(
@@ -70,6 +74,7 @@ def test_detect_miss_rate(tmp_path):
     assert abs(out["mean"] - 1 / 3) < 1e-9 and out["high"] - out["low"] < 1e-9
 
 
+@pytest.mark.fast
 @requires_data
 def test_detect_eval_on_conll():
     res = run("detect", "eval", "--detector", "low-entity", "--limit", "30", "--json")
@@ -95,6 +100,7 @@ def test_detect_redact_show_labels_each_caught_span(tmp_path):
     assert json.loads(js.stdout)["detector"] == "pii"  # the default
 
 
+@pytest.mark.fast
 def test_detect_corpus_eval_and_miss_rate_on_the_pii_corpus(tmp_path):
     path = tmp_path / "pii.jsonl"
     res = run("detect", "corpus", path, "--n", "60", "--seed", "2")
@@ -111,6 +117,7 @@ def test_detect_corpus_eval_and_miss_rate_on_the_pii_corpus(tmp_path):
     assert "per sensitive token" in res.output and "per token (JFT's m)" in res.output
 
 
+@pytest.mark.fast
 def test_detect_eval_refuses_an_unknown_corpus():
     res = run("detect", "eval", "--corpus", "nope")
     assert res.exit_code != 0 and "unknown corpus" in res.output

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from privlm.cli import app
+
+pytestmark = pytest.mark.fast
 
 runner = CliRunner()
 

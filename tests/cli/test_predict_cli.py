@@ -189,10 +189,12 @@ def test_generate_screened(ensembles, tmp_path):
     assert 0 < out["epsilon_spent"] <= 8.0
     text = ok(*args[:-2], "--name", "other")
     assert "free" in text.stderr and "paid" in text.stderr
+    assert "of T=2 private tokens left" in text.stderr and "ε spent" in text.stderr
     refused = runner.invoke(app, [*args, "--when-spent", "refuse"])
     assert refused.exit_code == 2 and "when_spent=refuse" in refused.stderr
 
 
+@pytest.mark.fast
 def test_plan_screened():
     from privlm.predict.config import ScreenedPMixEDConfig
 
@@ -206,6 +208,7 @@ def test_plan_screened():
     assert "c=1024 paid tokens" in text and "coin" in text  # the noise is too wide there
 
 
+@pytest.mark.fast
 def test_plan_pmixed():
     out = json.loads(
         ok(
@@ -249,3 +252,29 @@ def test_generate_places_the_model_as_asked_and_says_so(ensembles, tmp_path):
         app, ["generate", str(ensembles / "pm"), "--prompt", "x", "--dtype", "int4"]
     )
     assert bad.exit_code == 2 and "unknown dtype" in bad.stderr
+
+
+def test_in_context_members_train_nothing_and_generate_under_the_per_unit_budget(tmp_path):
+    """``ensemble train --members in-context``: no adapter is trained; each part's records
+    are its member's prompt (private, owner-only); ``generate`` charges per token and says
+    how many tokens are left beside ε and why ε grows fast at first."""
+    data = tmp_path / "notes.jsonl"
+    data.write_text(
+        "\n".join(json.dumps({"text": f"note {i} about case {i % 7}"}) for i in range(40))
+    )
+    out = tmp_path / "ic"
+    trained = ok("ensemble", "train", str(data), "--out", str(out), "--parts", "10",
+                 "--members", "in-context", "--prompt-tokens", "16", "--model", "tiny")  # fmt: skip
+    assert "in-context members" in trained.stdout and "cut at 16 tokens" in trained.stdout
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["member_kind"] == "in-context" and manifest["prompt_tokens"] == 16
+    assert not any(p.is_dir() for p in out.iterdir())  # no adapter directories
+    prompts = out / "member-prompts.json"
+    assert oct(prompts.stat().st_mode & 0o777) == "0o600"
+    assert len(json.loads(prompts.read_text())["prompts"]) == 10
+    db = tmp_path / "l.db"
+    gen = ok("generate", str(out), "--prompt", "note", "--ledger", str(db), "--queries", "20",
+             "--sample-rate", "1", "--max-new-tokens", "3", "--seed", "1")  # fmt: skip
+    assert "17 of T=20 private tokens left" in gen.stderr, gen.stderr
+    assert "ε grows fast at first" in gen.stderr
+    assert PrivacyLedger(db, "default").count() == 3

@@ -89,6 +89,7 @@ def test_prompt_dpsgd_eval_and_mia_on_an_unshipped_task(files):
     assert 0 <= mia["auc"] <= 1
 
 
+@pytest.mark.fast
 def test_task_file_errors_reach_the_user_without_content(files):
     bad = files / "bad.csv"
     bad.write_text("customer,via,body,topic\nc1,mail,Jane Roe owes 300,refunds\n")

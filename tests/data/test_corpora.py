@@ -9,6 +9,8 @@ from privlm.data import corpora
 from privlm.errors import DataError
 from tests.conftest import requires_data
 
+pytestmark = pytest.mark.fast
+
 
 @requires_data
 @pytest.mark.parametrize(

@@ -22,6 +22,8 @@ from privlm.data.fetch import SOURCES, fetch, is_present
 from privlm.errors import DataError, PrivlmError
 from tests.conftest import requires_data
 
+pytestmark = pytest.mark.fast
+
 SMALL = ["trec", "cb"]  # 0.6 MB of text between them
 
 

@@ -12,6 +12,8 @@ from privlm.data import Dataset, Record, partition_by_unit
 from privlm.data.partition import derive_key, keyed_hash, new_partition_key
 from privlm.errors import DataError
 
+pytestmark = pytest.mark.fast
+
 KEY = "0123456789abcdef0123456789abcdef"
 
 

@@ -9,6 +9,8 @@ import pytest
 from privlm.data import load_file
 from privlm.errors import DataError
 
+pytestmark = pytest.mark.fast
+
 
 def write(tmp_path, name, content, mode="w"):
     p = tmp_path / name

@@ -16,6 +16,8 @@ from privlm.detect import (
 )
 from privlm.errors import PrivlmError
 
+pytestmark = pytest.mark.fast
+
 DIVORCE = "Did you hear Alice is getting divorced? She met John Smith in Paris on Monday."
 
 

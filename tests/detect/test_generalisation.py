@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from privlm.detect.annotated import AnnotatedText
 from privlm.detect.base import Span
 from privlm.detect.pii_families import (
@@ -17,6 +19,8 @@ from privlm.detect.pii_families import (
 )
 from privlm.detect.pii_families_heldout import HELDOUT_FAMILIES, HELDOUT_SOURCES
 from privlm.detect.pii_quality import score_texts
+
+pytestmark = pytest.mark.fast
 
 
 def test_the_held_out_side_shares_no_family_template_or_value_source():

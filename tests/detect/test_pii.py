@@ -21,6 +21,8 @@ from privlm.detect.pii_patterns import PiiPatternDetector
 from privlm.detect.pii_quality import score_texts
 from privlm.errors import DataError, PrivlmError
 
+pytestmark = pytest.mark.fast
+
 
 def test_the_corpus_is_seeded_typed_and_round_trips(tmp_path):
     a, b = pii_corpus(50, seed=3), pii_corpus(50, seed=3)

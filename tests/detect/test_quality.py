@@ -16,6 +16,8 @@ from privlm.detect.miss_rate import AnnotatedText, annotated_from_conll
 from privlm.errors import DataError, PrivlmError
 from tests.conftest import requires_data
 
+pytestmark = pytest.mark.fast
+
 
 class WordDetector:
     """Flags exactly the given words."""

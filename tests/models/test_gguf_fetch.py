@@ -14,6 +14,8 @@ from privlm.errors import ModelLoadError
 from privlm.models import gguf_package
 from privlm.models.registry import KNOWN_MODELS
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.fixture
 def not_installed(monkeypatch, tmp_path):

@@ -19,16 +19,19 @@ def test_local_directory_round_trip(tiny, tmp_path):
     assert again.source == str(tmp_path / "m")
 
 
+@pytest.mark.fast
 def test_directory_without_model(tmp_path):
     with pytest.raises(ModelLoadError, match=r"no config\.json"):
         load_public_model(str(tmp_path))
 
 
+@pytest.mark.fast
 def test_missing_local_path():
     with pytest.raises(ModelLoadError, match="no such directory"):
         load_public_model("./definitely/not/here")
 
 
+@pytest.mark.fast
 def test_unreachable_hub_suggests_a_local_path(monkeypatch):
     monkeypatch.setattr(loading, "_hub_reachable", lambda timeout=3.0: False)
     with pytest.raises(ModelLoadError) as err:

@@ -18,6 +18,7 @@ from privlm.models.placement import (
 NO_CUDA = not torch.cuda.is_available()
 
 
+@pytest.mark.fast
 @pytest.mark.skipif(not NO_CUDA, reason="checks the CPU-only defaults")
 def test_auto_is_the_cpu_in_float32_without_a_gpu(monkeypatch):
     monkeypatch.delenv(DEVICE_ENV, raising=False)
@@ -27,12 +28,14 @@ def test_auto_is_the_cpu_in_float32_without_a_gpu(monkeypatch):
     assert p.describe() == {"device": "cpu", "device_name": "cpu", "dtype": "float32"}
 
 
+@pytest.mark.fast
 @pytest.mark.skipif(not NO_CUDA, reason="checks the refusal on a machine without CUDA")
 def test_an_absent_gpu_is_refused_with_the_reason():
     with pytest.raises(ModelLoadError, match="sees no CUDA GPU"):
         resolve_device("cuda")
 
 
+@pytest.mark.fast
 def test_names_and_errors(monkeypatch):
     cpu = torch.device("cpu")
     assert resolve_dtype("bf16", cpu) == resolve_dtype("bfloat16", cpu) == torch.bfloat16

@@ -14,6 +14,8 @@ from privlm.perturb.gaussian_calibration import gaussian_delta, gaussian_epsilon
 from privlm.perturb.mechanisms import clip_rows
 from privlm.perturb.uniforms import UniformSource, standard_normals
 
+pytestmark = pytest.mark.fast
+
 
 def pld_delta(sigma, sensitivity, epsilon, compositions=1):
     from dp_accounting.pld import privacy_loss_distribution as pld

@@ -138,7 +138,7 @@ def test_a_model_directory_of_another_family_trains_and_serves_privately(arch, t
     assert st.epsilon <= 4.0
     train_ensemble(
         model_dir, data, tmp_path / "ens",
-        EnsembleConfig(2, training=LoraTrainingConfig(epochs=1, block_size=16, batch_size=4)),
+        EnsembleConfig(parts=2, training=LoraTrainingConfig(epochs=1, block_size=16, batch_size=4)),
         progress=False,
     )  # fmt: skip
     lm, engine, _ = load_ensemble(tmp_path / "ens", device="cpu")

@@ -20,6 +20,7 @@ def make(engine, tmp_path, **cfg):
     return PMixED(eng, tok, ledger, config, seed=0), ledger
 
 
+@pytest.mark.fast
 def test_rdp_budget_round_trips_through_theorem_c3():
     from privlm.accounting import balle_epsilon
 
@@ -216,3 +217,21 @@ def test_every_token_charge_records_its_order_and_ensemble_size(engine, tmp_path
     eng, _ = engine
     for c in ledger.charges():
         assert c.params["alpha"] == 3 and c.params["members"] == eng.n_adapters
+
+
+def test_the_budget_says_tokens_left_and_why_epsilon_grows_fast_at_first(engine, tmp_path):
+    """The figures beside a partly spent budget are the ledger's own: ε after one token is
+    the one-token curve's conversion, and the line names the tokens left."""
+    from privlm.predict.spending import budget_line
+
+    pm, ledger = make(engine, tmp_path, queries=64)
+    pm.generate("Hello", max_new_tokens=1)
+    b = pm.budget()
+    assert b["growth"]["first_token_epsilon"] == pytest.approx(ledger.spent().epsilon)
+    assert b["growth"]["first_token_epsilon"] > 0.5 * pm.config.epsilon  # the fixed cost
+    # all T tokens together spend at most the budget, so each later one adds the rest / (T-1)
+    later = (pm.config.epsilon - ledger.spent().epsilon) / 63
+    assert b["growth"]["later_token_epsilon"] == pytest.approx(later)
+    line = budget_line(b)
+    assert "63 of T=64 private tokens left" in line and "grows fast at first" in line
+    assert f"{ledger.spent().epsilon:.4g} of 8" in line

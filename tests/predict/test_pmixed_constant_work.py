@@ -64,6 +64,7 @@ def _distributions(n: int, vocab: int, seed: int = 0) -> tuple[torch.Tensor, tor
     return members, public
 
 
+@pytest.mark.fast
 def test_the_release_runs_the_same_operations_for_every_subset():
     members, public = _distributions(5, 300)
     logs = []
@@ -76,6 +77,7 @@ def test_the_release_runs_the_same_operations_for_every_subset():
     assert len(solves) >= 14
 
 
+@pytest.mark.fast
 def test_the_release_of_an_empty_subset_is_the_public_model_and_of_a_subset_its_average():
     members, public = _distributions(4, 50, seed=1)
     empty, one, everyone = _masks(4)
@@ -191,6 +193,7 @@ def _mixture(lam: float, p, p0) -> list[float]:
     return [lam * a + (1.0 - lam) * b for a, b in zip(p, p0, strict=True)]
 
 
+@pytest.mark.fast
 def test_the_cancellation_case_stays_inside_the_ball():
     """p = (1 − d, d) against p₀ = (½, ½) with d ≈ 1e-15: computed as 1 + λ(r − 1), the
     mixture's ratio at λ = 1 rounds up by about 10 %, so its reverse divergence looked
@@ -209,6 +212,7 @@ def test_the_cancellation_case_stays_inside_the_ball():
     assert lam < 1.0 and _exact_sym(_mixture(lam, p, p0), p0, order) <= radius
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("radius", [1.0, 10.0, 30.0, 100.0])
 def test_every_member_stays_inside_the_ball_at_extreme_radii(radius):
     """Members with tokens the public model nearly rules out, and the reverse, at radii far

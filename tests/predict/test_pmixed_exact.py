@@ -23,6 +23,8 @@ from tests.predict.exact import (
     sym,
 )
 
+pytestmark = [pytest.mark.fast, pytest.mark.proof]  # exact enumerations
+
 ALPHA = 3
 
 

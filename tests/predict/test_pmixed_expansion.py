@@ -20,6 +20,8 @@ from privlm.errors import AccountingError
 from privlm.predict.pmixed import PMixEDConfig
 from tests.predict.exact import pmixed_poisson_output, random_pmf, sym
 
+pytestmark = pytest.mark.fast
+
 
 def eq12_by_hand(order: int, gamma: float, base: dict[int, float]) -> float:
     """Eq. 12 of the PMixED paper summed term by term with mpmath."""
@@ -125,6 +127,7 @@ def adversarial_search(n: int, q: float, bound: str, starts: int = 3, seed: int 
     return best
 
 
+@pytest.mark.proof
 @pytest.mark.parametrize(
     ("n", "q"), [(2, 1.0), (2, 0.5), pytest.param(3, 0.3, marks=pytest.mark.slow)]
 )

@@ -31,6 +31,8 @@ from privlm.predict.mollifier import pmixed_lambdas
 from privlm.predict.pmixed import PMixED, PMixEDConfig, rdp_budget_for
 from tests.predict.exact import pmixed_poisson_output, random_pmf, renyi
 
+pytestmark = [pytest.mark.fast, pytest.mark.proof]  # exact enumerations
+
 ALPHA = 3
 DEFAULT_PER_QUERY = PMixEDConfig().per_query_rdp  # 0.003123: ε = 8, δ = 1e-5, T = 1024
 

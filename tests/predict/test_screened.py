@@ -55,6 +55,7 @@ def kinds(ledger):
     return [c.mechanism for c in ledger.charges()]
 
 
+@pytest.mark.fast
 def test_the_score_is_the_accounting_modules_tv_distance():
     g = torch.Generator().manual_seed(0)
     lp = torch.log_softmax(torch.randn(5, 11, generator=g, dtype=torch.float64), -1)
@@ -62,6 +63,7 @@ def test_the_score_is_the_accounting_modules_tv_distance():
     assert tv_score(lp) == pytest.approx(float(sv.screening_score(p[1:], p[0])), abs=1e-15)
 
 
+@pytest.mark.fast
 def test_the_budget_splits_into_c_instances_and_c_paid_queries():
     cfg = ScreenedPMixEDConfig(paid_tokens=64, svt_share=0.3)
     eps_instance, per_query = cfg.split()
@@ -237,6 +239,7 @@ def test_scoring_runs_every_position_through_the_screen(engine, tmp_path):
     assert kinds(ledger).count(PAID) == pm.queries_used()
 
 
+@pytest.mark.fast
 def test_the_registry_builds_the_screened_config():
     from privlm.predict.mechanisms import mechanism
 
@@ -248,6 +251,7 @@ def test_the_registry_builds_the_screened_config():
         mechanism("screened").make_config({"beta": 0.1})
 
 
+@pytest.mark.fast
 def test_the_predictor_is_the_analysed_algorithm(monkeypatch):
     """The predictor's test uses the accounting module's instance (its ε′ and Δ = 1/N)."""
     cfg = ScreenedPMixEDConfig(paid_tokens=8)

@@ -14,6 +14,8 @@ from privlm.predict.mollifier import submix_lambdas
 from privlm.predict.submix_rule import submix_step
 from tests.predict.exact import random_pmf, renyi, submix_output, sym
 
+pytestmark = [pytest.mark.fast, pytest.mark.proof]  # exact enumerations
+
 ALPHA = 2.0
 
 

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from privlm.accounting import default_prompt_delta
+from privlm.accounting.advice import suggested_delta
 from privlm.data import Record
 from privlm.models import load_public_model
 from privlm.prompting.pate_pipeline import (
@@ -59,7 +59,7 @@ def test_prompt_pate_end_to_end(tmp_path, monkeypatch, accounting):
     assert led.count() == 24
     assert res.epsilon == led.spent().epsilon <= 50
     assert res.accounting == accounting
-    assert res.delta == default_prompt_delta(60) == 1e-6  # not 1/N
+    assert res.delta == suggested_delta(60) == 1e-6  # not 1/N
     saved = (tmp_path / "out" / "student_prompt.json").read_text()
     assert "secret" not in saved  # the student is built from public inputs only
     statement = json.loads((tmp_path / "out" / "privacy.json").read_text())
@@ -119,6 +119,7 @@ def test_pooled_teacher_scoring_equals_scoring_each_teacher_alone():
         assert (both.labels[i] == calibrate(probs[:4], probs[4:]).argmax(-1)).all()
 
 
+@pytest.mark.fast
 def test_unknown_teacher_votes_mode_is_refused():
     import pytest
 

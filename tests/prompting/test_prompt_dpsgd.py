@@ -9,7 +9,7 @@ import pytest
 import torch
 from opacus import GradSampleModule
 
-from privlm.accounting import default_prompt_delta
+from privlm.accounting.advice import suggested_delta
 from privlm.data import Record
 from privlm.errors import PrivlmError
 from privlm.models import load_public_model
@@ -68,7 +68,7 @@ def test_only_the_prompt_trains_and_the_target_is_met(tmp_path, kind):
     st = train_prompt_dpsgd(
         "tiny", TaskExamples(TASK, records()), tmp_path / kind, cfg, progress=False
     )
-    assert st.epsilon <= 3.0 and st.delta == default_prompt_delta(30) == 1e-6 and st.kind == kind
+    assert st.epsilon <= 3.0 and st.delta == suggested_delta(30) == 1e-6 and st.kind == kind
     saved = json.loads((tmp_path / kind / "privacy.json").read_text())
     assert saved["epsilon"] == st.epsilon and saved["task"] == "sst2"
     after = load_public_model("tiny").model.state_dict()
@@ -77,13 +77,14 @@ def test_only_the_prompt_trains_and_the_target_is_met(tmp_path, kind):
 
 
 def test_non_private_baseline_has_no_epsilon(tmp_path):
-    cfg = PromptDpSgdConfig(virtual_tokens=4, target_epsilon=None, batch_size=10, epochs=1)
+    cfg = PromptDpSgdConfig(virtual_tokens=4, noise="none", batch_size=10, epochs=1)
     st = train_prompt_dpsgd(
         "tiny", TaskExamples(TASK, records()), tmp_path / "np", cfg, progress=False
     )
     assert st.epsilon is None and st.noise_multiplier is None
 
 
+@pytest.mark.fast
 def test_config_errors():
     with pytest.raises(PrivlmError, match="kind must be one of"):
         PromptDpSgdConfig(kind="lora")
@@ -220,8 +221,45 @@ def test_secure_mode_trains_from_the_os_csprng_only_and_says_so(tmp_path, monkey
     assert saved["randomness"].startswith("secure mode")
 
 
+@pytest.mark.fast
 def test_secure_mode_is_neither_seeded_nor_non_private():
     with pytest.raises(PrivlmError, match="cannot be seeded"):
         PromptDpSgdConfig(secure_mode=True, seed=1)
     with pytest.raises(PrivlmError, match="private training"):
-        PromptDpSgdConfig(secure_mode=True, target_epsilon=None)
+        PromptDpSgdConfig(secure_mode=True, noise="none")
+
+
+def test_a_non_finite_loss_stops_training_and_nothing_is_written(tmp_path, monkeypatch):
+    """PromptDPSGD trains through DP-SGD's one step loop, so it refuses a NaN loss as
+    LoRA's DP-SGD does (privlm.training.dp_loop)."""
+    import privlm.prompting.prompt_dpsgd as module
+
+    real = module.class_loss
+
+    def nan_loss(label_ids):
+        loss = real(label_ids)
+        return lambda model, batch: loss(model, batch) * float("nan")
+
+    monkeypatch.setattr(module, "class_loss", nan_loss)
+    cfg = PromptDpSgdConfig(virtual_tokens=3, target_epsilon=3.0, batch_size=10, epochs=1)
+    with pytest.raises(PrivlmError, match="not finite"):
+        train_prompt_dpsgd(
+            "tiny", TaskExamples(TASK, records()), tmp_path / "p", cfg, progress=False
+        )
+    assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.fast
+def test_a_fixed_sigma_plans_and_charges_as_lora_dpsgd_does():
+    """One cost function: PromptDPSGD's plan is DP-SGD's (q, steps, δ, σ, ε, charge)."""
+    from privlm.prompting.prompt_dpsgd import PromptRun
+    from privlm.training.dpsgd import DpSgdRun
+
+    cfg = PromptDpSgdConfig(noise="noise-multiplier", noise_multiplier=1.2, batch_size=10)
+    planned = PromptRun.plan(TaskExamples(TASK, records()), cfg)
+    assert planned.run == DpSgdRun.plan(30, cfg)
+    assert (planned.run.sample_rate, planned.run.steps) == (1 / 3, 6)
+    charge = planned.charge(cfg)
+    assert charge.params["noise_multiplier"] == 1.2 and charge.unit == planned.unit == "user"
+    none = PromptRun.plan(TaskExamples(TASK, records()), PromptDpSgdConfig(noise="none"))
+    assert not none.run.private

@@ -26,11 +26,13 @@ def test_every_task_has_distinct_label_tokens(tiny, name):
     assert len(ids) == len(task.labels) == len(set(ids))
 
 
+@pytest.mark.fast
 def test_unknown_task():
     with pytest.raises(PrivlmError, match="unknown task"):
         get_task("mnli")
 
 
+@pytest.mark.fast
 def test_a_one_shot_prompt():
     task = get_task("sst2")
     demo = Record("a gem", "r1", "positive")
@@ -68,6 +70,7 @@ def test_label_probabilities_are_the_softmax_over_label_tokens(tiny):
     assert np.allclose(probs[0], torch.softmax(logits, -1).numpy())
 
 
+@pytest.mark.fast
 def test_contextual_calibration_divides_by_the_content_free_probabilities():
     probs = np.array([[0.8, 0.2], [0.6, 0.4]])
     free = np.array([[0.7, 0.3], [0.5, 0.5]])  # mean (0.6, 0.4)

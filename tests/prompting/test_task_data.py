@@ -22,6 +22,8 @@ from privlm.prompting.task_data import (
 from privlm.prompting.tasks import get_task, parse_task_text
 from tests.conftest import requires_data
 
+pytestmark = pytest.mark.fast
+
 TICKETS = """
 name: ticket-topic
 labels: {billing: Billing, outage: Outage}

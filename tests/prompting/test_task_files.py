@@ -26,6 +26,7 @@ columns: {text: body, label: topic, user: customer}
 """
 
 
+@pytest.mark.fast
 def test_the_bundled_tasks_are_task_files_with_the_papers_prompts():
     assert sorted(TASKS) == ["agnews", "cb", "rte", "sst2", "trec"]
     sst2 = get_task("sst2")
@@ -54,6 +55,7 @@ def test_a_users_task_from_yaml_and_json(tmp_path, tiny):
     assert load_task_file(j) == task.__class__(**{**task.__dict__, "source": str(j)})
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     "text, field",
     [
@@ -81,6 +83,7 @@ def test_verbalisers_sharing_a_first_token_are_refused_naming_both(tmp_path, tin
     assert str(p) in str(err.value)
 
 
+@pytest.mark.fast
 def test_a_record_without_a_template_field_or_with_an_unknown_label_is_named_by_line(tmp_path):
     p = tmp_path / "t.yaml"
     p.write_text(TICKETS)

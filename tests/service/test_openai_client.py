@@ -268,6 +268,7 @@ def test_unknown_fields_are_refused_not_ignored(served):
     assert c.usage.completion_tokens == 1
 
 
+@pytest.mark.fast
 def test_stop_strings_hold_back_what_could_begin_a_stop():
     s = StopText(["END", "\n\n"])
     assert s.feed("abc E") == "abc "  # "E" could begin END

@@ -33,6 +33,7 @@ def alone(router, tmp_path) -> tuple[TestClient, object]:
     return TestClient(app), state
 
 
+@pytest.mark.fast
 def test_the_app_is_an_assembly_of_routers():
     assert {r.prefix for r in routers()} == {"", "/v1/datasets", "/v1/jobs", "/v1"}
 
@@ -48,7 +49,7 @@ def test_the_page_router_alone(tmp_path):
 
 @pytest.fixture
 def jobs_alone(tmp_path):
-    client, state = alone(jobs.router, tmp_path)
+    client, state = alone(jobs.assembled(), tmp_path)
     key = make_tenants(state.settings.db_url, "acme")["acme"]
     with state.sessions.begin() as s:
         tenant_id = s.scalars(select(Tenant.id)).one()

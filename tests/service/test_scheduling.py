@@ -152,6 +152,7 @@ def test_a_client_that_goes_away_stops_its_completion(service, ensemble_job):
     assert ledger.count() - before < 200
 
 
+@pytest.mark.fast
 def test_both_refusals_are_reached_at_the_default_settings():
     """At the defaults a tenant's 33rd completion gets 429, and with two tenants at their
     cap (64 in flight) a third tenant's first gets 503: the service bound is not dead."""
@@ -171,6 +172,7 @@ def test_both_refusals_are_reached_at_the_default_settings():
     gate.enter("c")  # one finished: the third tenant is answered
 
 
+@pytest.mark.fast
 def test_tenant_gate_counts_and_caps():
     gate = TenantGate(2)
     gate.enter("a")
@@ -309,6 +311,7 @@ def test_a_prompt_still_prefilling_at_its_deadline_times_out_between_chunks(
     assert complete(service, "acme", dep, 2).status_code == 200  # the deployment is free
 
 
+@pytest.mark.fast
 def test_privlm_serve_passes_every_scheduling_option_by_name(tmp_path, monkeypatch):
     import uvicorn
     from typer.testing import CliRunner

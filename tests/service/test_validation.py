@@ -28,6 +28,15 @@ BAD_JOB_PARAMS = [
     ("pate", {"accounting": "raw"}, "accounting"),
     ("prompt-dpsgd", {"epsilon": NAN}, "epsilon"),
 ]
+BAD_DEPLOYMENT_SETTINGS = [
+    ({"mechanism": "submix", "beta": INF}, "beta"),
+    ({"mechanism": "submix", "beta": 1e300}, "beta"),
+    ({"epsilon": True}, "epsilon"),
+    ({"queries": "100"}, "queries"),
+    ({"sample_rate": NAN}, "sample_rate"),
+    ({"fallback": "yes"}, "fallback"),
+    ({"mechanism": "pmixed", "beta": 0.1}, "beta"),  # another mechanism's setting
+]
 
 
 def post_json(service, path, body, tenant="acme"):
@@ -54,17 +63,7 @@ def test_a_bad_job_parameter_is_refused_by_name(service, kind, params, field):
     assert_names(post_json(service, "/v1/jobs", body), field)
 
 
-@pytest.mark.parametrize(
-    "body,field",
-    [
-        ({"mechanism": "submix", "beta": INF}, "beta"),
-        ({"mechanism": "submix", "beta": 1e300}, "beta"),
-        ({"epsilon": True}, "epsilon"),
-        ({"queries": "100"}, "queries"),
-        ({"sample_rate": NAN}, "sample_rate"),
-        ({"fallback": "yes"}, "fallback"),
-    ],
-)
+@pytest.mark.parametrize("body,field", BAD_DEPLOYMENT_SETTINGS)
 def test_a_bad_deployment_parameter_is_refused_by_name(service, body, field):
     assert_names(post_json(service, "/v1/deployments", {"job_id": "job_x", **body}), field)
 

@@ -79,13 +79,14 @@ def test_non_reentrant_checkpointing_breaks_opacus_so_privlm_never_uses_it():
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.enable_input_require_grads()
     gsm = GradSampleModule(model)
-    try:
-        token_losses(gsm(input_ids=IDS).logits, IDS).sum().backward()
-    except Exception:  # a KeyError in Opacus's hooks, in some versions
-        return
+    token_losses(gsm(input_ids=IDS).logits, IDS).sum().backward()  # no error: silent
     got = {n: p.grad_sample for n, p in model.named_parameters() if p.requires_grad}
     missing = [n for n, g in got.items() if g is None]
-    assert missing or any(not torch.allclose(got[n], reference[n]) for n in reference)
+    assert got.keys() == reference.keys()
+    # with the pinned Opacus, most LoRA parameters are left without a per-sample gradient
+    # (each layer's last recomputed one keeps it): DP-SGD would skip them, and privlm's
+    # dp_loop refuses that, naming them
+    assert len(missing) > len(reference) // 2, missing
 
 
 def test_a_checkpointed_dpsgd_run_gives_the_same_adapter(tmp_path, mode="hooks"):

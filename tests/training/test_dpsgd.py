@@ -133,13 +133,37 @@ def test_a_parameter_without_per_sample_gradients_stops_training(tmp_path, monke
     assert not (tmp_path / "s").exists()
 
 
-def test_config_errors():
-    with pytest.raises(PrivlmError, match="exactly one"):
-        dp.DpSgdConfig(target_epsilon=3.0, noise_multiplier=1.0)
-    q, steps, delta, sigma = dp.plan(
-        1000, dp.DpSgdConfig(target_epsilon=None, noise_multiplier=1.3, batch_size=100, epochs=3)
+@pytest.mark.fast
+def test_sigma_or_target_epsilon_is_an_explicit_choice():
+    with pytest.raises(PrivlmError, match="noise='noise-multiplier'"):
+        dp.DpSgdConfig(noise_multiplier=1.0)  # a σ beside the default target ε: which one?
+    with pytest.raises(PrivlmError, match="needs the σ"):
+        dp.DpSgdConfig(noise="noise-multiplier")
+    with pytest.raises(PrivlmError, match="privlm train lora"):
+        dp.DpSgdConfig(noise="none")  # DP-SGD's non-private baseline is the LoRA fine-tune
+    fixed = dp.DpSgdRun.plan(
+        1000, dp.DpSgdConfig(noise="noise-multiplier", noise_multiplier=1.3, batch_size=100,
+                             epochs=3)
+    )  # fmt: skip
+    assert (fixed.sample_rate, fixed.steps, fixed.noise_multiplier) == (0.1, 30, 1.3)
+    assert fixed.delta == 1e-6
+    target = dp.DpSgdRun.plan(1000, dp.DpSgdConfig(target_epsilon=2.0, batch_size=100))
+    assert target.epsilon("rdp") <= 2.0 < dp.DpSgdRun.plan(
+        1000, dp.DpSgdConfig(noise="noise-multiplier", noise_multiplier=target.noise_multiplier
+                             * 0.99, batch_size=100)
+    ).epsilon("rdp")  # fmt: skip
+
+
+@pytest.mark.fast
+def test_the_cli_reads_a_fixed_sigma_as_that_choice():
+    from privlm.cli.common import noise_from_flags
+
+    assert noise_from_flags({"noise": "target-epsilon", "noise_multiplier": 1.1})["noise"] == (
+        "noise-multiplier"
     )
-    assert (q, steps, sigma) == (0.1, 30, 1.3) and delta == 1e-6
+    assert noise_from_flags({"noise": "target-epsilon", "noise_multiplier": None})["noise"] == (
+        "target-epsilon"
+    )
 
 
 def test_cli(tmp_path):
@@ -177,6 +201,7 @@ def test_cli(tmp_path):
     assert out["epsilon"] <= 4.0 and out["units"] == 40 and out["steps"] == 4
 
 
+@pytest.mark.fast
 def test_a_run_that_does_not_fit_the_ledger_is_refused_before_training(tmp_path, monkeypatch):
     from privlm.accounting import Budget, PrivacyLedger
     from privlm.errors import BudgetExceededError
@@ -332,6 +357,7 @@ def test_one_example_per_sampled_user(tmp_path):
     assert "one example per sampled user" in st.unit_detail
 
 
+@pytest.mark.fast
 def test_one_example_per_user_draws_each_users_own_records():
     tensors = (torch.arange(10).view(10, 1),)
     rows = [[0, 1, 2], [3], [4, 5, 6, 7, 8, 9]]
@@ -436,7 +462,7 @@ def test_a_run_that_ends_with_non_finite_parameters_writes_nothing_and_stays_cha
     is not refunded; no adapter of NaNs leaves."""
     from privlm.accounting import Budget, PrivacyLedger
 
-    real = dp._train_examples
+    real = dp.dp_fit
 
     def then_nan(model, *args, **kwargs):
         real(model, *args, **kwargs)
@@ -445,7 +471,7 @@ def test_a_run_that_ends_with_non_finite_parameters_writes_nothing_and_stays_cha
                 if p.requires_grad:
                     p.fill_(float("nan"))
 
-    monkeypatch.setattr(dp, "_train_examples", then_nan)
+    monkeypatch.setattr(dp, "dp_fit", then_nan)
     ledger = PrivacyLedger(tmp_path / "l.db", "data", Budget(3.0, 1e-6))
     cfg = dp.DpSgdConfig(target_epsilon=3.0, **CFG)
     with pytest.raises(PrivlmError, match=r"non-finite parameters.*stays charged"):
@@ -454,6 +480,7 @@ def test_a_run_that_ends_with_non_finite_parameters_writes_nothing_and_stays_cha
     assert ledger.count() == 1
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("field", ["max_grad_norm", "learning_rate", "target_epsilon"])
 @pytest.mark.parametrize("value", [float("inf"), float("nan")])
 def test_non_finite_settings_are_refused_by_name(field, value):

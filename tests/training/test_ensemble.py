@@ -36,7 +36,12 @@ def users_dataset(n_users=8):
 def test_pmixed_ensemble_manifest_and_adapters(tmp_path):
     ds = users_dataset()
     manifest = ens.train_ensemble(
-        "tiny", ds, tmp_path, EnsembleConfig(4, "pmixed", CFG), progress=False, partition_key=KEY
+        "tiny",
+        ds,
+        tmp_path,
+        EnsembleConfig(parts=4, protocol="pmixed", training=CFG),
+        progress=False,
+        partition_key=KEY,
     )
     names = manifest.partition
     assert names == ["part-000", "part-001", "part-002", "part-003"]
@@ -58,7 +63,7 @@ def test_submix_halves(tmp_path):
         "tiny",
         users_dataset(),
         tmp_path,
-        EnsembleConfig(2, "submix", CFG),
+        EnsembleConfig(parts=2, protocol="submix", training=CFG),
         progress=False,
         partition_key=KEY,
     )
@@ -88,7 +93,7 @@ def test_interrupted_run_resumes_from_finished_adapters(tmp_path, monkeypatch):
             "tiny",
             ds,
             tmp_path,
-            EnsembleConfig(4, "pmixed", CFG),
+            EnsembleConfig(parts=4, protocol="pmixed", training=CFG),
             progress=False,
             partition_key=KEY,
         )
@@ -104,11 +109,17 @@ def test_interrupted_run_resumes_from_finished_adapters(tmp_path, monkeypatch):
             "tiny",
             ds,
             tmp_path,
-            EnsembleConfig(4, "pmixed", CFG),
+            EnsembleConfig(parts=4, protocol="pmixed", training=CFG),
             progress=False,
             partition_key="ab",
         )
-    ens.train_ensemble("tiny", ds, tmp_path, EnsembleConfig(4, "pmixed", CFG), progress=False)
+    ens.train_ensemble(
+        "tiny",
+        ds,
+        tmp_path,
+        EnsembleConfig(parts=4, protocol="pmixed", training=CFG),
+        progress=False,
+    )
     assert seen == ["part-002", "part-003"]
     assert len(ens.load_manifest(tmp_path).adapters) == 4
 
@@ -118,7 +129,7 @@ def test_resume_with_other_settings_is_refused(tmp_path):
         "tiny",
         users_dataset(4),
         tmp_path,
-        EnsembleConfig(2, "pmixed", CFG),
+        EnsembleConfig(parts=2, protocol="pmixed", training=CFG),
         progress=False,
         partition_key=KEY,
     )
@@ -127,7 +138,7 @@ def test_resume_with_other_settings_is_refused(tmp_path):
             "tiny",
             users_dataset(4),
             tmp_path,
-            EnsembleConfig(3, "pmixed", CFG),
+            EnsembleConfig(parts=3, protocol="pmixed", training=CFG),
             progress=False,
             partition_key=KEY,
         )
@@ -138,7 +149,7 @@ def test_the_manifest_holds_no_statistic_of_the_data(tmp_path):
     """Part sizes, token usage, losses, times and a digest of the units are the curator's
     (``<out>.curator.json``, beside the folder); the manifest holds settings, the key and
     the number of units (public by declaration)."""
-    ens.train_ensemble("tiny", users_dataset(4), tmp_path / "e", EnsembleConfig(2, "pmixed", CFG), progress=False,
+    ens.train_ensemble("tiny", users_dataset(4), tmp_path / "e", EnsembleConfig(parts=2, protocol="pmixed", training=CFG), progress=False,
         partition_key=KEY,
     )  # fmt: skip
     manifest = json.loads((tmp_path / "e" / "manifest.json").read_text())
@@ -161,7 +172,7 @@ def test_a_legacy_manifest_is_migrated_and_resumes(tmp_path):
         "tiny",
         ds,
         tmp_path / "e",
-        EnsembleConfig(2, "pmixed", CFG),
+        EnsembleConfig(parts=2, protocol="pmixed", training=CFG),
         progress=False,
         partition_key=KEY,
     )
@@ -182,17 +193,23 @@ def test_a_legacy_manifest_is_migrated_and_resumes(tmp_path):
             "tiny",
             users_dataset(5),
             tmp_path / "e",
-            EnsembleConfig(2, "pmixed", CFG),
+            EnsembleConfig(parts=2, protocol="pmixed", training=CFG),
             progress=False,
         )
     migrated = json.loads(path.read_text())
     assert "records" not in migrated and migrated["partition"][0].keys() == {"name"}
     assert ens.ensemble_statistics(tmp_path / "e")["partition"] == statistics["partition"]
-    ens.train_ensemble("tiny", ds, tmp_path / "e", EnsembleConfig(2, "pmixed", CFG), progress=False)
+    ens.train_ensemble(
+        "tiny",
+        ds,
+        tmp_path / "e",
+        EnsembleConfig(parts=2, protocol="pmixed", training=CFG),
+        progress=False,
+    )
 
 
 def test_a_resume_without_the_curators_report_is_refused(tmp_path):
-    ens.train_ensemble("tiny", users_dataset(4), tmp_path / "e", EnsembleConfig(2, "pmixed", CFG), progress=False,
+    ens.train_ensemble("tiny", users_dataset(4), tmp_path / "e", EnsembleConfig(parts=2, protocol="pmixed", training=CFG), progress=False,
         partition_key=KEY,
     )  # fmt: skip
     (tmp_path / "e.curator.json").unlink()
@@ -201,18 +218,19 @@ def test_a_resume_without_the_curators_report_is_refused(tmp_path):
             "tiny",
             users_dataset(4),
             tmp_path / "e",
-            EnsembleConfig(2, "pmixed", CFG),
+            EnsembleConfig(parts=2, protocol="pmixed", training=CFG),
             progress=False,
         )
 
 
+@pytest.mark.fast
 def test_too_few_units(tmp_path):
     with pytest.raises(PrivlmError, match="cannot split 2 privacy units"):
         ens.train_ensemble(
             "tiny",
             users_dataset(2),
             tmp_path,
-            EnsembleConfig(3, "pmixed", CFG),
+            EnsembleConfig(parts=3, protocol="pmixed", training=CFG),
             progress=False,
             partition_key=KEY,
         )
@@ -221,7 +239,7 @@ def test_too_few_units(tmp_path):
 def test_an_empty_part_gets_the_public_model(tmp_path):
     """Under this key the 3 users fill parts 0 and 1 only: part 2's member is the untrained
     adapter (B = 0), i.e. the public model, still a function of its own (empty) part."""
-    manifest = ens.train_ensemble("tiny", users_dataset(3), tmp_path, EnsembleConfig(3, "pmixed", CFG), progress=False,
+    manifest = ens.train_ensemble("tiny", users_dataset(3), tmp_path, EnsembleConfig(parts=3, protocol="pmixed", training=CFG), progress=False,
         partition_key="0" * 32,
     )  # fmt: skip
     statistics = ens.ensemble_statistics(tmp_path)
@@ -237,10 +255,18 @@ def test_an_empty_part_gets_the_public_model(tmp_path):
 
 def test_a_fresh_key_is_drawn_and_recorded(tmp_path):
     a = ens.train_ensemble(
-        "tiny", users_dataset(4), tmp_path / "a", EnsembleConfig(2, "pmixed", CFG), progress=False
+        "tiny",
+        users_dataset(4),
+        tmp_path / "a",
+        EnsembleConfig(parts=2, protocol="pmixed", training=CFG),
+        progress=False,
     )
     b = ens.train_ensemble(
-        "tiny", users_dataset(4), tmp_path / "b", EnsembleConfig(2, "pmixed", CFG), progress=False
+        "tiny",
+        users_dataset(4),
+        tmp_path / "b",
+        EnsembleConfig(parts=2, protocol="pmixed", training=CFG),
+        progress=False,
     )
     assert len(a.partition_key) == 32 and a.partition_key != b.partition_key
 
@@ -261,7 +287,7 @@ def test_an_ensemble_trains_on_a_bf16_model_and_serves_privately(tmp_path):
         "tiny",
         users_dataset(),
         tmp_path,
-        EnsembleConfig(2, "pmixed", cfg),
+        EnsembleConfig(parts=2, protocol="pmixed", training=cfg),
         progress=False,
         partition_key=KEY,
     )

@@ -170,6 +170,7 @@ def test_direct_mode_states_the_miss_rate_an_annotated_sample_measures(tmp_path)
     assert st.epsilon == st.phase2["epsilon"]  # measured, stated, not used in the accounting
 
 
+@pytest.mark.fast
 def test_light_noise_needs_a_detector_that_misses_something(tmp_path):
     path = tmp_path / "a.jsonl"
     path.write_text(
@@ -180,6 +181,7 @@ def test_light_noise_needs_a_detector_that_misses_something(tmp_path):
         train_jft("tiny", dataset(), tmp_path / "m", c, progress=False)
 
 
+@pytest.mark.fast
 def test_mode_errors():
     with pytest.raises(PrivlmError, match="phase1 must be one of"):
         JftConfig(phase1="twice")
@@ -189,6 +191,7 @@ def test_mode_errors():
         JftConfig(phase1="light-noise")
 
 
+@pytest.mark.fast
 def test_a_run_over_the_ledger_is_refused_before_any_training(tmp_path):
     led = PrivacyLedger(tmp_path / "l.db", "jft", Budget(1.0, 1e-5))
     with pytest.raises(BudgetExceededError, match="refused before training"):
@@ -206,6 +209,7 @@ def test_both_light_noise_phases_are_charged(tmp_path):
     assert led.spent().epsilon == pytest.approx(st.epsilon, rel=1e-6)
 
 
+@pytest.mark.fast
 def test_composed_epsilon_of_nothing_is_zero():
     assert composed_epsilon([(1.0, 0.0, 10)], 1e-5) == 0.0
     assert np.isfinite(composed_epsilon([(1.0, 0.1, 10)], 1e-5))
@@ -247,3 +251,31 @@ def test_masked_per_sample_gradients_equal_a_batch_size_one_loop():
 def test_the_non_private_phase1_adapter_is_kept_only_when_asked_for(tmp_path):
     train_jft("tiny", dataset(), tmp_path / "m", cfg(), progress=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m", "m.curator.json"]  # no phase 1
+
+
+@pytest.mark.parametrize("mode", ["direct", "light-noise"])
+def test_the_phase_one_users_get_is_built_from_phase_two(tmp_path, mode):
+    """No phase-1 config given whole (as the CLI, the service and a plain JftConfig run):
+    phase 1 is JftConfig.phase1_lora() (direct) or phase1_dp() (light noise), from phase 2's
+    adapter shape and block size with phase 1's own epochs, learning rate and ε."""
+    extra = {"annotated_file": annotated(tmp_path / "a.jsonl")} if mode == "light-noise" else {}
+    c = JftConfig(
+        detector="regex", phase1=mode, phase1_epochs=1, phase1_learning_rate=1e-3,
+        phase1_epsilon=2.5, phase2=small(target_epsilon=3.0, rank=2), **extra,
+    )  # fmt: skip
+    st = train_jft("tiny", dataset(), tmp_path / "m", c, phase1_dir=tmp_path / "p1", progress=False)
+    if mode == "direct":
+        want = c.phase1_lora()
+        assert (want.rank, want.block_size, want.pack, want.epochs) == (2, 16, False, 1)
+        assert st.phase1["training"]["steps"] == 40 // 5  # one record a sequence, 5 a batch
+        config = json.loads((tmp_path / "p1" / "adapter_config.json").read_text())
+        assert config["r"] == 2
+    else:
+        p1 = st.phase1
+        assert (
+            p1["epsilon_high"] <= 2.5
+            and p1["statement"]["accounted_sample_rate"] < (p1["sample_rate"])
+        )
+        assert c.phase1_dp().target_epsilon == 2.5 and c.phase1_dp().rank == 2
+    assert st.epsilon <= 3.0 + (2.5 if mode == "light-noise" else 0.0)
+    assert json.loads((tmp_path / "m" / "adapter_config.json").read_text())["r"] == 2

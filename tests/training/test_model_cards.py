@@ -32,6 +32,7 @@ NOTES = [Record(f"note {i}: the patient in room {i} is feeling better", f"user-{
          for i in range(24)]  # fmt: skip
 
 
+@pytest.mark.fast
 def test_base_models_are_named_by_a_loadable_id(tmp_path):
     assert base_model_id("smollm2-135m") == "HuggingFaceTB/SmolLM2-135M-Instruct"
     assert base_model_id(str(tmp_path)) == str(tmp_path.resolve())
@@ -55,7 +56,9 @@ def test_a_dpsgd_adapter_states_its_guarantee_and_loads_in_plain_peft(tmp_path):
 def test_ensemble_members_load_in_plain_peft_with_privlms_logits(tmp_path):
     cfg = LoraTrainingConfig(epochs=1, block_size=16, max_blocks=2, learning_rate=1e-2)  # moves
     ds = Dataset(NOTES, "notes", "user")
-    train_ensemble("tiny", ds, tmp_path / "ens", EnsembleConfig(2, training=cfg), progress=False)
+    train_ensemble(
+        "tiny", ds, tmp_path / "ens", EnsembleConfig(parts=2, training=cfg), progress=False
+    )
     card = (tmp_path / "ens" / "README.md").read_text()
     assert "none by itself" in card and "Data size:** 6 units in 2 parts" in card
     lm, engine, manifest = load_ensemble(tmp_path / "ens", "cpu", "float32")

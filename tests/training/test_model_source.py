@@ -68,13 +68,13 @@ def test_an_ensemble_trains_from_a_loaded_model_and_records_its_name(tmp_path):
     before = snapshot(lm)
     cfg = LoraTrainingConfig(epochs=1, block_size=16, max_blocks=2)
     manifest = train_ensemble(lm, Dataset(NOTES, "notes", "user"), tmp_path / "e",
-                              EnsembleConfig(2, training=cfg), progress=False)  # fmt: skip
+                              EnsembleConfig(parts=2, training=cfg), progress=False)  # fmt: skip
     assert_unchanged(lm, before)
     assert manifest.model == "tiny"
     assert all(a["status"] == "done" for a in manifest.adapters.values())
     with pytest.raises(PrivlmError, match="Ray workers load the model themselves"):
         train_ensemble(lm, Dataset(NOTES, "notes", "user"), tmp_path / "r",
-                       EnsembleConfig(2, training=cfg), progress=False,
+                       EnsembleConfig(parts=2, training=cfg), progress=False,
                        ray_address="local")  # fmt: skip
 
 

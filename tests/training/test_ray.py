@@ -60,7 +60,7 @@ def ray_cluster(tmp_path_factory):
 
 def test_one_ray_task_per_adapter_gives_the_same_ensemble(ray_cluster, tmp_path):
     ds = users_dataset()
-    manifest = ens.train_ensemble("tiny", ds, tmp_path / "ray", EnsembleConfig(4, "pmixed", CFG), progress=False, ray_address=ray_cluster,
+    manifest = ens.train_ensemble("tiny", ds, tmp_path / "ray", EnsembleConfig(parts=4, protocol="pmixed", training=CFG), progress=False, ray_address=ray_cluster,
         partition_key=KEY,
     )  # fmt: skip
     assert all(a["status"] == "done" for a in manifest.adapters.values())
@@ -70,7 +70,7 @@ def test_one_ray_task_per_adapter_gives_the_same_ensemble(ray_cluster, tmp_path)
         "tiny",
         ds,
         tmp_path / "local",
-        EnsembleConfig(4, "pmixed", CFG),
+        EnsembleConfig(parts=4, protocol="pmixed", training=CFG),
         progress=False,
         partition_key=KEY,
     )

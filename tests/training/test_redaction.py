@@ -66,6 +66,7 @@ def test_packed_blocks_carry_the_masks(tiny):
     assert (enc.labels == enc.ids.masked_fill(enc.masked, IGNORE)).all()
 
 
+@pytest.mark.fast
 def test_literal_mask_markers_of_a_sanitised_file():
     text = "Did <mask> hear <mask> is getting divorced?"
     spans = spans_of_literal_masks(text)
@@ -82,6 +83,7 @@ def test_unredacted_loss_is_transformers_loss(tiny):
     )
 
 
+@pytest.mark.fast
 def test_masks_are_excluded_from_the_loss_and_its_normalisation():
     torch.manual_seed(0)
     logits = torch.randn(2, 6, 11)

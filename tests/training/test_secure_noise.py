@@ -30,6 +30,7 @@ def dataset(n=48, users=None):
     return Dataset(recs, "mem", "user" if users else "record")
 
 
+@pytest.mark.fast
 def test_the_noise_is_standard_normal_and_fresh():
     z = csprng_standard_normal(200_000)
     assert abs(z.mean()) < 0.01 and z.var() == pytest.approx(1.0, abs=0.01)
@@ -44,6 +45,7 @@ def test_the_noise_is_standard_normal_and_fresh():
     assert not torch.equal(a, csprng_gaussian((8,), 1.0, torch.device("cpu"), torch.float32))
 
 
+@pytest.mark.fast
 def test_the_coins_keep_each_unit_with_probability_q():
     kept = csprng_coins(400_000, 0.1)
     assert kept.dtype == torch.bool and kept.float().mean().item() == pytest.approx(0.1, abs=2e-3)
@@ -87,6 +89,7 @@ def test_secure_dpsgd_trains_states_it_and_differs_between_runs(
     assert a != (tmp_path / "b" / "adapter_model.safetensors").read_bytes()
 
 
+@pytest.mark.fast
 def test_secure_mode_cannot_be_seeded():
     with pytest.raises(PrivlmError, match="cannot be seeded"):
         dp.DpSgdConfig(target_epsilon=3.0, secure_mode=True, seed=1)

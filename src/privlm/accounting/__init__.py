@@ -44,7 +44,6 @@ from privlm.accounting.pate import (
     SmoothRelease,
     confident_gnmax_curve,
     data_independent_query_curve,
-    default_prompt_delta,
     plan_gnmax,
     release_data_dependent_rdp,
 )
@@ -75,7 +74,6 @@ __all__ = [
     "classic_epsilon",
     "confident_gnmax_curve",
     "data_independent_query_curve",
-    "default_prompt_delta",
     "dpsgd_epsilon",
     "gaussian_rdp",
     "plan_gnmax",

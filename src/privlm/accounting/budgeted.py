@@ -52,6 +52,9 @@ class BudgetedRun:
         is checked by PLD), else the sum of their RDP curves."""
         if len(self.planned) == 1:
             return self.planned[0]
+        first = self.planned[0].rdp
+        if first is not None and all(c.rdp is first for c in self.planned):  # k of one charge
+            return Charge(self.what, rdp=first.times(len(self.planned)), unit=self.planned[0].unit)
         curves = [c.rdp for c in self.planned if c.rdp is not None]
         if len(curves) != len(self.planned):
             raise AccountingError(f"{self.what}: each part of a multi-part run needs an RDP curve")

@@ -39,24 +39,6 @@ from privlm.accounting.curves import RdpCurve
 from privlm.accounting.orders import DEFAULT_ORDERS
 from privlm.errors import AccountingError
 
-SMALL_DATA_DELTA = 1e-6
-
-
-def default_prompt_delta(n_private: int) -> float:
-    """The default δ of private prompt learning: min(1/N^1.1, 1e-6) for N private examples.
-
-    δ bounds the probability of a catastrophic failure, so it must be well below 1/N (a δ of
-    1/N allows releasing one whole example outright); the Flocks paper uses δ of order
-    1/N^1.1 or less. For the small N typical of prompts (20 examples would give δ = 0.04 at
-    1/N^1.1) the floor is 1e-6.
-
-    >>> default_prompt_delta(20), default_prompt_delta(10_000_000) < 1e-6
-    (1e-06, True)
-    """
-    if n_private < 1:
-        raise AccountingError(f"δ needs at least one private example, got {n_private}")
-    return float(min(float(n_private) ** -1.1, SMALL_DATA_DELTA))
-
 
 def confident_gnmax_curve(
     votes: ArrayLike,

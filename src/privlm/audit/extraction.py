@@ -104,7 +104,7 @@ def run_extraction(
     results: list[AttackResult] = []
 
     train_ensemble(
-        model, data, root / "finetuned", EnsembleConfig(1, training=cfg), progress=progress
+        model, data, root / "finetuned", EnsembleConfig(parts=1, training=cfg), progress=progress
     )
     lm, eng, _ = load_ensemble(root / "finetuned", cfg.device, cfg.dtype)
     hits = sum(
@@ -114,7 +114,7 @@ def run_extraction(
     results.append(AttackResult("finetuned", hits, generations, None))
 
     train_ensemble(
-        model, data, root / "pmixed", EnsembleConfig(n_codes, training=cfg), progress=progress
+        model, data, root / "pmixed", EnsembleConfig(parts=n_codes, training=cfg), progress=progress
     )
     pcfg = PMixEDConfig(
         epsilon=epsilon_pmixed,
@@ -139,7 +139,11 @@ def run_extraction(
     )
 
     train_ensemble(
-        model, data, root / "submix", EnsembleConfig(n_codes // 2, "submix", cfg), progress=progress
+        model,
+        data,
+        root / "submix",
+        EnsembleConfig(parts=n_codes // 2, protocol="submix", training=cfg),
+        progress=progress,
     )
     scfg = SubMixConfig(epsilon=epsilon_submix, alpha=2.0, beta=epsilon_submix / queries)
     loaded = load_ensemble(root / "submix", cfg.device, cfg.dtype)

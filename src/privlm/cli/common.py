@@ -41,6 +41,15 @@ def warn_if_seeded(seed: int | None) -> None:
         typer.echo(f"warning: {SEEDED_WARNING}", err=True)
 
 
+def noise_from_flags(settings: dict[str, Any]) -> dict[str, Any]:
+    """DP-SGD's σ choice from the flags given: ``--noise-multiplier X`` alone picks the fixed
+    σ (Opacus's ``make_private``), as if ``--noise noise-multiplier`` were given too; the
+    config itself takes the choice only explicitly (``DpSgdPrivacy.noise``)."""
+    if settings.get("noise_multiplier") is not None and settings.get("noise") == "target-epsilon":
+        settings["noise"] = "noise-multiplier"
+    return settings
+
+
 def warn_if_weak_delta(delta: float, units: int, unit: str = "record") -> None:
     """Print, on stderr, when δ is weak for the number of privacy units."""
     from privlm.accounting.advice import weak_delta_warning

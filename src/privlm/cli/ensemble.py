@@ -89,7 +89,8 @@ def train(
     shape: dict[str, Any],
     training: dict[str, Any],
 ) -> None:
-    """Partition the data by privacy unit and fine-tune one LoRA adapter per (sub)part.
+    """Partition the data by privacy unit and fine-tune one LoRA adapter per (sub)part, or
+    (--members in-context) make each part's records its member's prompt, with no training.
     Every EnsembleConfig and LoraTrainingConfig setting is an option here."""
     from privlm.training.ensemble import ensemble_statistics, train_ensemble
 
@@ -119,13 +120,20 @@ def train(
             "are the public model. Use fewer parts or more data for a fuller ensemble.",
             err=True,
         )
+    kind = "in-context members" if manifest.member_kind == "in-context" else "adapters"
     typer.echo(
-        f"{manifest.protocol} ensemble of {manifest.members} adapters on {manifest.model} in {out} "
+        f"{manifest.protocol} ensemble of {manifest.members} {kind} on {manifest.model} in {out} "
         f"({manifest.units} {manifest.privacy_unit} units)"
     )
     secs = sum(a.get("seconds", 0.0) for a in adapters.values())
     typer.echo(f"  {CURATOR_HEADING} (in {curator_report_path(out).name})")
-    typer.echo(f"    {secs:.0f}s of training; {ensemble_token_usage(adapters)}")
+    if manifest.member_kind == "in-context":
+        cut = sum(bool(a.get("cut")) for a in adapters.values())
+        typer.echo(
+            f"    {cut} of {len(adapters)} member prompts cut at {manifest.prompt_tokens} tokens"
+        )
+    else:
+        typer.echo(f"    {secs:.0f}s of training; {ensemble_token_usage(adapters)}")
 
 
 def ensemble_token_usage(adapters: dict[str, Any]) -> str:

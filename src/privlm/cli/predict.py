@@ -68,6 +68,7 @@ def generate(
     from privlm.predict.factory import build_predictor
     from privlm.predict.loading import load_ensemble
     from privlm.predict.mechanisms import private_mechanism
+    from privlm.predict.spending import budget_line
 
     warn_if_seeded(seed)
     config = private_mechanism(method).serving_config(settings)
@@ -91,9 +92,7 @@ def generate(
     free = gen.extra.get("free_tokens")
     screen = f" ({free} free, {gen.extra['paid_tokens']} paid)" if free is not None else ""
     typer.echo(
-        f"-- {len(gen.token_ids)} tokens{screen}; ε spent {gen.epsilon_spent:.4g}; queries "
-        f"used {gen.queries_used}",
-        err=True,
+        f"-- {len(gen.token_ids)} tokens{screen}; {budget_line(predictor.budget())}", err=True
     )
     if gen.stopped:
         typer.echo(f"-- {gen.stopped}", err=True)

@@ -11,13 +11,13 @@ from privlm.cli.common import (
     DEVICE_OPTION,
     DTYPE_OPTION,
     JSON_OPTION,
-    SEED_OPTION,
     emit_json,
+    noise_from_flags,
     open_run_ledger,
     user_errors,
     warn_if_seeded,
 )
-from privlm.config import cli_settings, option
+from privlm.config import cli_settings
 from privlm.errors import PrivlmError
 from privlm.models import DEFAULT_MODEL
 from privlm.prompting.config import PromptDpSgdConfig, PromptPateConfig
@@ -98,7 +98,7 @@ def describe_splits(splits: TaskSplits, as_json: bool) -> None:
 @app.command("dpsgd")
 @user_errors
 @cli_settings(
-    PromptDpSgdConfig, into="settings", exclude=("noise_multiplier",),
+    PromptDpSgdConfig, into="settings",
     decls={"target_epsilon": ("--epsilon",), "learning_rate": ("--lr",)},
 )  # fmt: skip
 def dpsgd(
@@ -111,7 +111,6 @@ def dpsgd(
     label_column: str | None = TASK_LABEL_COLUMN,
     user_column: str | None = TASK_USER_COLUMN,
     no_header: bool = TASK_NO_HEADER,
-    non_private: bool = typer.Option(False, "--non-private", help="No noise (the baseline)."),
     private: int | None = typer.Option(
         None,
         help="Private examples from the corpus (default 1000); a --private-data file is used whole.",
@@ -134,7 +133,7 @@ def dpsgd(
 ) -> None:
     """Train a soft prompt or prefix with DP-SGD; the LLM stays frozen. With --ledger, the
     run is refused before training if it does not fit, and charged before it is written."""
-    from privlm.prompting.prompt_dpsgd import TaskExamples, prompt_run_cost, train_prompt_dpsgd
+    from privlm.prompting.prompt_dpsgd import PromptRun, TaskExamples, train_prompt_dpsgd
 
     t = resolve_task(task, task_file)
     files = task_files(private_data, None, test_data, text_column, label_column, user_column,
@@ -142,15 +141,15 @@ def dpsgd(
     splits = task_data(t, files, {"private": private, "public": 0, "test": test},
                        {"private": 1000, "test": 200}, split_seed, need=("private",))  # fmt: skip
     describe_splits(splits, as_json)
-    if non_private:
-        settings["target_epsilon"] = None
-    cfg = PromptDpSgdConfig(**settings)
+    cfg = PromptDpSgdConfig(**noise_from_flags(settings))
     warn_if_seeded(cfg.seed)
     kind, device, dtype = cfg.kind, cfg.device, cfg.dtype
     examples = TaskExamples(t, splits.private)
     led = None
-    if ledger is not None and cfg.target_epsilon is not None:
-        led = open_run_ledger(ledger, ledger_name, budget_epsilon, *prompt_run_cost(examples, cfg))
+    run = PromptRun.plan(examples, cfg).run
+    if ledger is not None and run.private:
+        cost = run.epsilon(cfg.accountant), run.delta
+        led = open_run_ledger(ledger, ledger_name, budget_epsilon, *cost)
     st = train_prompt_dpsgd(model, examples, out, cfg, ledger=led, progress=not as_json)
     result = {**st.to_dict(), "adapter": str(out), "task": t.name}
     if splits.test:
@@ -172,6 +171,7 @@ def dpsgd(
 
 @app.command("pate")
 @user_errors
+@cli_settings(PromptPateConfig, into="settings", decls={"student_candidates": ("--candidates",)})
 def pate(
     out: Path = typer.Option(..., "--out", help="Where to write the student prompt."),
     task: str | None = TASK_OPTION,
@@ -183,26 +183,15 @@ def pate(
     label_column: str | None = TASK_LABEL_COLUMN,
     user_column: str | None = TASK_USER_COLUMN,
     no_header: bool = TASK_NO_HEADER,
-    teachers: int = option(PromptPateConfig, "teachers"),
-    shots: int = option(PromptPateConfig, "shots"),
-    teacher_votes: str = option(PromptPateConfig, "teacher_votes"),
     public: int | None = typer.Option(
-        None, help="Public inputs to label (default 300 of the corpus, or all of --public-data)."
+        None, help="Public inputs to load (default 300 of the corpus, or all of --public-data)."
     ),
-    threshold: float = option(PromptPateConfig, "threshold"),
-    sigma_threshold: float = option(PromptPateConfig, "sigma_threshold"),
-    sigma: float = option(PromptPateConfig, "sigma"),
-    epsilon: float = option(PromptPateConfig, "epsilon"),
-    delta: float | None = option(PromptPateConfig, "delta"),
-    accounting: str = option(PromptPateConfig, "accounting"),
     private: int | None = typer.Option(
         None,
         help="Private examples from the corpus (a --private-data file is used whole; default "
         "3 × teachers × shots: units are placed by a keyed hash, so a teacher is left empty, and abstains, "
         "with probability about e^-3).",
     ),
-    holdout: int = option(PromptPateConfig, "holdout"),
-    candidates: int = option(PromptPateConfig, "student_candidates", "--candidates"),
     test: int | None = typer.Option(
         None, help="Test examples (default 200 of the corpus, or all of --test-data; 0: skip)."
     ),
@@ -210,31 +199,28 @@ def pate(
     ledger_name: str = typer.Option("prompt-pate", help="Ledger name."),
     model: str = typer.Option(DEFAULT_MODEL, help="Public model."),
     split_seed: int = SPLIT_SEED_OPTION,
-    seed: int | None = SEED_OPTION,
     device: str = DEVICE_OPTION,
     dtype: str = DTYPE_OPTION,
     as_json: bool = JSON_OPTION,
+    *,
+    settings: dict[str, Any],
 ) -> None:
     """PromptPATE: teachers label public inputs by Confident-GNMax; a student prompt is chosen."""
     from privlm.models import load_public_model
     from privlm.prompting.evaluate import accuracy, prompt_probabilities
     from privlm.prompting.pate_pipeline import PateExamples, pate_ledger, run_prompt_pate
 
+    cfg = PromptPateConfig(**settings)  # refused now, before any data is read
     t = resolve_task(task, task_file)
     files = task_files(private_data, public_data, test_data, text_column, label_column,
                        user_column, no_header)  # fmt: skip
     splits = task_data(
         t, files, {"private": private, "public": public, "test": test},
-        {"private": 3 * teachers * shots, "public": 300, "test": 200}, split_seed,
+        {"private": 3 * cfg.teachers * cfg.shots, "public": 300, "test": 200}, split_seed,
         need=("private", "public"),
     )  # fmt: skip
     describe_splits(splits, as_json)
-    warn_if_seeded(seed)
-    cfg = PromptPateConfig(
-        teachers=teachers, shots=shots, threshold=threshold, sigma_threshold=sigma_threshold,
-        sigma=sigma, epsilon=epsilon, delta=delta, student_candidates=candidates,
-        holdout=holdout, seed=seed, teacher_votes=teacher_votes, accounting=accounting,
-    )  # fmt: skip
+    warn_if_seeded(cfg.seed)
     warn_if_weak_threshold(cfg, len(t.labels))
     led = pate_ledger(ledger, ledger_name, cfg, len({r.unit for r in splits.private}))
     lm = load_public_model(model, device=device, dtype=dtype)

@@ -105,6 +105,7 @@ def private_pipeline(
     from privlm.predict.evaluate import evaluate
     from privlm.predict.factory import build_predictor
     from privlm.predict.loading import load_ensemble
+    from privlm.predict.spending import budget_line
     from privlm.training.ensemble import ensemble_statistics, train_ensemble
 
     train = corpora.wikitext2_or_shipped_head("train")[0]
@@ -117,7 +118,9 @@ def private_pipeline(
     name = f"{model.replace('/', '_')}-pmixed-{n_models}-{records}-{key}"
     out_dir = cache_dir() / "quickstart" / name
     t0 = time.perf_counter()
-    train_ensemble(model, train, out_dir, EnsembleConfig(n_models, training=cfg), progress=progress)
+    train_ensemble(
+        model, train, out_dir, EnsembleConfig(parts=n_models, training=cfg), progress=progress
+    )
     adapters = ensemble_statistics(out_dir).get("adapters", {})
     train_seconds = sum(a.get("seconds", 0.0) for a in adapters.values())
     say(
@@ -139,9 +142,8 @@ def private_pipeline(
         say(f"      prompt: {prompt!r}")
         say(f"      PMixED: {prompt}{gen.text}")
         say(
-            f"      {len(gen.token_ids)} private tokens in {gen_seconds:.1f}s; ledger: {gen.queries_used} "
-            f"of T={config.queries} queries, ε spent {gen.epsilon_spent:.3f} of {config.epsilon:g} "
-            f"(δ={config.delta:g})"
+            f"      {len(gen.token_ids)} private tokens in {gen_seconds:.1f}s; ledger: "
+            f"{budget_line(pm.budget())}"
         )
 
         blocks = token_blocks(

@@ -15,6 +15,7 @@ from privlm.cli.common import (
     TEXT_COLUMN_OPTION,
     USER_COLUMN_OPTION,
     emit_json,
+    noise_from_flags,
     open_run_ledger,
     user_errors,
     warn_if_seeded,
@@ -69,9 +70,7 @@ def dpsgd(
     ds = load_training_data(
         data, limit, text_column=text_column, user_column=user_column, no_header=no_header
     )
-    if settings["noise_multiplier"] is not None:  # a fixed σ replaces the default target ε
-        settings["target_epsilon"] = None
-    cfg = DpSgdConfig(**settings)
+    cfg = DpSgdConfig(**noise_from_flags(settings))
     run = plan_run(ds, cfg)
     # a new ledger's default budget is what this run costs, as the ledger composes it (by
     # the run's accountant: RDP, or PLD for prv), so the run fits exactly once
@@ -153,8 +152,7 @@ def jft(
     ds = load_training_data(
         data, limit, text_column=text_column, user_column=user_column, no_header=no_header
     )
-    if phase2["noise_multiplier"] is not None:  # a fixed σ replaces the default target ε
-        phase2["target_epsilon"] = None
+    noise_from_flags(phase2)
     cfg = JftConfig(
         **jft_settings, screened_file=screened, annotated_file=annotated, patterns_file=patterns,
         deliberately_missed=list(miss), phase2=DpSgdConfig(**phase2),

@@ -139,6 +139,8 @@ def read_adapter(path: Path) -> tuple[AdapterSpec, dict[str, tuple[torch.Tensor,
 class EnsembleEngine:
     """A base causal LM with N LoRA adapters stacked for row-wise batched evaluation."""
 
+    prefix_width = 0  # hidden context columns in front of every row (in-context members)
+
     def __init__(
         self,
         model: PreTrainedModel,
@@ -251,7 +253,10 @@ class Prefill:
             raise ValueError("the prompt must have at least one token")
         first = next(engine.model.parameters())
         require_fits(
-            kv_cache_bytes(engine.model.config, first.dtype, len(rows), len(prompt) + reserve),
+            kv_cache_bytes(
+                engine.model.config, first.dtype, len(rows),
+                engine.prefix_width + len(prompt) + reserve,
+            ),
             first.device, f"a KV cache of {len(rows)} rows × {len(prompt) + reserve} tokens",
             "use a shorter prompt, fewer tokens, or a smaller sample rate q",
         )  # fmt: skip

@@ -3,6 +3,7 @@ over its public model (:class:`LoadedEnsemble`)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import NamedTuple
 
@@ -10,6 +11,7 @@ from privlm.models import LoadedModel, load_public_model
 from privlm.models.placement import DeviceSpec, DtypeSpec
 from privlm.models.pool import ModelPool
 from privlm.predict.engine import EnsembleEngine
+from privlm.predict.in_context import InContextEngine
 from privlm.training.manifest import EnsembleManifest, load_manifest
 
 
@@ -36,14 +38,21 @@ def load_ensemble(
     dtype: DtypeSpec = "auto",
     pool: ModelPool | None = None,
 ) -> LoadedEnsemble:
-    """The ensemble in ``path`` (made by ``train_ensemble``), adapters in manifest order.
+    """The ensemble in ``path`` (made by ``train_ensemble``), members in manifest order:
+    LoRA adapters stacked, or in-context members' prompts.
 
     The public model is loaded once: the engine wraps its projections in place, and the
     wrapped model, called directly (no adapter rows), computes exactly the public model.
     """
     manifest = load_manifest(path)
     lm = _public_model(manifest.model, device, dtype, pool)
-    engine = EnsembleEngine.from_directories(lm.model, manifest.member_dirs(path))
+    if manifest.member_kind == "in-context":
+        prompts = json.loads(manifest.prompts_path(path).read_text())["prompts"]
+        tok = lm.tokenizer
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        engine: EnsembleEngine = InContextEngine(lm.model, prompts, pad or 0)
+    else:
+        engine = EnsembleEngine.from_directories(lm.model, manifest.member_dirs(path))
     return LoadedEnsemble(lm, engine, manifest)
 
 

@@ -29,6 +29,7 @@ from privlm.predict.engine import EnsembleEngine, upcast_log_softmax
 from privlm.predict.pmixed_rule import pmixed_mixture, sample_members
 from privlm.predict.protocol import Generation, Scores, StreamingPredictor, Token
 from privlm.predict.sampling import sample
+from privlm.predict.spending import Spending
 from privlm.randomness import PrivacyRandomness, as_randomness
 
 CORRECTION = "pmixed-per-unit-restatement"
@@ -245,6 +246,7 @@ class PMixED(StreamingPredictor):
             "queries": {
                 "used": self.queries_used(), "total": cfg.queries, "left": self.queries_left()
             },
+            "growth": Spending.of(self.query_curve, cfg.delta, cfg.epsilon, cfg.queries).view(),
             "note": "(ε, δ)-DP per unit of the dataset (one unit replaces one ensemble "
             "member's model) over all T queries. Even one query shows a large ε: the "
             "RDP-to-(ε, δ) conversion adds about log(1/δ)/(α−1) at the first query, and "

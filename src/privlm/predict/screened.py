@@ -40,6 +40,7 @@ from privlm.predict.pmixed import UNIT
 from privlm.predict.pmixed_rule import pmixed_mixture, sample_members
 from privlm.predict.protocol import Generation, Scores, StreamingPredictor, Token
 from privlm.predict.sampling import sample
+from privlm.predict.spending import Spending
 from privlm.randomness import PrivacyRandomness, as_randomness
 
 STATE_FLAG = "screened-pmixed-svt"  # the open instance and its threshold noise: secret
@@ -268,6 +269,9 @@ class ScreenedPMixED(StreamingPredictor):
                 "total": cfg.paid_tokens,
                 "left": self.queries_left(),
             },
+            "growth": Spending.of(
+                self.instance_curve + self.query_curve, cfg.delta, cfg.epsilon, cfg.paid_tokens
+            ).view(),
             "note": "(ε, δ)-DP per unit of the dataset (one unit replaces one ensemble "
             "member's model) over all c paid tokens and any number of free ones: a "
             "sparse-vector test on TV(ensemble average, public model) sends each query to the "

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from privlm.config import check_settings, setting, with_default
+from privlm.config import SEED_HELP, check_settings, setting, with_default
 from privlm.errors import PrivlmError
 from privlm.training.config import DpSgdPrivacy
 
@@ -26,16 +26,13 @@ UNITS = ("auto", "record", "user")
 TEACHER_VOTES = ("top1", "labels")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class PromptDpSgdConfig(DpSgdPrivacy):
     """PromptDPSGD (Flocks §3): DP-SGD's privacy settings, shared with LoRA's DP-SGD
     (:class:`~privlm.training.config.DpSgdPrivacy`), at the prompt's own defaults, and the
     prompt's settings."""
 
-    target_epsilon: float | None = with_default(
-        DpSgdPrivacy, "target_epsilon", 8.0,
-        "Target ε (None: non-private, the upper-bound baseline)",
-    )  # fmt: skip
+    target_epsilon: float = with_default(DpSgdPrivacy, "target_epsilon", 8.0)
     batch_size: int = with_default(DpSgdPrivacy, "batch_size", 32)
     physical_batch_size: int = with_default(DpSgdPrivacy, "physical_batch_size", 16)
     epochs: int = with_default(DpSgdPrivacy, "epochs", 2)
@@ -50,15 +47,13 @@ class PromptDpSgdConfig(DpSgdPrivacy):
         choices=UNITS,
     )
 
-    def __post_init__(self) -> None:
-        super().__post_init__()  # the shared DP-SGD checks (bounds, seed and secure mode)
-        if self.noise_multiplier is not None:
-            raise PrivlmError("PromptDPSGD calibrates σ to its target ε; give --epsilon")
-        if self.secure_mode and self.target_epsilon is None:
-            raise PrivlmError("secure mode is for private training: give a target ε")
+    @property
+    def private(self) -> bool:
+        """False for the non-private baseline (``noise="none"``)."""
+        return self.noise != "none"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class PromptPateConfig:
     teachers: int = setting(100, "Teachers (one-shot prompts of private examples)", ge=2, le=100000)
     shots: int = setting(1, "Private examples per teacher", ge=1, le=64)
@@ -85,10 +80,15 @@ class PromptPateConfig:
     student_candidates: int = setting(20, "Candidate student prompts", ge=1, le=10000)
     holdout: int = setting(100, "Labelled public inputs held back to pick the student", ge=0)
     # None: the noisy threshold and votes come from the OS CSPRNG; a seed voids the guarantee
-    seed: int | None = None
-    # hex key of the keyed-hash teacher assignment (None: fresh); recorded in privacy.json
-    partition_key: str | None = None
-    batch_size: int = 64  # prompts per forward pass; all teachers' prompts are pooled
+    seed: int | None = setting(None, SEED_HELP)
+    partition_key: str | None = setting(
+        None,
+        "Hex key of the keyed-hash teacher assignment (default: a fresh one); recorded in "
+        "privacy.json",
+    )
+    batch_size: int = setting(
+        64, "Prompts per forward pass (all teachers' prompts are pooled)", ge=1, le=4096
+    )
     # "top1": black-box teachers, a vote is the model's top-1 next token (OTHER never votes);
     # "labels": each teacher votes the argmax of its calibrated label-token probabilities.
     # Either way a teacher casts one vote, so the accounting is the same.

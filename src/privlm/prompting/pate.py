@@ -7,9 +7,10 @@ inputs labelled by Confident-GNMax on the vote histogram, a student prompt from 
 2. ``teacher_votes``: each teacher answers each public input in black-box mode (top-1
    token); answers that map to no class are "other" and vote for nothing. Only the
    histogram of votes per class leaves this function's caller (``vote_histograms``).
-3. ``label_with_confident_gnmax``: per public input, the noisy threshold check, then GNMax
-   (Algorithm 2), on a number of public inputs fixed before any vote is seen: the
-   data-independent worst case is charged before each label leaves. (PATE 2018's
+3. ``LabellingPlan`` then ``label_with_confident_gnmax``: per public input, the noisy
+   threshold check, then GNMax (Algorithm 2), on a number of public inputs fixed before any
+   vote is seen (plan and check, :mod:`privlm.accounting.budgeted`): the data-independent
+   worst case is charged durably before each label is drawn. (PATE 2018's
    data-dependent cost, released through smooth sensitivity, is a noisy estimate and never
    a ledger figure: ``privlm.accounting.pate`` keeps its math, and the mode is refused.)
    Nothing stops on the votes.
@@ -28,6 +29,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from privlm.accounting import Charge, PrivacyLedger, RdpCurve, data_independent_query_curve
+from privlm.accounting.budgeted import BudgetedRun
 from privlm.data import Record
 from privlm.data.partition import (
     assign_parts,
@@ -38,7 +40,6 @@ from privlm.data.partition import (
 )
 from privlm.errors import PrivlmError
 from privlm.prompting.config import ACCOUNTING as ACCOUNTING
-from privlm.prompting.config import DATA_DEPENDENT_REFUSAL
 from privlm.prompting.scoring import OTHER
 from privlm.prompting.tasks import Task, build_prompt
 from privlm.randomness import PrivacyRandomness, as_randomness
@@ -135,81 +136,98 @@ def affordable_queries(ledger: PrivacyLedger, per_query: RdpCurve, wanted: int) 
     return lo
 
 
+@dataclass(frozen=True)
+class LabellingPlan:
+    """Steps 1 and 2 of :mod:`privlm.accounting.budgeted` for PromptPATE, before any vote is
+    computed: the queries the budget affords at their data-independent worst case (every
+    one answered: threshold check and GNMax), one planned charge each, checked together.
+    Step 4 charges each durably before its label is drawn (:func:`label_with_confident_gnmax`)."""
+
+    budget: BudgetedRun
+    wanted: int
+
+    @classmethod
+    def start(
+        cls,
+        ledger: PrivacyLedger,
+        sigma_threshold: float,
+        sigma: float,
+        wanted: int,
+        unit: str = "record",
+    ) -> LabellingPlan:
+        """``unit``: the privacy unit teachers are keyed by (a record, or a user: each
+        unit's examples are in one teacher), the relation every charge carries."""
+        worst = data_independent_query_curve(sigma_threshold, sigma)
+        count = affordable_queries(ledger, worst, wanted)
+        charges = [
+            Charge("pate-query", rdp=worst, unit=unit, params={"data_independent": True})
+            for _ in range(count)
+        ]
+        return cls(BudgetedRun.start(ledger, "PromptPATE's labelling", *charges), wanted)
+
+    @property
+    def queries(self) -> int:
+        return len(self.budget.planned)
+
+    @property
+    def stopped_by_budget(self) -> bool:
+        return self.queries < self.wanted
+
+
 def label_with_confident_gnmax(
     histograms: NDArray[np.int64],
     threshold: float,
     sigma_threshold: float,
     sigma: float,
-    ledger: PrivacyLedger,
+    plan: LabellingPlan,
     teachers: int,
     rng: PrivacyRandomness | int | None = None,
-    accounting: str = "data-independent",
 ) -> LabellingResult:
-    """Algorithm 2 on every histogram (one per public input, their number fixed by the
-    caller before any vote is seen), charged to ``ledger`` before any label is released.
-
-    - ``data-independent`` (the default): the number of queries is the most whose worst case
-      (every one answered, at its data-independent cost) fits the ledger; each query is
-      charged that worst case before its label leaves. Sound whatever the votes; nothing
-      depends on them.
-    - ``data-dependent`` (PATE 2018) is refused, before anything is charged: the figure
-      its smooth-sensitivity release gives is a noisy estimate, not an upper bound, so it
-      cannot be charged to a budgeted ledger (``DATA_DEPENDENT_REFUSAL``).
-    """
+    """Algorithm 2 on the first ``plan.queries`` histograms (one per public input, their
+    number fixed before any vote was seen), each query's worst case charged durably before
+    its noisy threshold check and GNMax are drawn. Sound whatever the votes; nothing
+    depends on them. (PATE 2018's data-dependent figure is a noisy estimate, not an upper
+    bound, so it is never charged: ``DATA_DEPENDENT_REFUSAL``.)"""
     h = np.asarray(histograms)
     if h.ndim != 2:
         raise PrivlmError("pass one vote histogram (counts per class) per public input")
-    if accounting not in ACCOUNTING:
-        raise PrivlmError(f"accounting must be one of {', '.join(ACCOUNTING)}, not {accounting!r}")
-    job = _Labelling(
-        h, (threshold, sigma_threshold, sigma), ledger, teachers, as_randomness(rng)
-    )  # the noisy threshold and votes: the CSPRNG unless seeded
-    if accounting == "data-independent":
-        return job.data_independent()
-    raise PrivlmError(DATA_DEPENDENT_REFUSAL)
+    if len(h) < plan.queries:
+        raise PrivlmError(f"the plan has {plan.queries} queries for {len(h)} histograms")
+    noise = as_randomness(rng)  # the noisy threshold and votes: the CSPRNG unless seeded
+    labels: list[int | None] = []
+    for charge, votes in zip(plan.budget.planned, h, strict=False):
+
+        def draw(v: NDArray[np.int64] = votes) -> int | None:
+            return _confident_gnmax(v, threshold, sigma_threshold, sigma, noise)
+
+        labels.append(plan.budget.release(charge, draw))  # charged, then drawn
+    ledger = plan.budget.ledger
+    assert ledger is not None  # PromptPATE always labels under a ledger
+    return LabellingResult(
+        labels=labels,
+        answered=sum(x is not None for x in labels),
+        queries=len(labels),
+        stopped_by_budget=plan.stopped_by_budget,
+        epsilon=ledger.spent().epsilon,
+        delta=ledger.budget.delta,
+        teachers=teachers,
+        threshold=threshold,
+        sigma_threshold=sigma_threshold,
+        sigma=sigma,
+    )
 
 
-@dataclass(frozen=True)
-class _Labelling:
-    """One labelling run: the histograms, (T, σ1, σ), the ledger, the teacher count, and the
-    privacy randomness."""
-
-    histograms: NDArray[np.int64]
-    params: tuple[float, float, float]
-    ledger: PrivacyLedger
-    teachers: int
-    rng: PrivacyRandomness
-
-    def confident_gnmax(self, votes: NDArray[np.int64]) -> int | None:
-        """One run of Algorithm 2: the noisy threshold check, then GNMax (None: ⊥)."""
-        threshold, sigma_threshold, sigma = self.params
-        if votes.max() + float(self.rng.normal(sigma_threshold)) < threshold:
-            return None
-        return int(np.argmax(votes + self.rng.normal(sigma, votes.shape)))
-
-    def data_independent(self) -> LabellingResult:
-        worst = data_independent_query_curve(self.params[1], self.params[2])
-        planned = affordable_queries(self.ledger, worst, len(self.histograms))
-        labels: list[int | None] = []
-        for votes in self.histograms[:planned]:
-            self.ledger.charge(Charge("pate-query", rdp=worst, params={"data_independent": True}))
-            labels.append(self.confident_gnmax(votes))  # only now that it is charged
-        return self.result(labels, planned < len(self.histograms), "data-independent")
-
-    def result(self, labels: list[int | None], stopped: bool, accounting: str) -> LabellingResult:
-        return LabellingResult(
-            labels=labels,
-            answered=sum(x is not None for x in labels),
-            queries=len(labels),
-            stopped_by_budget=stopped,
-            epsilon=self.ledger.spent().epsilon,
-            delta=self.ledger.budget.delta,
-            teachers=self.teachers,
-            threshold=self.params[0],
-            sigma_threshold=self.params[1],
-            sigma=self.params[2],
-            accounting=accounting,
-        )
+def _confident_gnmax(
+    votes: NDArray[np.int64],
+    threshold: float,
+    sigma_threshold: float,
+    sigma: float,
+    rng: PrivacyRandomness,
+) -> int | None:
+    """One run of Algorithm 2: the noisy threshold check, then GNMax (None: ⊥)."""
+    if votes.max() + float(rng.normal(sigma_threshold)) < threshold:
+        return None
+    return int(np.argmax(votes + rng.normal(sigma, votes.shape)))
 
 
 def labelled_public(

@@ -13,18 +13,19 @@ from typing import Any
 import numpy as np
 import torch
 
-from privlm.accounting import Budget, PrivacyLedger, default_prompt_delta
-from privlm.accounting.advice import threshold_warning
+from privlm.accounting import Budget, PrivacyLedger
+from privlm.accounting.advice import suggested_delta, threshold_warning
 from privlm.curator import PLACEMENT, PUBLIC, PUBLIC_SIZE, RANDOMNESS, Schema, release_statement
 from privlm.data import Record
 from privlm.data.partition import new_partition_key
 from privlm.data.records import shared_record_count
-from privlm.errors import AccountingError, PrivlmError
+from privlm.errors import AccountingError, BudgetExceededError, PrivlmError
 from privlm.fsutil import write_directory_atomically
 from privlm.models import LoadedModel, ModelSource, load_public_model
 from privlm.prompting.config import TEACHER_VOTES as TEACHER_VOTES
 from privlm.prompting.config import PromptPateConfig as PromptPateConfig
 from privlm.prompting.pate import (
+    LabellingPlan,
     Teacher,
     blackbox_accuracy,
     label_with_confident_gnmax,
@@ -100,7 +101,7 @@ def pate_ledger(path: str | Path, name: str, cfg: PromptPateConfig, private: int
     try:
         return PrivacyLedger(path, name)
     except AccountingError:
-        delta = cfg.delta if cfg.delta is not None else default_prompt_delta(private)
+        delta = cfg.delta if cfg.delta is not None else suggested_delta(private)
         return PrivacyLedger(path, name, Budget(cfg.epsilon, delta))
 
 
@@ -175,6 +176,12 @@ def check_public_inputs(private: list[Record], public: list[Record]) -> None:
         )
 
 
+def unit_kind(private: list[Record]) -> str:
+    """What PromptPATE protects: a user where the data names users (each user's examples
+    are in one teacher, by a keyed hash of the user), else a record."""
+    return "record" if all(r.unit.startswith("record-") for r in private) else "user"
+
+
 def run_prompt_pate(
     model: ModelSource,
     data: PateExamples,
@@ -207,13 +214,20 @@ def run_prompt_pate(
             "empty); give about 3 examples per teacher, or use fewer teachers"
         )
     public = public[: cfg.queries]  # fixed before any vote: never stopped by the votes
+    unit = unit_kind(private)
+    plan = LabellingPlan.start(ledger, cfg.sigma_threshold, cfg.sigma, len(public), unit)
+    if plan.queries < cfg.shots + 1:  # refused before any vote is computed
+        raise BudgetExceededError(
+            f"refused before any teacher voted: the budget left affords {plan.queries} "
+            f"PromptPATE queries at their worst case, and the student needs at least "
+            f"{cfg.shots + 1} labels. Raise the budget, or raise σ and σ1."
+        )
     both = teacher_answer_matrix(lm, task, teachers, public, cfg.batch_size, progress)
     answers = both.votes(cfg.teacher_votes)
     hist = vote_histograms(answers, len(task.labels))
     labelling = label_with_confident_gnmax(
-        hist, cfg.threshold, cfg.sigma_threshold, cfg.sigma, ledger, cfg.teachers, rng,
-        cfg.accounting,
-    )  # fmt: skip
+        hist, cfg.threshold, cfg.sigma_threshold, cfg.sigma, plan, cfg.teachers, rng
+    )
     labelled = labelled_public(public[: labelling.queries], labelling.labels, task)
     if len(labelled) < cfg.shots + 1:
         raise PrivlmError(
@@ -276,7 +290,7 @@ def run_prompt_pate(
             "threshold_warning": result.threshold_warning,
             "model": lm.reference,
             "units": len({r.unit for r in private}),
-            "unit_kind": "record" if all(r.unit.startswith("record-") for r in private) else "user",
+            "unit_kind": unit,
             "data_size": PUBLIC_SIZE,
             **lm.placement.describe(),
         }

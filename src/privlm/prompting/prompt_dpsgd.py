@@ -7,11 +7,14 @@ frozen.
   ``PrefixTuningConfig``).
 
 Each private example is the task's zero-shot template of one record; its loss is the
-cross-entropy of the true class over the label tokens at the last position. Opacus does
-the Poisson sampling, per-example clipping and noise; privlm's accountant calibrates σ for
-the target ε over the planned steps (Theorem 1 of App. C.3 is the sampled Gaussian mechanism
-of Abadi et al.). δ defaults to 1/N. The output is a PEFT prompt-learning adapter and
-``privacy.json``; the base weights never change (tested).
+cross-entropy of the true class over the label tokens at the last position. The run is
+planned and trained by DP-SGD's one core, as LoRA's DP-SGD is: :class:`DpSgdRun` plans q,
+steps, δ (default min(1/n^1.1, 1e-6)) and σ (calibrated to the target ε, or fixed: the
+config's ``noise``; Theorem 1 of App. C.3 is the sampled Gaussian mechanism of Abadi et al.)
+and gives the charge; :func:`~privlm.training.dp_loop.dp_fit` runs Opacus's Poisson
+sampling, per-example clipping and noise, with its finite-loss check and secure mode. The
+output is a PEFT prompt-learning adapter and ``privacy.json``; the base weights never
+change (tested).
 """
 
 from __future__ import annotations
@@ -23,8 +26,6 @@ from pathlib import Path
 from typing import Any, cast
 
 import torch
-from opacus import PrivacyEngine
-from opacus.utils.batch_memory_manager import BatchMemoryManager
 from peft import (
     PeftModel,
     PrefixTuningConfig,
@@ -33,14 +34,9 @@ from peft import (
     TaskType,
     get_peft_model,
 )
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import TensorDataset
 
-from privlm.accounting import (
-    Charge,
-    DpSgdPlan,
-    PrivacyLedger,
-    dpsgd_epsilon,
-)
+from privlm.accounting import Charge, PrivacyLedger
 from privlm.accounting.advice import weak_delta_warning
 from privlm.accounting.budgeted import BudgetedRun
 from privlm.curator import PUBLIC, PUBLIC_SIZE, RANDOMNESS, Schema, release_statement
@@ -48,17 +44,16 @@ from privlm.data import Record
 from privlm.errors import PrivlmError
 from privlm.fsutil import write_directory_atomically
 from privlm.models import LoadedModel, ModelSource, reference_of, working_copy
-from privlm.progress import LossMeter, progress_bar
 from privlm.prompting.config import PROMPT_KINDS as PROMPT_KINDS
 from privlm.prompting.config import UNITS as UNITS
 from privlm.prompting.config import PromptDpSgdConfig as PromptDpSgdConfig
 from privlm.prompting.tasks import Task, label_token_ids
 from privlm.prompting.tasks import TaskExamples as TaskExamples
 from privlm.randomness import PrivacyRandomness
-from privlm.training.distributed_dp import LockstepPoissonSampler, collate_with_empty
-from privlm.training.dpsgd import plan, plan_batches
+from privlm.training.dp_loop import PerExampleLoss, dp_fit
+from privlm.training.dpsgd import DpSgdRun
 from privlm.training.model_card import model_card
-from privlm.training.secure_noise import SECURE_STATEMENT, install_csprng_noise
+from privlm.training.secure_noise import SECURE_STATEMENT
 
 
 def privacy_units(records: list[Record], unit: str) -> tuple[list[Record], str, int]:
@@ -226,12 +221,40 @@ def class_logits(
     return scores
 
 
-def prompt_run_cost(data: TaskExamples, cfg: PromptDpSgdConfig) -> tuple[float, float]:
-    """(ε, δ) a private run on ``data`` costs, as its ledger composes it (a new ledger's
-    default budget, so the run fits exactly once)."""
-    records, _, _ = privacy_units(data.records, cfg.unit)
-    q, steps, delta, sigma = plan(len(records), cfg)
-    return dpsgd_epsilon(sigma, q, steps, delta, cfg.accountant).epsilon, delta
+@dataclass(frozen=True)
+class PromptRun:
+    """A planned PromptDPSGD run: the examples DP-SGD samples, the unit they protect, the
+    records left out (``--unit user``) and DP-SGD's own plan for them
+    (:class:`~privlm.training.dpsgd.DpSgdRun`: q, steps, δ, σ; its ε and its charge)."""
+
+    records: list[Record]
+    unit: str
+    left_out: int
+    run: DpSgdRun
+
+    @classmethod
+    def plan(cls, data: TaskExamples, cfg: PromptDpSgdConfig) -> PromptRun:
+        """Step 1 of :mod:`privlm.accounting.budgeted`, before any example is read: the
+        number of units (public by declaration) and the settings fix the cost."""
+        records, unit, left_out = privacy_units(data.records, cfg.unit)
+        if len(records) < 2:
+            raise PrivlmError("PromptDPSGD needs at least 2 private examples")
+        return cls(records, unit, left_out, DpSgdRun.plan(len(records), cfg))
+
+    def charge(self, cfg: PromptDpSgdConfig) -> Charge:
+        return self.run.charge("prompt-dpsgd", cfg.accountant, self.unit, {"kind": cfg.kind})
+
+
+def class_loss(label_ids: list[int]) -> PerExampleLoss:
+    """Each example's cross-entropy of its true class over the label tokens at its last
+    position (Flocks App. C.1)."""
+
+    def loss(model: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        ids, mask, last, classes = batch
+        logits = class_logits(model, ids, mask, last, label_ids)
+        return torch.nn.functional.cross_entropy(logits, classes, reduction="none")
+
+    return loss
 
 
 def train_prompt_dpsgd(
@@ -244,109 +267,43 @@ def train_prompt_dpsgd(
     progress: bool = True,
 ) -> PromptPrivacyStatement:
     """Train a soft prompt or prefix of ``model`` (a name, or a loaded model, which is copied
-    and left unchanged) on ``data`` with DP-SGD (or without, if ``target_epsilon`` is None):
-    plan, check, fit, charge, release (:mod:`privlm.accounting.budgeted`), with DP-SGD's own
-    planning (:func:`privlm.training.dpsgd.plan`)."""
+    and left unchanged) on ``data`` with DP-SGD (or, with ``noise="none"``, the non-private
+    baseline): plan, check, fit, charge, release (:mod:`privlm.accounting.budgeted`), with
+    DP-SGD's own plan and step loop (:class:`~privlm.training.dpsgd.DpSgdRun`,
+    :func:`~privlm.training.dp_loop.dp_fit`)."""
     cfg = cfg or PromptDpSgdConfig()
-    task = data.task
-    records, unit, left_out = privacy_units(data.records, cfg.unit)
-    n = len(records)
-    if n < 2:
-        raise PrivlmError("PromptDPSGD needs at least 2 private examples")
-    private = cfg.target_epsilon is not None
-    q, steps, delta, sigma = plan(n, cfg) if private else (*plan_batches(n, cfg), 0.0, 0.0)
-    charges: list[Charge] = []
-    if private:
-        accounted = DpSgdPlan(sigma, q, steps)
-        charges.append(Charge(
-            "prompt-dpsgd",
-            rdp=accounted.rdp_curve(),
-            event=accounted.event(),
-            compose="pld" if cfg.accountant == "prv" else "rdp",
-            params={"noise_multiplier": sigma, "sample_rate": q, "steps": steps, "kind": cfg.kind},
-        ))  # fmt: skip
+    planned = PromptRun.plan(data, cfg)
+    run = planned.run
+    charges = [planned.charge(cfg)] if run.private else []
     budget = BudgetedRun.start(ledger, "this PromptDPSGD run", *charges)
     reference = reference_of(model)
     lm = working_copy(model, cfg.device, cfg.dtype)  # PEFT freezes its model's weights
     place = lm.placement
-    label_ids = label_token_ids(task, lm.tokenizer)
+    label_ids = label_token_ids(data.task, lm.tokenizer)
     rng = PrivacyRandomness(cfg.seed)
     prompted = prompt_model(lm, cfg.kind, cfg.virtual_tokens, rng.integer())
-    trainable = [(name, p) for name, p in prompted.named_parameters() if p.requires_grad]
-    ids, mask, last, classes = encode_examples(lm, task, records, cfg.max_length)
-    examples = TensorDataset(ids, mask, last, classes)
-    if cfg.secure_mode:  # Poisson batches from CSPRNG coins, len(loader) = 1/q as Opacus's
-        sampler = LockstepPoissonSampler(n, q, round(1 / q), 0, 1, None)
-        loader = DataLoader(
-            examples, batch_sampler=sampler, collate_fn=collate_with_empty(examples[0])
-        )
-    else:  # Opacus draws its Poisson batches with the loader's generator
-        loader = DataLoader(
-            examples,
-            batch_size=cfg.batch_size,
-            shuffle=not private,
-            generator=rng.torch_generator(),
-        )
-    optimizer = torch.optim.AdamW([p for _, p in trainable], lr=cfg.learning_rate, weight_decay=0.0)
-    run_model = training_module(prompted, cfg.kind)
-    if private:
-        engine = PrivacyEngine(accountant="rdp")
-        run_model, optimizer, loader = engine.make_private(
-            module=run_model,
-            optimizer=optimizer,
-            data_loader=loader,
-            noise_multiplier=sigma,
-            max_grad_norm=cfg.max_grad_norm,
-            poisson_sampling=not cfg.secure_mode,  # secure mode: the sampler above
-            noise_generator=None if cfg.secure_mode else rng.torch_generator(place.device),
-        )
-        if cfg.secure_mode:
-            install_csprng_noise(optimizer)
-    before = {name: p.detach().clone() for name, p in trainable}
-    run_model.train()
-    bar = progress_bar(
-        total=steps, desc=f"prompt-dpsgd ({cfg.kind})", unit="step", disable=not progress
-    )
+    examples = TensorDataset(*encode_examples(lm, data.task, planned.records, cfg.max_length))
     t0 = time.perf_counter()
-    meter = LossMeter()
-    for _ in range(cfg.epochs):
-        if private:
-            with BatchMemoryManager(
-                data_loader=loader,
-                max_physical_batch_size=cfg.physical_batch_size,
-                optimizer=optimizer,
-            ) as mem:
-                for batch in mem:
-                    meter.add(*_step(run_model, optimizer, batch, label_ids, trainable, True,
-                                     place.device))  # fmt: skip
-                    if not optimizer._is_last_step_skipped:  # type: ignore[attr-defined]
-                        bar.update(1)
-                        meter.report(bar)
-        else:
-            for batch in loader:
-                meter.add(*_step(run_model, optimizer, batch, label_ids, trainable, False,
-                                 place.device))  # fmt: skip
-                bar.update(1)
-                meter.report(bar)
-    bar.close()
-    frozen = [name for name, p in trainable if torch.equal(p.detach(), before[name])]
-    if frozen:
-        raise PrivlmError(f"prompt parameters did not change during training: {frozen[:5]}")
-    epsilon = dpsgd_epsilon(sigma, q, steps, delta, cfg.accountant).epsilon if private else None
-    statement = PromptPrivacyStatement(
-        epsilon, delta if private else None, sigma if private else None, q, steps,
-        cfg.accountant, n, cfg.kind,
-        unit=unit, device=str(place.device), dtype=place.describe()["dtype"],
-        records_left_out=left_out,
-        **(SECURE_STATEMENT if cfg.secure_mode else rng.statement()),
-        delta_warning=weak_delta_warning(delta, n, unit) if private else None,
+    dp_fit(
+        training_module(prompted, cfg.kind), examples, run.loop(cfg), class_loss(label_ids),
+        rng=rng, device=place.device, progress=progress, desc=f"prompt-dpsgd ({cfg.kind})",
     )  # fmt: skip
-
+    statement = PromptPrivacyStatement(
+        run.epsilon(cfg.accountant) if run.private else None,
+        run.delta if run.private else None,
+        run.noise_multiplier if run.private else None,
+        run.sample_rate, run.steps, cfg.accountant, run.units, cfg.kind,
+        unit=planned.unit, device=str(place.device), dtype=place.describe()["dtype"],
+        records_left_out=planned.left_out,
+        **(SECURE_STATEMENT if cfg.secure_mode else rng.statement()),
+        delta_warning=weak_delta_warning(run.delta, run.units, planned.unit)
+        if run.private else None,
+    )  # fmt: skip
     privacy = {
         **statement.to_dict(),
         "data_size": PUBLIC_SIZE,
         "max_grad_norm": cfg.max_grad_norm,
-        "task": task.name,
+        "task": data.task.name,
         "model": reference,
         "training": asdict(cfg),
         "seconds": time.perf_counter() - t0,
@@ -362,40 +319,8 @@ def train_prompt_dpsgd(
 
         write_directory_atomically(Path(out_dir), save)
 
-    if private:
+    if charges:
         budget.release(charges[0], write)
     else:
         write()
     return statement
-
-
-def _step(
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    batch: list[torch.Tensor],
-    label_ids: list[int],
-    trainable: list[tuple[str, torch.nn.Parameter]],
-    private: bool,
-    device: torch.device,
-) -> tuple[Any, int]:
-    """One (physical) step; returns the batch's summed loss (a detached tensor, read back
-    only when shown) and its size."""
-    ids, mask, last, classes = (t.to(device) for t in batch)
-    shown: Any = 0.0
-    optimizer.zero_grad(set_to_none=True)
-    if len(ids) == 0:  # an empty Poisson batch: a noise-only step
-        for _, p in trainable:
-            p.grad_sample = torch.zeros(  # type: ignore[attr-defined]
-                (0, *p.shape), dtype=p.dtype, device=p.device
-            )
-    else:
-        logits = class_logits(model, ids, mask, last, label_ids)
-        loss = torch.nn.functional.cross_entropy(logits, classes)
-        loss.backward()
-        shown = loss.detach() * len(ids)
-        if private:
-            missing = [n for n, p in trainable if getattr(p, "grad_sample", None) is None]
-            if missing:
-                raise PrivlmError(f"no per-sample gradient for {missing[:5]}")
-    optimizer.step()
-    return shown, len(ids)

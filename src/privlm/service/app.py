@@ -31,9 +31,15 @@ from privlm.service.url_keys import AccessLog, KeyBeforeBody, KeysNotInUrls
 
 
 def routers() -> tuple[Any, ...]:
-    """One router per resource; the deployments' built now, its request a union of the
-    mechanisms registered now."""
-    return (page.router, datasets.router, jobs.router, deployments.assembled(), openai_api.router)
+    """One router per resource; the jobs' and the deployments' built now, their requests
+    and answers unions of the job kinds and mechanisms registered now."""
+    return (
+        page.router,
+        datasets.router,
+        jobs.assembled(),
+        deployments.assembled(),
+        openai_api.router,
+    )
 
 
 def service_state(settings: ServiceSettings) -> ServiceState:

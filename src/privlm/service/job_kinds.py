@@ -141,8 +141,13 @@ def validate_params(kind: str, params: dict[str, Any]) -> JobParams:
             f"{'.'.join(str(p) for p in e['loc']) or 'params'}: {e['msg']}" for e in exc.errors()
         )
         raise PrivlmError(f"invalid {kind} parameters: {problems}") from None
+    return checked_params(typed)
+
+
+def checked_params(typed: JobParams) -> JobParams:
+    """The checks a field cannot make alone: a task spec is refused now, naming its field."""
     if isinstance(typed, TaskParams):
-        job_task(typed)  # a bad task spec is refused now, naming its field
+        job_task(typed)
     return typed
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from privlm.config import request_field, settings_of
 from privlm.data import Record
@@ -63,6 +63,7 @@ SERVICE_OWNED = {
 }
 DPSGD_WITHHELD = {
     **SERVICE_OWNED,
+    "noise": "a job is planned by its target ε (σ calibrated), checked against the budget left",
     "noise_multiplier": "a job is planned by its target ε, checked against the budget left",
     "secure_mode": "not offered by the service yet",
     "accountant": "the service reports RDP",
@@ -126,6 +127,9 @@ class JftParams(DpSgdParams):
         return JftConfig(**self.settings(JftConfig), phase2=DpSgdParams.config(self, delta))
 
 
+LORA_MAX_PARTS, IN_CONTEXT_MAX_PARTS = 128, 4096
+
+
 class EnsembleParams(JobParams):
     """Defaults, bounds and help: :class:`EnsembleConfig` and :class:`LoraTrainingConfig`."""
 
@@ -133,13 +137,24 @@ class EnsembleParams(JobParams):
         "alpha": "LoRA α stays at its default (Table 2)",
         "batch_size": "a server memory setting, not offered yet",
     }
-    parts: int = request_field(EnsembleConfig, "parts", ge=2, le=128)
+    parts: int = request_field(EnsembleConfig, "parts", ge=2, le=IN_CONTEXT_MAX_PARTS)
     protocol: Literal["pmixed", "submix"] = request_field(EnsembleConfig, "protocol")
+    members: Literal["lora", "in-context"] = request_field(EnsembleConfig, "members")
+    prompt_tokens: int = request_field(EnsembleConfig, "prompt_tokens", le=2048)
     epochs: int = request_field(LoraTrainingConfig, "epochs", le=100)
     learning_rate: float = request_field(LoraTrainingConfig, "learning_rate")
     rank: int = request_field(LoraTrainingConfig, "rank", le=64)
     block_size: int = request_field(LoraTrainingConfig, "block_size", le=2048)
     max_blocks: int | None = request_field(LoraTrainingConfig, "max_blocks")
+
+    @model_validator(mode="after")
+    def _lora_parts(self) -> EnsembleParams:
+        if self.members == "lora" and self.parts > LORA_MAX_PARTS:
+            raise ValueError(
+                f"a LoRA ensemble trains one adapter per member: at most {LORA_MAX_PARTS} parts "
+                f"here; in-context members (no training) allow up to {IN_CONTEXT_MAX_PARTS}"
+            )
+        return self
 
     def config(self) -> EnsembleConfig:
         training = LoraTrainingConfig(**self.settings(LoraTrainingConfig))
@@ -163,6 +178,9 @@ class PateParams(TaskParams):
         "delta": "the dataset's δ, set at upload",
         "shots": "one shot per teacher (Flocks §4)",
         "queries": "every public input of the public dataset is labelled",
+        "seed": "the service never seeds noise: a seed voids the guarantee",
+        "partition_key": "a fresh key per job, recorded in its privacy statement",
+        "batch_size": "a server memory setting, not offered yet",
     }
     public_dataset_id: str = Field(..., max_length=40)
     teachers: int = request_field(PromptPateConfig, "teachers", le=10000)
@@ -188,7 +206,8 @@ class PromptDpSgdParams(TaskParams):
     RENAMED: ClassVar[dict[str, str]] = {"prompt_kind": "kind", "epsilon": "target_epsilon"}
     WITHHELD: ClassVar[dict[str, str]] = {
         **SERVICE_OWNED,
-        "noise_multiplier": "PromptDPSGD calibrates σ to its target ε",
+        "noise": "the service trains privately, σ calibrated to the target ε",
+        "noise_multiplier": "the service calibrates σ to the target ε",
         "secure_mode": "not offered by the service yet",
         "accountant": "the service reports RDP",
         "max_grad_norm": "stays at its default",

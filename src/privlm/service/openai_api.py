@@ -30,6 +30,7 @@ from privlm.service.auth import MeBriefly
 from privlm.service.db import Tenant, new_id
 from privlm.service.deployments import LoadedDeployment
 from privlm.service.openai_fields import check_fields
+from privlm.service.protocol import ChatCompletionAnswer, CompletionAnswer, streamed
 from privlm.service.release import MAX_TOKENS, Completion, Event, Finished, Piece, Refused
 from privlm.service.routes.deployments import loaded_deployment
 from privlm.service.state import State
@@ -224,12 +225,16 @@ async def collect(channel: Channel, first: Event, timeout: float) -> tuple[str, 
 
 
 def whole(fmt: Format, model: str, text: str, end: Finished) -> dict[str, Any]:
-    return {
+    """The whole answer, checked against its declared shape (:mod:`privlm.service.protocol`):
+    a field it does not declare is an error, never sent."""
+    body = {
         "id": new_id("chatcmpl" if fmt.chat else "cmpl"), "object": fmt.object,
         "created": int(time.time()), "model": model,
         "choices": [fmt.choice(text, end.finish_reason, delta=False)],
         "usage": end.usage, "privlm": end.privlm,
     }  # fmt: skip
+    answer = ChatCompletionAnswer if fmt.chat else CompletionAnswer
+    return answer.model_validate(body).model_dump(exclude_unset=True)
 
 
 def event(data: dict[str, Any] | str) -> str:
@@ -327,7 +332,7 @@ async def respond(
 router = APIRouter(prefix="/v1")
 
 
-@router.post("/completions", response_model=None)
+@router.post("/completions", response_model=None, responses=streamed(CompletionAnswer))
 async def completions(req: CompletionRequest, me: MeBriefly, request: Request, state: State) -> Any:
     """A coroutine: a request waiting for its tokens holds no thread."""
     check_fields(req, chat=False)
@@ -338,7 +343,7 @@ async def completions(req: CompletionRequest, me: MeBriefly, request: Request, s
     return await respond(COMPLETION, req, dep, ids, set(), me, request)
 
 
-@router.post("/chat/completions", response_model=None)
+@router.post("/chat/completions", response_model=None, responses=streamed(ChatCompletionAnswer))
 async def chat_completions(req: ChatRequest, me: MeBriefly, request: Request, state: State) -> Any:
     check_fields(req, chat=True)
     for m in req.messages:

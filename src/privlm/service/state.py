@@ -22,7 +22,7 @@ from privlm.service.deployments import DeploymentRuntime
 from privlm.service.job_runners import dataset_ledger
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ServiceSettings:
     data_dir: Path
     db_url: str

@@ -4,7 +4,7 @@ is a name or a :class:`~privlm.models.LoadedModel` (trained on a copy, left unch
 
 - ``train_dpsgd(model, dataset, out_dir, DpSgdConfig(...), ledger=...)``
 - ``train_jft(model, dataset, out_dir, JftConfig(...), ledger=...)``
-- ``train_ensemble(model, dataset, out_dir, EnsembleConfig(parts, protocol, training))``
+- ``train_ensemble(model, dataset, out_dir, EnsembleConfig(parts=parts, protocol=protocol, training=training))``
 
 Each follows the one path of ``privlm.accounting.budgeted``: plan, check, run, charge,
 release.

@@ -24,13 +24,17 @@ from privlm.config import (
 from privlm.errors import PrivlmError
 
 PROTOCOLS = ("pmixed", "submix")
+MEMBER_KINDS = ("lora", "in-context")
 USER_REDUCTIONS = ("mean", "sum")
 GRAD_SAMPLE_MODES = ("hooks", "ghost")
 USER_SAMPLING = ("joint", "one-per-user")
 PHASE1_MODES = ("direct", "screened", "light-noise")
+# how DP-SGD's σ is chosen, as Opacus's two entry points (make_private_with_epsilon,
+# make_private); "none" is the non-private baseline, asked for by name (PromptDPSGD only)
+NOISE_CHOICES = ("target-epsilon", "noise-multiplier", "none")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class LoraTrainingConfig:
     rank: int = setting(4, "LoRA rank r (Table 2)", ge=1, le=1024)
     alpha: float = setting(32.0, "LoRA α (Table 2)", gt=0)
@@ -57,34 +61,51 @@ class LoraTrainingConfig:
         return asdict(self)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EnsembleConfig:
     """An ensemble's shape and each adapter's training (a :class:`LoraTrainingConfig`)."""
 
-    parts: int = setting(8, "N (PMixED) or k (SubMix) disjoint parts", ge=1, le=1024)
+    parts: int = setting(8, "N (PMixED) or k (SubMix) disjoint parts", ge=1, le=65536)
     protocol: str = setting(
-        "pmixed", "pmixed: one adapter per part; submix: two per part", choices=PROTOCOLS
+        "pmixed", "pmixed: one member per part; submix: two per part", choices=PROTOCOLS
     )
+    members: str = setting(
+        "lora",
+        "lora: a LoRA adapter fine-tuned on each part; in-context: the public model prompted "
+        "with each part's records (no training; hundreds to thousands of members)",
+        choices=MEMBER_KINDS,
+    )
+    prompt_tokens: int = setting(
+        256, "in-context members: the first tokens of each part's records kept as its prompt",
+        ge=1, le=32768,
+    )  # fmt: skip
     training: LoraTrainingConfig = field(default_factory=LoraTrainingConfig)
 
     def __post_init__(self) -> None:
         check_settings(self)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class DpSgdPrivacy:
     """DP-SGD's privacy settings (Abadi et al. 2016), declared once and shared by every
     DP-SGD job: LoRA adapters (:class:`DpSgdConfig`, JFT's phases) and prompts
     (``privlm.prompting.config.PromptDpSgdConfig``). A job that needs other defaults
     restates only the default (``privlm.config.with_default``); help and bounds stay here."""
 
-    target_epsilon: float | None = setting(
-        3.0, "Target ε (σ is calibrated to meet it)", gt=0, le=1000
+    noise: str = setting(
+        "target-epsilon",
+        "How σ is chosen: target-epsilon (calibrated so the run meets the target ε), "
+        "noise-multiplier (the fixed σ given), or none (the non-private baseline, where a "
+        "job offers one)",
+        choices=NOISE_CHOICES,
+    )
+    target_epsilon: float = setting(
+        3.0, "Target ε (noise target-epsilon: σ is calibrated to meet it)", gt=0, le=1000
     )
     delta: float | None = setting(
         None, "δ (default min(1/n^1.1, 1e-6), n privacy units)", gt=0, lt=1
     )
-    noise_multiplier: float | None = setting(None, "Fixed σ instead of a target ε", gt=0)
+    noise_multiplier: float | None = setting(None, "The fixed σ of noise noise-multiplier", gt=0)
     max_grad_norm: float = setting(1.0, "Per-example clipping norm", gt=0)
     batch_size: int = setting(
         64, "Expected logical (Poisson) batch size: q = batch size / n", ge=1, le=65536
@@ -107,8 +128,16 @@ class DpSgdPrivacy:
 
     def __post_init__(self) -> None:
         check_settings(self)  # the declared bounds and choices first, naming the setting
-        if self.target_epsilon is not None and self.noise_multiplier is not None:
-            raise PrivlmError("give exactly one of a target ε or a noise multiplier σ, not both")
+        fixed = self.noise == "noise-multiplier"
+        if fixed and self.noise_multiplier is None:
+            raise PrivlmError("noise noise-multiplier needs the σ: give noise_multiplier")
+        if not fixed and self.noise_multiplier is not None:
+            raise PrivlmError(
+                f"a noise multiplier σ is given but noise is {self.noise!r}: choose "
+                "noise='noise-multiplier' to train at that σ (or drop it)"
+            )
+        if self.noise == "none" and self.secure_mode:
+            raise PrivlmError("secure mode is for private training; noise 'none' adds no noise")
         if self.secure_mode and self.seed is not None:
             raise PrivlmError(
                 "secure mode draws every noise coordinate and batch from the OS CSPRNG, so it "
@@ -116,7 +145,7 @@ class DpSgdPrivacy:
             )
 
 
-@dataclass
+@dataclass(kw_only=True)
 class DpSgdConfig(DpSgdPrivacy):
     """Defaults: Table 2 of PMixED for DP-SGD (lr 4e-4, clip 1.0, rank 4, α 32), scaled."""
 
@@ -150,11 +179,14 @@ class DpSgdConfig(DpSgdPrivacy):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.target_epsilon is None and self.noise_multiplier is None:
-            raise PrivlmError("give exactly one of a target ε or a noise multiplier σ")
+        if self.noise == "none":
+            raise PrivlmError(
+                "DP-SGD's noise cannot be 'none': a non-private LoRA fine-tune is "
+                "privlm train lora (privlm.training.lora_finetune)"
+            )
 
 
-@dataclass
+@dataclass(kw_only=True)
 class JftConfig:
     """Just Fine-tune Twice's settings. Phase 1 is built from ``phase1_epochs`` and
     ``phase1_learning_rate`` (and ``phase1_epsilon`` in light-noise mode) unless
@@ -205,7 +237,8 @@ class JftConfig:
         if self.phase1_dpsgd is not None:
             return self.phase1_dpsgd
         return replace(
-            self.phase2, target_epsilon=self.phase1_epsilon, noise_multiplier=None,
+            self.phase2, noise="target-epsilon", target_epsilon=self.phase1_epsilon,
+            noise_multiplier=None,
             epochs=self.phase1_epochs, learning_rate=self.phase1_learning_rate,
         )  # fmt: skip
 

@@ -33,13 +33,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from opacus import PrivacyEngine
-from opacus.distributed import DifferentiallyPrivateDistributedDataParallel as DPDDP
-from opacus.utils.batch_memory_manager import BatchMemoryManager
-from opacus.utils.fast_gradient_clipping_utils import DPTensorFastGradientClipping
 from opacus.validators import ModuleValidator
-from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data import Dataset as TorchDataset
+from torch.utils.data import TensorDataset
 
 from privlm.accounting import (
     Charge,
@@ -57,7 +53,6 @@ from privlm.errors import PrivlmError
 from privlm.fsutil import write_directory_atomically
 from privlm.models import ModelSource, reference_of
 from privlm.models.placement import resolve_placement
-from privlm.progress import LossMeter, progress_bar
 from privlm.randomness import PrivacyRandomness
 from privlm.training.checkpointing import enable_gradient_checkpointing
 from privlm.training.config import GRAD_SAMPLE_MODES as GRAD_SAMPLE_MODES
@@ -65,13 +60,12 @@ from privlm.training.config import USER_SAMPLING as USER_SAMPLING
 from privlm.training.config import DpSgdConfig as DpSgdConfig
 from privlm.training.config import DpSgdPrivacy as DpSgdPrivacy
 from privlm.training.distributed_dp import (
-    LockstepPoissonSampler,
     barrier,
-    collate_with_empty,
     init_distributed,
     rank_device,
     replicas_agree,
 )
+from privlm.training.dp_loop import DpLoop, PerExampleLoss, dp_fit
 from privlm.training.lora_finetune import lora_model, record_sequences
 from privlm.training.model_card import model_card
 from privlm.training.redaction import (
@@ -82,7 +76,7 @@ from privlm.training.redaction import (
     redacted_sequences,
     redacted_token_fraction,
 )
-from privlm.training.secure_noise import SECURE_STATEMENT, install_csprng_noise
+from privlm.training.secure_noise import SECURE_STATEMENT
 from privlm.training.user_level import (
     train_users_jointly,
     unit_token_counts,
@@ -233,144 +227,30 @@ def plan_batches(n_units: int, cfg: DpSgdPrivacy) -> tuple[float, int]:
     return 1.0 / batches, cfg.epochs * batches
 
 
-def plan(
-    n_units: int, cfg: DpSgdPrivacy, rate_factor: float = 1.0
-) -> tuple[float, int, float, float]:
-    """(q, steps, δ, σ) for ``n_units`` examples (LoRA's DP-SGD and PromptDPSGD alike).
+def masked_token_loss(model: torch.nn.Module, mask_vector: torch.Tensor) -> PerExampleLoss:
+    """Each example's mean next-token loss over its labelled tokens, JFT's redacted tokens
+    entering as the mask embedding (A.2) where a batch has any (embedded by ``model``, the
+    unwrapped module; the forward pass runs through the one the loop gives)."""
 
-    ``rate_factor`` < 1 calibrates σ at the rate q·rate_factor instead of q: JFT's light
-    noise, where only the detector's misses (rate m̃) need protection (JFT §3.1)."""
-    if not 0 < rate_factor <= 1:
-        raise PrivlmError(f"the sampling-rate factor must lie in (0, 1], got {rate_factor}")
-    q, steps = plan_batches(n_units, cfg)
-    delta = cfg.delta if cfg.delta is not None else suggested_delta(n_units)
-    if cfg.noise_multiplier is not None:
-        sigma = cfg.noise_multiplier
-    else:
-        assert cfg.target_epsilon is not None
-        sigma = calibrate_noise_multiplier(
-            cfg.target_epsilon, delta, q * rate_factor, steps, cfg.accountant
-        ).noise_multiplier
-    return q, steps, delta, sigma
+    def loss(wrapped: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        x, y, m = batch
+        attention = ((y != IGNORE) | m).long()
+        if bool(m.any()):
+            embeds = embed_with_masks(model, x, m, mask_vector)
+            logits = wrapped(inputs_embeds=embeds, attention_mask=attention).logits
+        else:
+            logits = wrapped(input_ids=x, attention_mask=attention).logits
+        return per_example_losses(logits, y)
 
-
-def _train_examples(
-    model: torch.nn.Module,
-    examples: TorchDataset[tuple[torch.Tensor, ...]],
-    cfg: DpSgdConfig,
-    sigma: float,
-    q: float,
-    steps: int,
-    rank_world: tuple[int, int],
-    rng: PrivacyRandomness,
-    device: torch.device,
-    mask_vector: torch.Tensor,
-    progress: bool,
-) -> None:
-    """Opacus end to end, one example per record (or per sampled user): Poisson batches
-    (lockstep across ranks under torchrun), hooks or ghost clipping, physical batches, and
-    checks that every trainable parameter gets per-sample gradients and moves."""
-    rank, world = rank_world
-    n = len(examples)  # type: ignore[arg-type]
-    module: torch.nn.Module = model
-    if world > 1 or cfg.secure_mode:
-        # torchrun: DPDDP, and Poisson batches drawn in lockstep (distributed_dp); secure
-        # mode: the same sampler with CSPRNG coins
-        coins = None if cfg.secure_mode else rng.torch_generator()
-        sampler = LockstepPoissonSampler(n, q, round(1 / q), rank, world, coins)
-        loader = DataLoader(
-            examples, batch_sampler=sampler, collate_fn=collate_with_empty(examples[0])
-        )
-        if world > 1:
-            module = DPDDP(model)
-    else:
-        # Opacus draws its Poisson batches with the loader's generator
-        loader = DataLoader(examples, batch_size=cfg.batch_size, generator=rng.torch_generator())
-    optimizer = torch.optim.AdamW(
-        [p for p in model.parameters() if p.requires_grad],
-        lr=cfg.learning_rate,
-        weight_decay=0.0,
-    )
-    engine = PrivacyEngine(accountant="rdp")  # secure mode: privlm's CSPRNG noise, below
-    ghost = cfg.grad_sample_mode == "ghost"
-    private = engine.make_private(
-        module=module,
-        optimizer=optimizer,
-        data_loader=loader,
-        noise_multiplier=sigma,
-        max_grad_norm=cfg.max_grad_norm,
-        poisson_sampling=world == 1 and not cfg.secure_mode,  # else: the sampler above
-        grad_sample_mode=cfg.grad_sample_mode,
-        noise_generator=None if cfg.secure_mode else rng.torch_generator(device),
-    )
-    # ghost mode also returns a criterion wrapper; privlm builds the per-example loss itself
-    dp_model, dp_opt, dp_loader = private[0], private[1], private[-1]
-    if cfg.secure_mode:
-        install_csprng_noise(dp_opt)
-    trainable = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
-    before = {name: p.detach().clone() for name, p in trainable}
-    checked_grads = checked_moves = False
-    dp_model.train()
-    bar = progress_bar(total=steps, desc="dp-sgd", unit="step", disable=not progress)
-    meter = LossMeter()
-    for _ in range(cfg.epochs):
-        with BatchMemoryManager(
-            data_loader=dp_loader,
-            max_physical_batch_size=cfg.physical_batch_size,
-            optimizer=dp_opt,
-        ) as mem:
-            for x, y, m in mem:
-                dp_opt.zero_grad(set_to_none=True)
-                if len(x) == 0:  # an empty Poisson batch: the step is noise only
-                    for _, p in trainable:
-                        if ghost:
-                            p.grad = torch.zeros_like(p)
-                        else:
-                            p.grad_sample = torch.zeros(  # type: ignore[attr-defined]  # Opacus's
-                                (0, *p.shape), dtype=p.dtype, device=p.device
-                            )
-                else:
-                    x, y, m = x.to(device), y.to(device), m.to(device)
-                    attention = ((y != IGNORE) | m).long()
-                    if bool(m.any()):
-                        embeds = embed_with_masks(model, x, m, mask_vector)
-                        logits = dp_model(inputs_embeds=embeds, attention_mask=attention).logits
-                    else:
-                        logits = dp_model(input_ids=x, attention_mask=attention).logits
-                    losses = per_example_losses(logits, y)
-                    if ghost:  # two backward passes: norms, then the clipped sum
-                        DPTensorFastGradientClipping(dp_model, dp_opt, losses, "mean").backward()
-                    else:
-                        losses.mean().backward()  # each example one term, as DP-SGD clips
-                    meter.add(losses.detach().sum(), len(losses))
-                    if not checked_grads:
-                        seen = "_norm_sample" if ghost else "grad_sample"
-                        missing = [name for name, p in trainable if getattr(p, seen, None) is None]
-                        if missing:
-                            raise PrivlmError(
-                                f"no per-sample gradient for {missing[:5]}: DP-SGD would silently skip them"
-                            )
-                        checked_grads = True
-                dp_opt.step()
-                if not dp_opt._is_last_step_skipped:
-                    bar.update(1)
-                    meter.report(bar)
-                    if not checked_moves:
-                        frozen = [
-                            name for name, p in trainable if torch.equal(p.detach(), before[name])
-                        ]
-                        if frozen:
-                            raise PrivlmError(
-                                f"parameters did not change after a DP-SGD step: {frozen[:5]}"
-                            )
-                        checked_moves = True
-    bar.close()
+    return loss
 
 
 @dataclass(frozen=True)
 class DpSgdRun:
     """A planned DP-SGD run: its sampling rate, steps, δ and σ for ``units`` privacy units,
-    and the rate its accountant uses (q·``rate_factor``: JFT's light noise)."""
+    and the rate its accountant uses (q·``rate_factor``: JFT's light noise). The one cost
+    function of every DP-SGD job (LoRA, JFT's phases, PromptDPSGD): its ε, its ledger charge.
+    A non-private baseline (``noise="none"``) is a run with σ = 0 and nothing to charge."""
 
     units: int
     sample_rate: float
@@ -379,6 +259,34 @@ class DpSgdRun:
     noise_multiplier: float
     rate_factor: float = 1.0
 
+    @classmethod
+    def plan(cls, n_units: int, cfg: DpSgdPrivacy, rate_factor: float = 1.0) -> DpSgdRun:
+        """Step 1 of :mod:`privlm.accounting.budgeted` for ``n_units`` examples (a count public
+        by declaration), before any data is read: q and steps from the batch size and
+        epochs; δ as given or :func:`~privlm.accounting.advice.suggested_delta`; σ as
+        ``cfg.noise`` chooses (calibrated to the target ε, never overshooting it, or fixed).
+
+        ``rate_factor`` < 1 calibrates σ at the rate q·rate_factor instead of q: JFT's light
+        noise, where only the detector's misses (rate m̃) need protection (JFT §3.1)."""
+        if not 0 < rate_factor <= 1:
+            raise PrivlmError(f"the sampling-rate factor must lie in (0, 1], got {rate_factor}")
+        q, steps = plan_batches(n_units, cfg)
+        if cfg.noise == "none":
+            return cls(n_units, q, steps, 0.0, 0.0)
+        delta = cfg.delta if cfg.delta is not None else suggested_delta(n_units)
+        if cfg.noise == "noise-multiplier":
+            assert cfg.noise_multiplier is not None  # the config's own check
+            sigma = cfg.noise_multiplier
+        else:
+            sigma = calibrate_noise_multiplier(
+                cfg.target_epsilon, delta, q * rate_factor, steps, cfg.accountant
+            ).noise_multiplier
+        return cls(n_units, q, steps, delta, sigma, rate_factor)
+
+    @property
+    def private(self) -> bool:
+        return self.noise_multiplier > 0
+
     @property
     def accounted_rate(self) -> float:
         return self.sample_rate * self.rate_factor
@@ -386,36 +294,44 @@ class DpSgdRun:
     def epsilon(self, accountant: str) -> float:
         """The run's ε at its δ, by ``accountant`` (RDP, or PLD for prv), at the accounted
         rate."""
+        if not self.private:
+            raise PrivlmError("a non-private run has no ε")
         report = dpsgd_epsilon(
             self.noise_multiplier, self.accounted_rate, self.steps, self.delta, accountant
         )
         return float(report.epsilon)
 
-    def charge(self, name: str, cfg: DpSgdConfig, unit: str, model: str) -> Charge:
-        """What the run costs, as a ledger charge (composed by PLD under ``prv``)."""
+    def charge(
+        self, name: str, accountant: str, unit: str, params: dict[str, Any] | None = None
+    ) -> Charge:
+        """What the run costs, as a ledger charge (composed by PLD under ``prv``);
+        ``params`` adds the job's own labels (its model, its prompt kind)."""
+        if not self.private:
+            raise PrivlmError("a non-private run is not charged: it has no guarantee")
         accounted = DpSgdPlan(self.noise_multiplier, self.accounted_rate, self.steps)
         return Charge(
             name,
             rdp=accounted.rdp_curve(),
             event=accounted.event(),
-            compose="pld" if cfg.accountant == "prv" else "rdp",
+            compose="pld" if accountant == "prv" else "rdp",
             unit=unit,
             params={
                 "noise_multiplier": self.noise_multiplier,
                 "sample_rate": self.sample_rate,
                 "accounted_sample_rate": self.accounted_rate,
                 "steps": self.steps,
-                "model": model,
+                **(params or {}),
             },
         )
 
+    def loop(self, cfg: DpSgdPrivacy) -> DpLoop:
+        """The step loop that trains as planned (:mod:`privlm.training.dp_loop`)."""
+        return DpLoop.of(cfg, self.noise_multiplier, self.sample_rate, self.steps, self.private)
+
 
 def plan_run(dataset: Dataset, cfg: DpSgdConfig, rate_factor: float = 1.0) -> DpSgdRun:
-    """Step 1 of :mod:`privlm.accounting.budgeted`: the run's cost, from its settings and
-    the number of privacy units (public by declaration), before any data is read."""
-    n = len(records_per_unit(dataset))
-    q, steps, delta, sigma = plan(n, cfg, rate_factor)
-    return DpSgdRun(n, q, steps, delta, sigma, rate_factor)
+    """:meth:`DpSgdRun.plan` for ``dataset``'s privacy units."""
+    return DpSgdRun.plan(len(records_per_unit(dataset)), cfg, rate_factor)
 
 
 @dataclass
@@ -444,7 +360,7 @@ def train_dpsgd(
     privacy statement: plan, check, fit, charge, release (:mod:`privlm.accounting.budgeted`)."""
     cfg = cfg or DpSgdConfig()
     run = plan_run(dataset, cfg)
-    charge = run.charge("dpsgd", cfg, dataset.unit_kind, reference_of(model))
+    charge = run.charge("dpsgd", cfg.accountant, dataset.unit_kind, {"model": reference_of(model)})
     budget = BudgetedRun.start(ledger, "this DP-SGD run", charge)
     fitted = fit_dpsgd(model, dataset, cfg, run, progress=progress)
     return release_adapter(fitted, out_dir, budget, charge)
@@ -594,9 +510,9 @@ def fit_dpsgd(
         )  # fmt: skip
     else:
         examples = _examples(lm.tokenizer, groups, texts, spans, cfg, one_per_user, rng)
-        _train_examples(
-            adapted, examples, cfg, sigma, q, steps, (rank, world), rng, place.device,
-            mask_vector, progress,
+        dp_fit(
+            adapted, examples, run.loop(cfg), masked_token_loss(adapted, mask_vector), rng=rng,
+            device=place.device, rank_world=(rank, world), progress=progress,
         )  # fmt: skip
     if not replicas_agree([p for _, p in trainable]):
         raise PrivlmError("the DPDDP replicas hold different parameters after training")

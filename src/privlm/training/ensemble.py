@@ -36,10 +36,11 @@ from privlm.models import ModelSource, reference_of
 from privlm.progress import progress_bar
 from privlm.training.config import PROTOCOLS
 from privlm.training.config import EnsembleConfig as EnsembleConfig
+from privlm.training.in_context_members import write_member_prompts
 from privlm.training.lora_finetune import finetune_lora, save_untrained_adapter
 from privlm.training.manifest import FORMAT as FORMAT
 from privlm.training.manifest import MANIFEST as MANIFEST
-from privlm.training.manifest import EnsembleManifest, read_manifest_dict
+from privlm.training.manifest import PROMPTS, EnsembleManifest, read_manifest_dict
 from privlm.training.manifest import load_manifest as load_manifest
 from privlm.training.model_card import ensemble_card
 
@@ -122,6 +123,23 @@ def plan_parts(
     return out
 
 
+def _write_in_context(
+    model: ModelSource,
+    planned: list[tuple[str, Dataset]],
+    limit: int,
+    out: Path,
+    manifest: EnsembleManifest,
+) -> EnsembleManifest:
+    """In-context members: each part's prompt written, no training (a resume rewrites the
+    same prompts)."""
+    stats = write_member_prompts(model, planned, limit, out)
+    record_statistics(out, {"adapters": stats})
+    manifest.adapters = {n: {"status": "done", "path": PROMPTS} for n, _ in planned}
+    manifest.write(out)
+    (out / "README.md").write_text(ensemble_card(manifest.to_dict()))
+    return manifest
+
+
 def _partition_key(out: Path, raw: dict[str, Any] | None, given: str | None) -> str:
     """The key of the ensemble being resumed (its manifest ``raw``), the one given, or a
     fresh random one."""
@@ -153,6 +171,8 @@ def train_ensemble(
 ) -> EnsembleManifest:
     """Train (or resume) an ensemble of adapters of ``model`` (a name, or a loaded model, which
     each adapter's training copies and leaves unchanged); returns its manifest. With
+    ``config.members == "in-context"`` nothing is trained: each part's records become its
+    member's prompt (:mod:`privlm.training.in_context_members`). With
     ``ray_address``, one Ray task per adapter ('local' starts a Ray instance in this
     process), which loads the model itself, so it needs a name. ``partition_key``
     (hex) fixes the partition; by default a fresh random key is drawn and recorded.
@@ -173,6 +193,7 @@ def train_ensemble(
     raw = read_manifest_dict(out)  # read once: the key, then the resume, come from it
     key = _partition_key(out, raw, partition_key)
     planned = plan_parts(dataset, config.parts, config.protocol, key)
+    in_context = config.members == "in-context"
     fresh = EnsembleManifest(
         model=reference,
         protocol=config.protocol,
@@ -181,7 +202,11 @@ def train_ensemble(
         privacy_unit=dataset.unit_kind,
         units=len(dataset.units()),
         # checkpointing changes memory, not the adapters: a run may resume with it turned on
-        training={k: v for k, v in cfg.to_dict().items() if k != "gradient_checkpointing"},
+        training={}
+        if in_context
+        else {k: v for k, v in cfg.to_dict().items() if k != "gradient_checkpointing"},
+        member_kind=config.members,
+        prompt_tokens=config.prompt_tokens if in_context else None,
         partition=[n for n, _ in planned],
         seed=cfg.seed,
         data_size=PUBLIC_SIZE,
@@ -195,6 +220,8 @@ def train_ensemble(
         sizes = [{"name": n, "records": len(d), "units": len(d.units())} for n, d in planned]
         record_statistics(out, {**data_identity, "partition": sizes, "adapters": {}})
         manifest.write(out)
+    if in_context:
+        return _write_in_context(model, planned, config.prompt_tokens, out, manifest)
     todo = [(n, d) for n, d in planned if n in manifest.missing()]
     bar = progress_bar(
         total=len(planned),

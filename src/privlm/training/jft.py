@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from privlm.accounting import DpSgdPlan, PrivacyLedger, dpsgd_epsilon
+from privlm.accounting import DpSgdPlan, PrivacyLedger
 from privlm.accounting.budgeted import BudgetedRun
 from privlm.curator import PUBLIC, Schema, curator_report_path, release_statement
 from privlm.data import Dataset, load_file
@@ -104,12 +104,13 @@ class SdpStatement:
 
 
 def light_noise_epsilons(
-    sigma: float, q: float, steps: int, delta: float, miss: MissRateInterval, accountant: str
+    run: DpSgdRun, miss: MissRateInterval, accountant: str
 ) -> tuple[float, float]:
-    """Phase-1 ε at sampling rates q·m̃_lo and q·m̃_hi (0 when the rate is 0)."""
+    """Phase-1 ε at sampling rates q·m̃_lo and q·m̃_hi (0 when the rate is 0): the run's
+    own cost function at those rates."""
 
     def eps(m: float) -> float:
-        return 0.0 if m <= 0 else dpsgd_epsilon(sigma, q * m, steps, delta, accountant).epsilon
+        return 0.0 if m <= 0 else replace(run, rate_factor=m).epsilon(accountant)
 
     return eps(miss.low), eps(miss.high)
 
@@ -186,7 +187,7 @@ def _train_jft(
     run2 = plan_run(dataset, cfg.phase2)
     delta = run2.delta
     p2_dp = replace(cfg.phase2, delta=delta)
-    charges = [run2.charge(PHASE2_CHARGE, p2_dp, unit, reference)]
+    charges = [run2.charge(PHASE2_CHARGE, p2_dp.accountant, unit, {"model": reference})]
     phase1: dict[str, Any] = {
         "mode": cfg.phase1,
         "adapter": "kept by the curator, not released" if kept else "deleted after phase 2",
@@ -206,10 +207,8 @@ def _train_jft(
                 "larger sample"
             )
         run1 = plan_run(dataset, p1_dp, rate_factor=miss.high)
-        charges.insert(0, run1.charge(PHASE1_CHARGE, p1_dp, unit, reference))
-        eps_lo, eps_hi = light_noise_epsilons(
-            run1.noise_multiplier, run1.sample_rate, run1.steps, delta, miss, p1_dp.accountant
-        )
+        charges.insert(0, run1.charge(PHASE1_CHARGE, p1_dp.accountant, unit, {"model": reference}))
+        eps_lo, eps_hi = light_noise_epsilons(run1, miss, p1_dp.accountant)
         phase1.update(
             miss_rate=miss.to_dict(),
             noise_multiplier=run1.noise_multiplier,

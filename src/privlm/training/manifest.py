@@ -19,6 +19,7 @@ from privlm.errors import PrivlmError
 from privlm.fsutil import write_json_atomically
 
 MANIFEST = "manifest.json"
+PROMPTS = "member-prompts.json"
 FORMAT = "privlm-ensemble/1"
 
 
@@ -41,6 +42,8 @@ class EnsembleManifest:
     created_at: str = ""
     adapters: dict[str, dict[str, str]] = field(default_factory=dict)  # name → status, path
     targets: list[str] | None = None
+    member_kind: str = "lora"  # or "in-context": prompts in PROMPTS, no adapters
+    prompt_tokens: int | None = None
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> EnsembleManifest:
@@ -53,19 +56,25 @@ class EnsembleManifest:
         """The JSON form (``partition`` as ``[{"name": …}]``, as privlm has always written)."""
         out = asdict(self)
         out["partition"] = [{"name": n} for n in self.partition]
-        if self.targets is None:
-            out.pop("targets")
+        for optional in ("targets", "prompt_tokens"):
+            if out[optional] is None:
+                out.pop(optional)
         return out
 
     def identity(self) -> dict[str, Any]:
         """The settings a resume must match."""
         keys = ("format", "model", "protocol", "n_parts", "seed", "partition_key",
-                "partition_rule", "privacy_unit", "units", "training")  # fmt: skip
+                "partition_rule", "privacy_unit", "units", "training", "member_kind",
+                "prompt_tokens")  # fmt: skip
         return {k: getattr(self, k) for k in keys}
 
     def missing(self) -> list[str]:
         """Members not yet trained."""
         return [n for n in self.partition if self.adapters.get(n, {}).get("status") != "done"]
+
+    def prompts_path(self, root: str | Path) -> Path:
+        """In-context members' prompts (private, as adapters are): one token list each."""
+        return Path(root) / PROMPTS
 
     def member_dirs(self, root: str | Path) -> list[Path]:
         """Every member's adapter directory, in engine order."""

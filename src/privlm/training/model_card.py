@@ -117,17 +117,25 @@ def ensemble_card(manifest: Mapping[str, Any], member: str | None = None) -> str
     not DP by itself, since each adapter saw its part of the data in the clear; only tokens
     mixed by a deployment are, at the deployment's (ε, δ)."""
     model = str(manifest.get("model", ""))
+    in_context = manifest.get("member_kind") == "in-context"
+    kind = "in-context members" if in_context else "LoRA adapters"
     what = (
         f"adapter {member} of a {manifest.get('protocol')} ensemble"
         if member
-        else f"a {manifest.get('protocol')} ensemble of {len(manifest.get('partition', []))} LoRA adapters"
+        else f"a {manifest.get('protocol')} ensemble of {len(manifest.get('partition', []))} {kind}"
+    )
+    made = (
+        "Each member is the public model prompted with the records of one disjoint part of "
+        "the private data, verbatim (member-prompts.json); never release them."
+        if in_context
+        else "Each adapter was fine-tuned without noise on one disjoint part of the private "
+        "data; do not release it."
     )
     return "\n".join([
         *front_matter(model, "peft", "privlm, not-private, private-prediction-ensemble"),
         f"# privlm: {what}",
         "",
-        "**Guarantee:** none by itself. Each adapter was fine-tuned without noise on one "
-        "disjoint part of the private data; do not release it. Tokens generated through a "
+        f"**Guarantee:** none by itself. {made} Tokens generated through a "
         f"{str(manifest.get('protocol')).upper()} deployment are differentially private, at "
         "the (ε, δ) that deployment's ledger states.",
         "",
@@ -142,7 +150,8 @@ def ensemble_card(manifest: Mapping[str, Any], member: str | None = None) -> str
         "",
         "## What the guarantee does not cover",
         "",
-        "- the adapters themselves, which must stay private;",
+        f"- the {'member prompts' if in_context else 'adapters'} themselves, which must stay "
+        "private;",
         "- the public base model and whatever it memorised;",
         "- tokens generated without a deployment's ledger.",
         "",

@@ -16,12 +16,26 @@ from privlm.service.api_errors import ApiError
 from privlm.service.auth import Db, Me
 from privlm.service.db import Dataset, Deployment, Job, now
 from privlm.service.job_runners import add_event
+from privlm.service.protocol import (
+    ERRORS,
+    DatasetDeleted,
+    DatasetList,
+    DatasetView,
+    UploadedDataset,
+)
 from privlm.service.state import ServiceState, State, own
 
 router = APIRouter(prefix="/v1/datasets")
+# a dataset's answer leaves out what it does not have (a shared budget, a note): unset
 
 
-@router.post("", status_code=201)
+@router.post(
+    "",
+    status_code=201,
+    response_model=UploadedDataset,
+    responses=ERRORS,
+    response_model_exclude_unset=True,
+)
 async def upload(
     s: Db,
     me: Me,
@@ -93,7 +107,7 @@ def budget_note(
     return None
 
 
-@router.get("")
+@router.get("", response_model=DatasetList, responses=ERRORS, response_model_exclude_unset=True)
 def list_datasets(s: Db, me: Me, state: State) -> dict[str, Any]:
     rows = s.scalars(
         select(Dataset)
@@ -103,13 +117,15 @@ def list_datasets(s: Db, me: Me, state: State) -> dict[str, Any]:
     return {"data": [ds_api.describe(r, state.budget_ledger(r)) for r in rows]}
 
 
-@router.get("/{dataset_id}")
+@router.get(
+    "/{dataset_id}", response_model=DatasetView, responses=ERRORS, response_model_exclude_unset=True
+)
 def get_dataset(dataset_id: str, s: Db, me: Me, state: State) -> dict[str, Any]:
     row = own(s, Dataset, dataset_id, me, "dataset")
     return ds_api.describe(row, state.budget_ledger(row))
 
 
-@router.delete("/{dataset_id}")
+@router.delete("/{dataset_id}", response_model=DatasetDeleted, responses=ERRORS)
 def delete_dataset(
     dataset_id: str, s: Db, me: Me, state: State, cascade: bool = False
 ) -> dict[str, Any]:

@@ -23,6 +23,14 @@ from privlm.service.deployments import (
     request_config,
     reserve_on_dataset,
 )
+from privlm.service.protocol import (
+    ERRORS,
+    DeploymentBudget,
+    DeploymentList,
+    DeploymentView,
+    MechanismList,
+    ModelList,
+)
 from privlm.service.state import ServiceState, State, own
 
 router = APIRouter(prefix="/v1")
@@ -52,7 +60,7 @@ def deploy_route(r: APIRouter) -> None:
     """``POST /v1/deployments``, its body the union of every mechanism registered now."""
     Request = deployment_request()
 
-    @r.post("/v1/deployments", status_code=201)
+    @r.post("/v1/deployments", status_code=201, response_model=DeploymentView, responses=ERRORS)
     def deploy(
         body: Annotated[Request, Body()],  # type: ignore[valid-type]
         s: Db,
@@ -93,7 +101,7 @@ def deploy_route(r: APIRouter) -> None:
         return describe_deployment(d, s)
 
 
-@router.get("/mechanisms")
+@router.get("/mechanisms", response_model=MechanismList)
 def list_mechanisms() -> dict[str, Any]:
     """Every registered mechanism a deployment can use, with the fields its request takes
     (name, type, default, bounds, choices, help): what the page's deploy form shows."""
@@ -118,13 +126,13 @@ def describe_mechanism(m: Mechanism) -> dict[str, Any]:
     }  # fmt: skip
 
 
-@router.get("/deployments")
+@router.get("/deployments", response_model=DeploymentList, responses=ERRORS)
 def list_deployments(s: Db, me: Me) -> dict[str, Any]:
     rows = s.scalars(select(Deployment).where(Deployment.tenant_id == me.id))
     return {"data": [describe_deployment(d, s) for d in rows]}
 
 
-@router.get("/models")
+@router.get("/models", response_model=ModelList, responses=ERRORS)
 def list_models(s: Db, me: Me) -> dict[str, Any]:
     """The tenant's deployments as OpenAI models, each with what its answers guarantee."""
     rows = s.scalars(select(Deployment).where(Deployment.tenant_id == me.id))
@@ -146,7 +154,7 @@ def list_models(s: Db, me: Me) -> dict[str, Any]:
     }
 
 
-@router.get("/deployments/{deployment_id}")
+@router.get("/deployments/{deployment_id}", response_model=DeploymentView, responses=ERRORS)
 def get_deployment(deployment_id: str, s: Db, me: Me) -> dict[str, Any]:
     return describe_deployment(own(s, Deployment, deployment_id, me, "deployment"), s)
 
@@ -163,7 +171,10 @@ def loaded_deployment(state: ServiceState, me: Tenant, deployment_id: str) -> Lo
     return state.runtime.get(d, job, None if dataset is None else dataset.ledger_name)
 
 
-@router.get("/deployments/{deployment_id}/budget")
+@router.get(
+    "/deployments/{deployment_id}/budget", response_model=DeploymentBudget,
+    response_model_exclude_none=True, responses=ERRORS,
+)  # fmt: skip
 def budget(deployment_id: str, me: MeBriefly, state: State) -> dict[str, Any]:
     out: dict[str, Any] = loaded_deployment(state, me, deployment_id).budget()
     return out

@@ -7,11 +7,10 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Body
 from fastapi.responses import Response
-from pydantic import BaseModel, Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -20,7 +19,7 @@ from privlm.data import Record
 from privlm.service.api_errors import ApiError
 from privlm.service.auth import Db, Me
 from privlm.service.db import Dataset, Job, new_id, now
-from privlm.service.job_kinds import StoredParams, job_kind, stored_params, validate_params
+from privlm.service.job_kinds import StoredParams, checked_params, job_kind, stored_params
 from privlm.service.job_params import (
     PateParams,
     TaskParams,
@@ -30,6 +29,7 @@ from privlm.service.job_params import (
 from privlm.service.job_queue import positions
 from privlm.service.job_runners import add_event
 from privlm.service.job_views import describe, zip_artifact
+from privlm.service.protocol import ERRORS, ErrorAnswer, job_list, job_request, job_view
 from privlm.service.record_index import (
     budgets_sharing,
     describe_sharing,
@@ -37,16 +37,34 @@ from privlm.service.record_index import (
     tenant_key,
 )
 from privlm.service.state import State, own
-from privlm.service.strict import STRICT_BODY
-
-router = APIRouter(prefix="/v1/jobs")
 
 
-class JobRequest(BaseModel):
-    model_config = STRICT_BODY
-    kind: str = Field(..., max_length=20)
-    dataset_id: str = Field(..., max_length=40)
-    params: dict[str, Any] = Field(default_factory=dict)
+def assembled() -> APIRouter:
+    """``/v1/jobs``, its request and answers unions over the job kinds registered now
+    (:mod:`privlm.service.protocol`); the app assembles it (privlm.service.app)."""
+    r = APIRouter(prefix="/v1/jobs")
+    Request, View = job_request(), job_view()
+
+    def submit(body: Any, s: Db, me: Me, state: State) -> Any:
+        return submit_job(body, s, me, state)
+
+    # the union itself, not a string: this module's annotations are postponed
+    submit.__annotations__["body"] = Annotated[Request, Body()]
+    r.add_api_route("", submit, methods=["POST"], status_code=201, response_model=View,
+                    responses=ERRORS, summary="Submit a job")  # fmt: skip
+    r.add_api_route("", list_jobs, methods=["GET"], response_model=job_list(), responses=ERRORS)
+    r.add_api_route("/{job_id}", get_job, methods=["GET"], response_model=View, responses=ERRORS)
+    r.add_api_route("/{job_id}/cancel", cancel_job, methods=["POST"], response_model=View,
+                    responses=ERRORS)  # fmt: skip
+    r.add_api_route(
+        "/{job_id}/artifact", artifact, methods=["GET"], response_class=Response,
+        responses={200: {"content": {"application/zip": {}},
+                         "description": "The artefact and its privacy statement, zipped"},
+                   403: {"model": ErrorAnswer, "description": "This kind releases nothing"},
+                   410: {"model": ErrorAnswer, "description": "Deleted with its dataset"},
+                   **ERRORS},
+    )  # fmt: skip
+    return r
 
 
 def check_fits_remaining(epsilon: float, ledger: PrivacyLedger) -> None:
@@ -76,10 +94,10 @@ def check_never_private(s: Session, tenant_id: str, inputs: list[Record], secret
         )  # fmt: skip
 
 
-@router.post("", status_code=201)
-def submit_job(req: JobRequest, s: Db, me: Me, state: State) -> dict[str, Any]:
+def submit_job(req: Any, s: Db, me: Me, state: State) -> dict[str, Any]:
+    """``req``: one variant of the job request union, its parameters typed by its kind."""
     dataset = own(s, Dataset, req.dataset_id, me, "dataset")
-    params = validate_params(req.kind, req.params)
+    params = checked_params(req.params)
     check_dataset_policy(req.kind, dataset)
     if isinstance(params, TaskParams):
         public = None
@@ -102,19 +120,16 @@ def submit_job(req: JobRequest, s: Db, me: Me, state: State) -> dict[str, Any]:
     return describe(job, positions(s).get(job.id))
 
 
-@router.get("")
 def list_jobs(s: Db, me: Me) -> dict[str, Any]:
     rows = s.scalars(select(Job).where(Job.tenant_id == me.id).order_by(Job.created_at))
     line = positions(s)
     return {"data": [describe(r, line.get(r.id)) for r in rows]}
 
 
-@router.get("/{job_id}")
 def get_job(job_id: str, s: Db, me: Me) -> dict[str, Any]:
     return describe(own(s, Job, job_id, me, "job"), positions(s).get(job_id))
 
 
-@router.post("/{job_id}/cancel")
 def cancel_job(job_id: str, s: Db, me: Me) -> dict[str, Any]:
     """A queued job is dropped; a running one stops at its next step, writes no artefact,
     and keeps any charge already made."""
@@ -133,7 +148,6 @@ def cancel_job(job_id: str, s: Db, me: Me) -> dict[str, Any]:
     return describe(job)
 
 
-@router.get("/{job_id}/artifact")
 def artifact(job_id: str, s: Db, me: Me, state: State) -> Response:
     """The released artefact of a DP job as a zip: the adapter or student prompt with its
     privacy statement. An ensemble's adapters are not DP (each saw its part of the data in

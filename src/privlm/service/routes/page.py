@@ -14,6 +14,7 @@ from privlm.perturb.mechanisms import DEFAULT_CLIP
 from privlm.perturb.vocabulary import load_glove
 from privlm.service import datasets as ds_api
 from privlm.service.api_errors import ApiError
+from privlm.service.protocol import Defaults, Health, PerturbWords
 from privlm.service.state import State
 
 STATIC = Path(__file__).resolve().parents[1] / "static"
@@ -38,19 +39,23 @@ def checked_clip(clip: float) -> float:
     return float(clip)
 
 
-@router.get("/v1/perturb/words")
+@router.get("/v1/perturb/words", response_model=PerturbWords)
 def perturb_words(state: State, clip: float = DEFAULT_CLIP) -> dict[str, Any]:
     words, _ = vocabulary(state.settings.vocabulary, checked_clip(clip))
     return {"words": words, "dim": 50, "clip": clip, "source": "GloVe 6B 50d"}
 
 
-@router.get("/v1/perturb/vectors")
+@router.get(
+    "/v1/perturb/vectors", response_class=Response,
+    responses={200: {"content": {"application/octet-stream": {}},
+                     "description": "The word vectors: little-endian float32, dim per word"}},
+)  # fmt: skip
 def perturb_vectors(state: State, clip: float = DEFAULT_CLIP) -> Response:
     _, blob = vocabulary(state.settings.vocabulary, checked_clip(clip))
     return Response(blob, media_type="application/octet-stream")
 
 
-@router.get("/v1/defaults")
+@router.get("/v1/defaults", response_model=Defaults)
 def defaults() -> dict[str, Any]:
     """The defaults the page's forms start from, read from the config classes (so the page
     never restates one)."""
@@ -58,7 +63,7 @@ def defaults() -> dict[str, Any]:
                                "delta": ds_api.DEFAULT_BUDGET.delta}}  # fmt: skip
 
 
-@router.get("/v1/health")
+@router.get("/v1/health", response_model=Health)
 @router.get("/health", include_in_schema=False)  # the path load balancers expect
 async def health(state: State) -> dict[str, Any]:
     """A coroutine on the event loop: it never waits for a thread, or for generation."""

@@ -509,8 +509,14 @@
       return "RDP ε " + num(b.spent.rdp_epsilon) + " spent of " + num(b.budget.rdp_epsilon) +
         " per part (order " + b.budget.order + ")" + (b.exhausted ? "; spent (STOP)" : "");
     }
-    return "ε " + num(b.spent.epsilon) + " spent of " + num(b.budget.epsilon) + "; " +
+    var text = "ε " + num(b.spent.epsilon) + " spent of " + num(b.budget.epsilon) + "; " +
       b.queries.left + " of " + b.queries.total + " private tokens left";
+    if (b.growth && b.queries.used > 0 && b.queries.left > 0) {
+      text += ". ε grows fast at first: the first token alone shows ε " +
+        num(b.growth.first_token_epsilon) + " (converting Rényi DP to (ε, δ) costs about " +
+        "log(1/δ)/(α−1) once), each later token adds about " + num(b.growth.later_token_epsilon);
+    }
+    return text;
   }
 
   function cancelJob(id) {

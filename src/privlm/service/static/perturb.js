@@ -122,7 +122,10 @@
           for (i = 0; i < d; i++) out[i] = r * (g[i] / n);
           return out;
         },
-        wordGuarantee: function () { return { epsilon: eps, delta: 0.0, metric_epsilon: em, clip: clip }; },
+        wordGuarantee: function () {
+          return { mechanism: "metric-DP multivariate Laplace (Feyisetan et al. 2020)",
+                   metric_epsilon: em, epsilon: eps, delta: 0.0, clip: clip };
+        },
         documentGuarantee: function (words) { return { epsilon: words * eps, delta: 0.0, words: words }; },
       };
     }
@@ -137,7 +140,10 @@
           for (var i = 0; i < d; i++) out[i] = sigma * g[i];
           return out;
         },
-        wordGuarantee: function () { return { epsilon: eps, delta: delta, sigma: sigma, clip: clip }; },
+        wordGuarantee: function () {
+          return { mechanism: "Gaussian (analytic calibration, Balle & Wang 2018)",
+                   epsilon: eps, delta: delta, sigma: sigma, clip: clip };
+        },
         documentGuarantee: function (words) {
           if (words === 0) return { epsilon: 0.0, delta: 0.0, words: 0 };
           return { epsilon: gaussianEpsilon(sigma, sens * Math.sqrt(words), delta), delta: delta, words: words };
