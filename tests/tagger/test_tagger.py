@@ -66,6 +66,39 @@ def test_a_saved_tagger_loads_and_predicts_as_its_saved_weights_say(tiny_tagger)
     assert detector.describe()["model"] == "tiny" and len(detector.detect(texts)) == 8
 
 
+@pytest.mark.fast
+def test_the_default_head_ships_in_the_package_from_the_recipe_it_names():
+    """No training on first use: the default folder is the shipped head, of this recipe
+    version, trained by the default recipe on the development families and sources only."""
+    from dataclasses import asdict
+
+    from privlm.detect.pii_families import DEV_FAMILIES, DEV_SOURCES
+    from privlm.detect.provenance import DEFAULT_SENTENCES, TAGGER_VERSION
+    from privlm.detect.tagger import SHIPPED, TaggerConfig, default_folder
+
+    assert default_folder() == SHIPPED
+    meta = json.loads((SHIPPED / "tagger.json").read_text())
+    assert meta["version"] == TAGGER_VERSION and meta["config"] == asdict(TaggerConfig())
+    assert meta["trained_on"] == {
+        "families": sorted(DEV_FAMILIES), "sources": list(DEV_SOURCES),
+        "sentences": DEFAULT_SENTENCES, "seed": TaggerConfig().seed,
+    }  # fmt: skip
+    assert (SHIPPED / "head.pt").stat().st_size < 2_000_000
+
+
+def test_the_default_recipe_still_rebuilds_a_head_on_the_tiny_model(tmp_path):
+    """``privlm detect train-tagger``'s recipe, on the tiny path: it trains, writes a head
+    that loads, and the head predicts."""
+    from privlm.detect.tagger import TaggerConfig, load_tagger, train_default_tagger
+
+    cfg = TaggerConfig(model="tiny", layer=1, hidden=8, epochs=1)
+    folder = train_default_tagger(tmp_path / "head", cfg, sentences=24, progress=False)
+    meta = json.loads((folder / "tagger.json").read_text())
+    assert meta["trained_on"]["sentences"] == 24 and meta["config"]["model"] == "tiny"
+    assert len(load_tagger(folder).predict(["Ann Lee lives at 4 Elm Street, Leeds."])) == 1
+
+
+@pytest.mark.fast
 def test_a_missing_tagger_says_how_to_train_one(tmp_path):
     from privlm.detect.tagger import load_tagger
     from privlm.errors import PrivlmError
@@ -74,6 +107,7 @@ def test_a_missing_tagger_says_how_to_train_one(tmp_path):
         load_tagger(tmp_path)
 
 
+@pytest.mark.fast
 def test_bridging_flags_the_punctuation_between_and_around_an_addresses_pieces():
     text = "at Via Brenna, 367, 23833, Pagnona (LC) today; Ann, Bo"
     spans = [Span(3, 13, "STREET_ADDRESS"), Span(15, 18, "STREET_ADDRESS"),
@@ -87,6 +121,7 @@ def test_bridging_flags_the_punctuation_between_and_around_an_addresses_pieces()
     assert bridge_spans("a b  c", [Span(0, 1), Span(5, 6)]) == [Span(0, 1), Span(5, 6)]  # letters
 
 
+@pytest.mark.fast
 def test_pii_is_the_fast_detector_and_the_tagger_bridged():
     pii, fast = make_detector("pii"), make_detector("pii-fast")
     assert [d.name for d in pii.detectors] == [*(d.name for d in fast.detectors), "tagger"]

@@ -6,9 +6,13 @@ its layers feed a small bidirectional LSTM (the causal model sees only the left 
 LSTM adds the right) and a linear BIO classifier over PERSON, STREET_ADDRESS, GPE and
 ORGANIZATION. Only the head is trained, by privlm itself (:func:`train_tagger`), on the
 development template families and value sources of :mod:`privlm.detect.pii_families`; the
-held-out families measure it (docs/results.md). Nothing is downloaded and no weights ship:
-the first use trains the default head (:func:`train_default_tagger`, seeded; a few minutes
-on two CPU cores) and caches it under ``$PRIVLM_CACHE/detect``.
+held-out families measure it (docs/results.md). Nothing is downloaded: the default head
+(0.7 MB) ships in the package (``detect/weights/``), made by privlm's own seeded recipe
+(:func:`train_default_tagger`, recipe version ``TAGGER_VERSION``) from text privlm generates,
+and is the head whose held-out figures ``heldout_recall.json`` states. ``privlm detect
+train-tagger --out DIR`` rebuilds it (about 4.5 minutes on two CPU cores); a package whose
+shipped head is of another recipe version trains the default once and caches it under
+``$PRIVLM_CACHE/detect``.
 
 Tokens map to characters by the tokenizer's offsets: a token is labelled with the gold span
 it overlaps, and a predicted entity flags its tokens' characters, adjacent ones of a type
@@ -205,8 +209,20 @@ def _pad(feats: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     return x, lengths
 
 
+SHIPPED = Path(__file__).parent / "weights" / f"tagger-{TaggerConfig().model}"
+
+
+def shipped_version(folder: Path = SHIPPED) -> str | None:
+    """The recipe version of the head in ``folder`` (None when there is none)."""
+    meta = folder / "tagger.json"
+    return str(json.loads(meta.read_text()).get("version")) if meta.is_file() else None
+
+
 def default_folder() -> Path:
-    """Where the default tagger is cached (trained there on first use)."""
+    """The default tagger: the head shipped in the package when it is of this recipe
+    version, else where the default is cached (trained there on first use)."""
+    if shipped_version() == VERSION:
+        return SHIPPED
     from privlm.settings import cache_dir
 
     return cache_dir() / "detect" / f"tagger-{TaggerConfig().model}-v{VERSION}"
@@ -233,8 +249,8 @@ def train_default_tagger(
 
 
 def load_tagger(folder: str | Path | None = None, model: Any = None) -> Tagger:
-    """The tagger saved in ``folder`` (by default the cached default one, trained there
-    first if it is not yet), on ``model`` (a LoadedModel; loaded by its saved name when
+    """The tagger saved in ``folder`` (by default the shipped head, or the cached default
+    one, trained there first if it is not yet), on ``model`` (a LoadedModel; loaded by its saved name when
     None)."""
     if folder is None:
         folder = default_folder()
