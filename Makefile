@@ -62,9 +62,10 @@ unit: setup browser postgres
 	$(VENV)/bin/pytest -q -m "not slow" --durations=25
 
 # The fast loop: every test marked fast (no model, no training, no server: a guard installed
-# when pytest starts fails one that does; tests/fastguard), the package's doctests among them.
+# when pytest starts fails one that does; tests/fastguard), the package's doctests among them,
+# but the proofs, which have their own loop (make proof); make test runs both.
 fast: setup
-	$(VENV)/bin/pytest -q -m "fast and not slow"
+	$(VENV)/bin/pytest -q -m "fast and not slow and not proof"
 
 # The proofs: adversarial searches for the worst neighbouring pair and exact enumerations.
 proof: setup

@@ -169,7 +169,7 @@ def main() -> None:
             rep = evaluate(build_predictor(PlainConfig(members=members), loaded), blocks)
             ppl[name] = rep.perplexity
     rows = []
-    for per_member in (int(x) for x in args.per_member.split(",")):
+    for per_member in (int(x) for x in args.per_member.split(",") if x):  # '': none
         prompts = member_prompts(records, per_member, tok, args.prefix_tokens)
         chosen = random.Random(0).sample(prompts, min(args.sample, len(prompts)))
         t = time.perf_counter()

@@ -51,7 +51,7 @@ def test_the_expansion_is_eq12_at_rate_one_over_m_and_never_above_jensen(radius,
 def test_the_radius_at_the_papers_defaults():
     """ρ* ≈ 0.925 with the expansion, 0.687 with Jensen, under the 1.191 no rule on the
     order-2α ball can pass (a subset of one model uses the whole budget at ρ)."""
-    cfg = PMixEDConfig()  # ε = 8, δ = 1e-5, α = 3, T = 1024, q = 0.03
+    cfg = PMixEDConfig(sample_rate=0.03)  # the paper's: ε = 8, δ = 1e-5, α = 3, T = 1024
     budget = cfg.per_query_rdp
     new = pm.solve_radius(budget, 3, 80, 0.03, bound="expansion")
     old = pm.solve_radius(budget, 3, 80, 0.03, bound="jensen")
