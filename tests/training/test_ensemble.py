@@ -33,16 +33,17 @@ def users_dataset(n_users=8):
     return Dataset(recs, "mem", "user")
 
 
+def train(ds, out, parts, protocol="pmixed", key=KEY):
+    """The tiny ensemble of ``ds`` in ``out`` (``key`` None: a fresh partition key)."""
+    return ens.train_ensemble(
+        "tiny", ds, out, EnsembleConfig(parts=parts, protocol=protocol, training=CFG),
+        progress=False, partition_key=key,
+    )  # fmt: skip
+
+
 def test_pmixed_ensemble_manifest_and_adapters(tmp_path):
     ds = users_dataset()
-    manifest = ens.train_ensemble(
-        "tiny",
-        ds,
-        tmp_path,
-        EnsembleConfig(parts=4, protocol="pmixed", training=CFG),
-        progress=False,
-        partition_key=KEY,
-    )
+    manifest = train(ds, tmp_path, 4, key=KEY)
     names = manifest.partition
     assert names == ["part-000", "part-001", "part-002", "part-003"]
     sizes = ens.ensemble_statistics(tmp_path)["partition"]
@@ -59,14 +60,7 @@ def test_pmixed_ensemble_manifest_and_adapters(tmp_path):
 
 
 def test_submix_halves(tmp_path):
-    manifest = ens.train_ensemble(
-        "tiny",
-        users_dataset(),
-        tmp_path,
-        EnsembleConfig(parts=2, protocol="submix", training=CFG),
-        progress=False,
-        partition_key=KEY,
-    )
+    manifest = train(users_dataset(), tmp_path, 2, "submix", key=KEY)
     assert manifest.partition == [
         "part-000-a",
         "part-000-b",
@@ -89,14 +83,7 @@ def test_interrupted_run_resumes_from_finished_adapters(tmp_path, monkeypatch):
 
     monkeypatch.setattr(ens, "finetune_lora", flaky)
     with pytest.raises(KeyboardInterrupt):
-        ens.train_ensemble(
-            "tiny",
-            ds,
-            tmp_path,
-            EnsembleConfig(parts=4, protocol="pmixed", training=CFG),
-            progress=False,
-            partition_key=KEY,
-        )
+        train(ds, tmp_path, 4, key=KEY)
     with pytest.raises(PrivlmError, match="incomplete"):
         ens.load_manifest(tmp_path)
     seen = []
@@ -105,43 +92,16 @@ def test_interrupted_run_resumes_from_finished_adapters(tmp_path, monkeypatch):
     )
     # the resume takes the key from the manifest; another key is refused
     with pytest.raises(PrivlmError, match="another key"):
-        ens.train_ensemble(
-            "tiny",
-            ds,
-            tmp_path,
-            EnsembleConfig(parts=4, protocol="pmixed", training=CFG),
-            progress=False,
-            partition_key="ab",
-        )
-    ens.train_ensemble(
-        "tiny",
-        ds,
-        tmp_path,
-        EnsembleConfig(parts=4, protocol="pmixed", training=CFG),
-        progress=False,
-    )
+        train(ds, tmp_path, 4, key="ab")
+    train(ds, tmp_path, 4, key=None)
     assert seen == ["part-002", "part-003"]
     assert len(ens.load_manifest(tmp_path).adapters) == 4
 
 
 def test_resume_with_other_settings_is_refused(tmp_path):
-    ens.train_ensemble(
-        "tiny",
-        users_dataset(4),
-        tmp_path,
-        EnsembleConfig(parts=2, protocol="pmixed", training=CFG),
-        progress=False,
-        partition_key=KEY,
-    )
+    train(users_dataset(4), tmp_path, 2, key=KEY)
     with pytest.raises(PrivlmError, match="other settings or data"):
-        ens.train_ensemble(
-            "tiny",
-            users_dataset(4),
-            tmp_path,
-            EnsembleConfig(parts=3, protocol="pmixed", training=CFG),
-            progress=False,
-            partition_key=KEY,
-        )
+        train(users_dataset(4), tmp_path, 3, key=KEY)
     assert json.loads((tmp_path / "manifest.json").read_text())["n_parts"] == 2
 
 
@@ -149,9 +109,7 @@ def test_the_manifest_holds_no_statistic_of_the_data(tmp_path):
     """Part sizes, token usage, losses, times and a digest of the units are the curator's
     (``<out>.curator.json``, beside the folder); the manifest holds settings, the key and
     the number of units (public by declaration)."""
-    ens.train_ensemble("tiny", users_dataset(4), tmp_path / "e", EnsembleConfig(parts=2, protocol="pmixed", training=CFG), progress=False,
-        partition_key=KEY,
-    )  # fmt: skip
+    train(users_dataset(4), tmp_path / "e", 2, key=KEY)
     manifest = json.loads((tmp_path / "e" / "manifest.json").read_text())
     assert manifest["partition"] == [{"name": "part-000"}, {"name": "part-001"}]
     assert all(a.keys() == {"status", "path"} for a in manifest["adapters"].values())
@@ -168,14 +126,7 @@ def test_a_legacy_manifest_is_migrated_and_resumes(tmp_path):
     """An ensemble started by an older privlm (statistics in its manifest) moves them to the
     curator's report when it is resumed, and still refuses other data."""
     ds = users_dataset(4)
-    ens.train_ensemble(
-        "tiny",
-        ds,
-        tmp_path / "e",
-        EnsembleConfig(parts=2, protocol="pmixed", training=CFG),
-        progress=False,
-        partition_key=KEY,
-    )
+    train(ds, tmp_path / "e", 2, key=KEY)
     path = tmp_path / "e" / "manifest.json"
     manifest = json.loads(path.read_text())
     statistics = ens.ensemble_statistics(tmp_path / "e")
@@ -189,59 +140,30 @@ def test_a_legacy_manifest_is_migrated_and_resumes(tmp_path):
     path.write_text(json.dumps(manifest))
     (tmp_path / "e.curator.json").unlink()
     with pytest.raises(PrivlmError, match="other settings or data"):
-        ens.train_ensemble(
-            "tiny",
-            users_dataset(5),
-            tmp_path / "e",
-            EnsembleConfig(parts=2, protocol="pmixed", training=CFG),
-            progress=False,
-        )
+        train(users_dataset(5), tmp_path / "e", 2, key=None)
     migrated = json.loads(path.read_text())
     assert "records" not in migrated and migrated["partition"][0].keys() == {"name"}
     assert ens.ensemble_statistics(tmp_path / "e")["partition"] == statistics["partition"]
-    ens.train_ensemble(
-        "tiny",
-        ds,
-        tmp_path / "e",
-        EnsembleConfig(parts=2, protocol="pmixed", training=CFG),
-        progress=False,
-    )
+    train(ds, tmp_path / "e", 2, key=None)
 
 
 def test_a_resume_without_the_curators_report_is_refused(tmp_path):
-    ens.train_ensemble("tiny", users_dataset(4), tmp_path / "e", EnsembleConfig(parts=2, protocol="pmixed", training=CFG), progress=False,
-        partition_key=KEY,
-    )  # fmt: skip
+    train(users_dataset(4), tmp_path / "e", 2, key=KEY)
     (tmp_path / "e.curator.json").unlink()
     with pytest.raises(PrivlmError, match="curator's report"):
-        ens.train_ensemble(
-            "tiny",
-            users_dataset(4),
-            tmp_path / "e",
-            EnsembleConfig(parts=2, protocol="pmixed", training=CFG),
-            progress=False,
-        )
+        train(users_dataset(4), tmp_path / "e", 2, key=None)
 
 
 @pytest.mark.fast
 def test_too_few_units(tmp_path):
     with pytest.raises(PrivlmError, match="cannot split 2 privacy units"):
-        ens.train_ensemble(
-            "tiny",
-            users_dataset(2),
-            tmp_path,
-            EnsembleConfig(parts=3, protocol="pmixed", training=CFG),
-            progress=False,
-            partition_key=KEY,
-        )
+        train(users_dataset(2), tmp_path, 3, key=KEY)
 
 
 def test_an_empty_part_gets_the_public_model(tmp_path):
     """Under this key the 3 users fill parts 0 and 1 only: part 2's member is the untrained
     adapter (B = 0), i.e. the public model, still a function of its own (empty) part."""
-    manifest = ens.train_ensemble("tiny", users_dataset(3), tmp_path, EnsembleConfig(parts=3, protocol="pmixed", training=CFG), progress=False,
-        partition_key="0" * 32,
-    )  # fmt: skip
+    manifest = train(users_dataset(3), tmp_path, 3, key="0" * 32)
     statistics = ens.ensemble_statistics(tmp_path)
     assert [p["units"] for p in statistics["partition"]] == [1, 2, 0]
     assert statistics["adapters"]["part-002"]["empty_part"]
@@ -254,20 +176,8 @@ def test_an_empty_part_gets_the_public_model(tmp_path):
 
 
 def test_a_fresh_key_is_drawn_and_recorded(tmp_path):
-    a = ens.train_ensemble(
-        "tiny",
-        users_dataset(4),
-        tmp_path / "a",
-        EnsembleConfig(parts=2, protocol="pmixed", training=CFG),
-        progress=False,
-    )
-    b = ens.train_ensemble(
-        "tiny",
-        users_dataset(4),
-        tmp_path / "b",
-        EnsembleConfig(parts=2, protocol="pmixed", training=CFG),
-        progress=False,
-    )
+    a = train(users_dataset(4), tmp_path / "a", 2, key=None)
+    b = train(users_dataset(4), tmp_path / "b", 2, key=None)
     assert len(a.partition_key) == 32 and a.partition_key != b.partition_key
 
 
