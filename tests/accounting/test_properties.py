@@ -1,4 +1,6 @@
-"""Property tests (hypothesis): monotonicity of ε, and amplification never hurts."""
+"""Property tests (hypothesis): monotonicity of ε, and amplification never hurts. The
+searches over DP-SGD's ε (a counterexample hunt, like the adversarial searches) are proofs:
+``make proof`` runs them, ``make fast`` leaves them out."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ deltas = st.floats(1e-10, 1e-2)
 FAST = settings(max_examples=60, deadline=None)
 
 
+@pytest.mark.proof
 @FAST
 @given(s1=sigmas, s2=sigmas, q=rates, t=steps, d=deltas)
 def test_epsilon_decreases_with_noise(s1, s2, q, t, d):
@@ -32,6 +35,7 @@ def test_epsilon_decreases_with_noise(s1, s2, q, t, d):
     assert dpsgd_epsilon(hi, q, t, d).epsilon <= lower * (1 + 1e-12) + 1e-12  # float rounding
 
 
+@pytest.mark.proof
 @FAST
 @given(s=sigmas, q1=rates, q2=rates, t=steps, d=deltas)
 def test_epsilon_increases_with_sample_rate(s, q1, q2, t, d):
@@ -39,6 +43,7 @@ def test_epsilon_increases_with_sample_rate(s, q1, q2, t, d):
     assert dpsgd_epsilon(s, lo, t, d).epsilon <= dpsgd_epsilon(s, hi, t, d).epsilon + 1e-12
 
 
+@pytest.mark.proof
 @FAST
 @given(s=sigmas, q=rates, t1=steps, t2=steps, d=deltas)
 def test_epsilon_increases_with_steps(s, q, t1, t2, d):
