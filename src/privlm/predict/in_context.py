@@ -28,7 +28,7 @@ from transformers import DynamicCache, PreTrainedModel
 
 from privlm.errors import ModelLoadError
 from privlm.models.memory import kv_cache_bytes, require_fits
-from privlm.predict.engine import EnsembleEngine, model_router, upcast_log_softmax
+from privlm.predict.engine import EnsembleEngine, model_router
 
 
 class InContextEngine(EnsembleEngine):
@@ -58,11 +58,6 @@ class InContextEngine(EnsembleEngine):
                 mask[i + 1, width - len(p) :] = 1
         self._ids, self._mask = ids, mask
         self._lengths = mask.sum(dim=1)
-
-    @property
-    def device(self) -> torch.device:
-        device: torch.device = next(self.model.parameters()).device
-        return device
 
     def _row_index(self, rows: torch.Tensor) -> torch.Tensor:
         if int(rows.max()) >= self.n_adapters or int(rows.min()) < -1:
@@ -125,9 +120,3 @@ class InContextEngine(EnsembleEngine):
         prompt = self._mask[index].gather(1, rel.clamp(0, width - 1))
         rest = given.gather(1, (rel + lead - width).clamp(0, length - 1))
         return torch.where(rel < 0, 0, torch.where(rel < width, prompt, rest))
-
-    def log_probs(self, context: list[int], rows: list[int]) -> torch.Tensor:
-        """Next-token log-probabilities (len(rows), V) after ``context``, float64."""
-        ids = torch.tensor([context] * len(rows), dtype=torch.long)
-        logits, _ = self.logits(ids, torch.tensor(rows, dtype=torch.long))
-        return upcast_log_softmax(logits[:, -1])
