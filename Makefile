@@ -7,7 +7,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.privlm-installed
 
 # (node, for the JavaScript test vectors, is on the machine)
-.PHONY: lock setup browser postgres demo test test-gpu lint typecheck unit fast proof bench bench-gpu bench-accounting bench-prediction bench-utility bench-screening bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft bench-jft-dialogue bench-prompting bench-service bench-randomness bench-cli-help clean
+.PHONY: lock setup browser postgres demo test test-gpu lint typecheck unit fast proof bench bench-gpu bench-accounting bench-prediction bench-utility bench-screening bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft bench-jft-dialogue bench-prompting bench-service bench-randomness bench-cli-help bench-synth clean
 
 setup: $(STAMP)
 
@@ -119,6 +119,14 @@ bench-detectors: setup
 
 bench-jft: setup
 	$(PY) bench/bench_jft.py --records 400 --eval-blocks 8
+
+# DP synthetic text against InvisibleInk: invink 0.1.0 and MAUVE are benchmark-only
+# dependencies (never privlm's); invink is installed without its own requirements (it
+# lists datasets, which it never imports)
+bench-synth: setup
+	$(PIP) install --quiet -c requirements/constraints.txt mauve-text==0.4.0 scikit-learn faiss-cpu pandas accelerate
+	$(PIP) install --quiet --no-deps invink==0.1.0
+	$(PY) bench/bench_synth.py --count 40 --max-tokens 24 --eps 8,3
 
 bench-randomness: setup
 	$(PY) bench/bench_randomness.py --tokens 2000 --models 80 --sample-rate 0.03

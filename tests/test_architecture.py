@@ -32,12 +32,15 @@ ALLOWED = {
     "training": BASE | {"accounting", "data", "detect", "models", "training"},
     "predict": BASE | {"accounting", "data", "models", "training", "predict"},
     "prompting": BASE | {"accounting", "data", "models", "training", "prompting"},
+    "synth": BASE | {"accounting", "data", "models", "predict", "synth"},
     "audit": BASE
     | {"accounting", "data", "detect", "models", "training", "predict", "prompting", "audit"},
-    "service": BASE | set(LOWER) | {"perturb", "training", "predict", "prompting", "service"},
+    "service": BASE
+    | set(LOWER)
+    | {"perturb", "training", "predict", "prompting", "synth", "service"},
     "cli": BASE
     | set(LOWER)
-    | {"perturb", "training", "predict", "prompting", "audit", "service", "cli"},
+    | {"perturb", "training", "predict", "prompting", "synth", "audit", "service", "cli"},
     "__init__": {"errors"},  # the package root re-exports the error types only
     "__main__": {"cli"},
 }

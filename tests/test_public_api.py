@@ -12,7 +12,9 @@ import pytest
 pytestmark = pytest.mark.fast
 
 
-@pytest.mark.parametrize("package", ["privlm.training", "privlm.prompting", "privlm.predict"])
+@pytest.mark.parametrize(
+    "package", ["privlm.training", "privlm.prompting", "privlm.predict", "privlm.synth"]
+)
 def test_every_exported_name_resolves(package):
     module = importlib.import_module(package)
     assert module.__all__

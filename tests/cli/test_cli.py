@@ -228,3 +228,40 @@ def test_prompt_eval_runs_where_it_is_told(tmp_path):
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert (out["device"], out["dtype"]) == ("cpu", "bfloat16") and out["test"] == 4
+
+
+def test_synth_writes_labelled_texts_and_its_statement(tmp_path):
+    data = tmp_path / "reviews.csv"
+    rows = ["text,label"] + [
+        f"review number {i} says {'yes' if i % 2 else 'no'},{'pos' if i % 2 else 'neg'}"
+        for i in range(20)
+    ]
+    data.write_text("\n".join(rows) + "\n")
+    out = tmp_path / "synth.jsonl"
+    args = ["synth", str(data), "--out", str(out), "--model", "tiny", "--count", "2",
+            "--max-tokens", "3", "--members", "2", "--prompt-tokens", "16",
+            "--labels", "neg,pos", "--ledger", str(tmp_path / "l.db"), "--json"]  # fmt: skip
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.output[res.output.index("{") :])
+    assert report["written"] == 2 and report["statement"]["guarantee"] == "(8, 1e-05)-DP per record"
+    assert report["not_private_for_the_curator"]["records"] == 20
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [r["label"] for r in rows] == ["neg", "pos"]
+    assert '"records"' not in (tmp_path / "synth.jsonl.privacy.json").read_text()
+    again = runner.invoke(app, args)  # the budget is spent: refused, with the reason
+    assert again.exit_code == 2 and "synth" in again.output
+    unlabelled = runner.invoke(
+        app,
+        [
+            "synth",
+            str(data),
+            "--out",
+            str(tmp_path / "o2.jsonl"),
+            "--model",
+            "tiny",
+            "--ledger",
+            str(tmp_path / "l2.db"),
+        ],
+    )
+    assert unlabelled.exit_code == 2 and "--labels" in unlabelled.output

@@ -51,8 +51,13 @@ def called(service, ensemble_job):
                                             "params": {"epsilon": 1.0}}).json()  # fmt: skip
     call("post", "/v1/jobs/{job_id}/cancel", f"/v1/jobs/{queued['id']}/cancel")
     trained = submit(service, "acme", "dpsgd", data_id, epsilon=1.0, block_size=16, batch_size=8)
+    synth = submit(service, "acme", "synth", data_id, epsilon=0.5, count=1, max_tokens=2,
+                   members=2, prompt_tokens=8)  # fmt: skip
     run_queue(service)
     assert job(service, "acme", trained["id"])["status"] == "succeeded"
+    assert job(service, "acme", synth["id"])["status"] == "succeeded"
+    call("post", "/v1/jobs/{job_id}/dataset", f"/v1/jobs/{synth['id']}/dataset", json={})
+    call("post", "/v1/jobs/{job_id}/dataset", f"/v1/jobs/{trained['id']}/dataset", json={})  # 403
     call("get", "/v1/jobs")
     call("get", "/v1/jobs/{job_id}", f"/v1/jobs/{ensemble_job['id']}")
     call("get", "/v1/jobs/{job_id}/artifact", f"/v1/jobs/{trained['id']}/artifact")

@@ -52,6 +52,11 @@ COMMANDS: dict[str, Entry] = {
         "quickstart",
         "Public model and perplexity, a DP-SGD budget, then private prediction with PMixED.",
     ),
+    "synth": Entry(
+        "synth",
+        "synth",
+        "Write a DP synthetic dataset: each text from a disjoint batch of private units.",
+    ),
     "perturb": Entry(
         "perturb",
         "perturb",

@@ -36,14 +36,24 @@ class InContextEngine(EnsembleEngine):
     :class:`EnsembleEngine` whose members are prompts rather than adapters)."""
 
     def __init__(  # no adapter stack to attach: EnsembleEngine.__init__ is not called
-        self, model: PreTrainedModel, prompts: Sequence[Sequence[int]], pad_id: int
+        self,
+        model: PreTrainedModel,
+        prompts: Sequence[Sequence[int]],
+        pad_id: int,
+        width: int | None = None,
     ) -> None:
+        """``width``: the hidden block's width (default: the longest prompt). A caller
+        whose prompts are private and whose timing must not tell their lengths fixes it
+        (``privlm.synth``)."""
         if not prompts:
             raise ModelLoadError("an in-context ensemble needs at least one member")
+        longest = max(len(p) for p in prompts)
+        if width is not None and width < longest:
+            raise ValueError(f"a prompt of {longest} tokens does not fit the width {width}")
         self.model = model.eval()
         self.n_adapters = len(prompts)
         self.router = model_router(model)  # its lock: engines sharing the model take turns
-        self.prefix_width = width = max(1, max(len(p) for p in prompts))
+        self.prefix_width = width = max(1, longest if width is None else width)
         first = next(model.parameters())
         require_fits(
             kv_cache_bytes(model.config, first.dtype, len(prompts) + 1, width),

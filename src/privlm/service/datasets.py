@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -157,6 +158,38 @@ def store_dataset(
         index_records(session, tenant_id, digests, row.budget_id or ds_id)
     shared = sum(owners.values())
     return Stored(row, joined, shared)
+
+
+def store_release(session: Session, root: Path, tenant_id: str, source: Path, name: str) -> Dataset:
+    """A DP release (a synth job's texts) saved as a public dataset of the tenant: no
+    budget, usable by any job as public data.
+
+    Unlike a public upload, it is **not** checked against the tenant's private records:
+    it is a DP output, so anything computed from it is post-processing, whereas a refusal
+    that depended on whether a synthetic text equals a private record would itself
+    reveal that record (docs/sharp_edges.md, "DP synthetic text")."""
+    ds_id = new_id("ds")
+    path = dataset_path(root, tenant_id, ds_id, source.suffix)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{UPLOAD_PREFIX}{path.name}")
+    shutil.copyfile(source, tmp)
+    try:
+        records = load_file(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    display = name.strip()[:MAX_NAME] or "synthetic"
+    row = Dataset(
+        id=ds_id, tenant_id=tenant_id, name=display, format=source.suffix.lstrip("."),
+        records=len(records), bytes=path.stat().st_size, path=str(path),
+        budget_epsilon=DEFAULT_BUDGET.epsilon, budget_delta=DEFAULT_BUDGET.delta,
+        perturbation=None, require_dp=False, kind="public", budget_id=None,
+        records_indexed=False,
+    )  # fmt: skip
+    session.add(row)
+    session.flush()
+    return row
 
 
 def _validated(tmp: Path, display: str, fields: tuple[str, ...]) -> Records:

@@ -28,9 +28,11 @@ from privlm.service.job_params import (
     JobParams,
     PateParams,
     PromptDpSgdParams,
+    SynthParams,
     TaskParams,
     job_task,
 )
+from privlm.synth.config import SynthConfig
 from privlm.training.config import DpSgdConfig, EnsembleConfig, JftConfig, LoraTrainingConfig
 
 RESTARTS = "restarts (nothing was released before the interruption)"
@@ -48,6 +50,8 @@ class JobKind:
     - ``serves(params)``: what a deployment of it serves (an ensemble's protocol, or
       ``adapter``; None: it cannot be deployed).
     - ``resume``: what happens when its worker is gone.
+    - ``public_result``: the file of its output that the tenant may save as a public
+      dataset (it is DP: post-processing), or None.
     """
 
     name: str
@@ -58,6 +62,7 @@ class JobKind:
     guarantee: Callable[[Any], dict[str, Any]]
     serves: Callable[[Any], str | None]
     resume: str = RESTARTS
+    public_result: str | None = None
 
     def run(self, ctx: Any) -> dict[str, Any]:
         module, attribute = self.runner.split(":")
@@ -128,6 +133,12 @@ register_job_kind(JobKind(
 register_job_kind(JobKind(
     "prompt-dpsgd", PromptDpSgdParams, (PromptDpSgdConfig,), f"{RUNNERS}:run_prompt_dpsgd",
     releases="a DP soft prompt or prefix", guarantee=_dp, serves=lambda p: None,
+))  # fmt: skip
+register_job_kind(JobKind(
+    "synth", SynthParams, (SynthConfig,), f"{RUNNERS}:run_synth",
+    releases="DP synthetic texts (JSONL) and their privacy statement", guarantee=_dp,
+    serves=lambda p: None, resume="resumes from its written texts (no second charge)",
+    public_result="synth.jsonl",
 ))  # fmt: skip
 
 

@@ -18,6 +18,7 @@ from privlm.errors import DataError, PrivlmError
 from privlm.prompting.config import PromptDpSgdConfig, PromptPateConfig
 from privlm.service.db import Dataset
 from privlm.service.strict import STRICT_BODY
+from privlm.synth.config import SynthConfig
 from privlm.training.config import DpSgdConfig, EnsembleConfig, JftConfig, LoraTrainingConfig
 
 if TYPE_CHECKING:
@@ -227,6 +228,35 @@ class PromptDpSgdParams(TaskParams):
     @property
     def planned_epsilon(self) -> float | None:
         return self.epsilon
+
+
+class SynthParams(JobParams):
+    """Defaults, bounds and help: :class:`SynthConfig` (``privlm synth``)."""
+
+    WITHHELD: ClassVar[dict[str, str]] = {
+        "delta": "the dataset's δ, set at upload",
+        "seed": "the service never seeds noise: a seed voids the guarantee",
+    }
+    epsilon: float = request_field(SynthConfig, "epsilon", le=100)
+    count: int = request_field(SynthConfig, "count", le=100_000)
+    max_tokens: int = request_field(SynthConfig, "max_tokens", le=1024)
+    members: int = request_field(SynthConfig, "members", le=1024)
+    prompt_tokens: int = request_field(SynthConfig, "prompt_tokens", le=2048)
+    alpha: int | None = request_field(SynthConfig, "alpha", le=64)
+    description: str = request_field(SynthConfig, "description", max_length=2000)
+    stop_at_newline: bool = request_field(SynthConfig, "stop_at_newline")
+    labels: list[str] | None = Field(
+        None, max_length=1000,
+        description="The label set, declared public: texts are generated per label (the "
+        "count split evenly); required when the dataset has labels",
+    )  # fmt: skip
+
+    def config(self, delta: float) -> SynthConfig:
+        return SynthConfig(**self.settings(SynthConfig), delta=delta)
+
+    @property
+    def planned_epsilon(self) -> float | None:
+        return self.epsilon  # a user in several labels' batches pays more: the run checks
 
 
 def job_task(params: TaskParams) -> Task:

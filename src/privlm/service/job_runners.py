@@ -30,6 +30,7 @@ from privlm.service.job_params import (
     JobParams,
     PateParams,
     PromptDpSgdParams,
+    SynthParams,
     job_task,
     task_records,
 )
@@ -169,5 +170,33 @@ def run_prompt_dpsgd(ctx: JobContext) -> dict[str, Any]:
     st = train_prompt_dpsgd(ctx.model, examples, ctx.out_dir, cfg, ledger=ledger)
     return {
         **labelled(st.to_dict(), PROMPT_RELEASES), "task": task.name,
+        "epsilon_spent": job_epsilon(ledger, ctx.job.id),
+    }  # fmt: skip
+
+
+SYNTH_FILE = "synth.jsonl"
+
+
+def synth_state_dir(out_dir: Path) -> Path:
+    """A synth job's private run folder: beside its output folder, never inside it (the
+    output folder is what the artefact zip and a saved public dataset release)."""
+    return out_dir.with_name(out_dir.name + ".synth-state")
+
+
+def run_synth(ctx: JobContext) -> dict[str, Any]:
+    """DP synthetic texts of the dataset; an interrupted job resumes from its written texts,
+    without a second charge (privlm.synth)."""
+    from privlm.synth import synthesize
+
+    params = typed(ctx, SynthParams)
+    ledger = job_ledger(ctx)
+    res = synthesize(
+        ctx.model, load_records(ctx.dataset), ctx.out_dir / SYNTH_FILE,
+        params.config(ctx.dataset.budget_delta), labels=params.labels, ledger=ledger,
+        resume=True, progress=False, state_dir=synth_state_dir(ctx.out_dir),
+    )  # fmt: skip
+    return {
+        "statement": res.statement, "texts": res.written, "lost": res.lost,
+        "not_private_for_the_curator": res.curator,
         "epsilon_spent": job_epsilon(ledger, ctx.job.id),
     }  # fmt: skip

@@ -195,6 +195,14 @@ class DatasetList(Answer):
     data: list[DatasetView]
 
 
+class SaveAsDataset(BaseModel):
+    """The request that saves a finished job's DP result (a synth job's texts) as a public
+    dataset of the tenant."""
+
+    model_config = STRICT_BODY
+    name: str | None = Field(None, max_length=200, description="The new dataset's name")
+
+
 class DatasetDeleted(Answer):
     id: str
     deleted: Literal[True]

@@ -29,7 +29,15 @@ from privlm.service.job_params import (
 from privlm.service.job_queue import positions
 from privlm.service.job_runners import add_event
 from privlm.service.job_views import describe, zip_artifact
-from privlm.service.protocol import ERRORS, ErrorAnswer, job_list, job_request, job_view
+from privlm.service.protocol import (
+    ERRORS,
+    DatasetView,
+    ErrorAnswer,
+    SaveAsDataset,
+    job_list,
+    job_request,
+    job_view,
+)
 from privlm.service.record_index import (
     budgets_sharing,
     describe_sharing,
@@ -63,6 +71,14 @@ def assembled() -> APIRouter:
                    403: {"model": ErrorAnswer, "description": "This kind releases nothing"},
                    410: {"model": ErrorAnswer, "description": "Deleted with its dataset"},
                    **ERRORS},
+    )  # fmt: skip
+    r.add_api_route(
+        "/{job_id}/dataset", save_as_dataset, methods=["POST"], status_code=201,
+        response_model=DatasetView, response_model_exclude_unset=True,
+        responses={403: {"model": ErrorAnswer, "description": "This kind has no DP result"},
+                   410: {"model": ErrorAnswer, "description": "Deleted with its dataset"},
+                   **ERRORS},
+        summary="Save a finished job's DP result as a public dataset",
     )  # fmt: skip
     return r
 
@@ -170,3 +186,28 @@ def artifact(job_id: str, s: Db, me: Me, state: State) -> Response:
         blob, media_type="application/zip",
         headers={"Content-Disposition": f'attachment; filename="{job.id}.zip"'},
     )  # fmt: skip
+
+
+def save_as_dataset(
+    job_id: str, body: SaveAsDataset, s: Db, me: Me, state: State
+) -> dict[str, Any]:
+    """A finished synth job's texts as a public dataset of the tenant: they are DP, so any
+    job may use them without a budget (e.g. as PromptPATE's public inputs)."""
+    from privlm.service import datasets as ds_api
+
+    job = own(s, Job, job_id, me, "job")
+    result = job_kind(job.kind).public_result
+    if result is None:
+        raise ApiError(
+            403, "forbidden", f"job {job.id} ({job.kind}) has no DP result to save as a dataset"
+        )
+    if job.status != "succeeded":
+        raise ApiError(409, "conflict", f"job {job.id} has not succeeded (status {job.status})")
+    if not job.output_dir or not (Path(job.output_dir) / result).is_file():
+        raise ApiError(410, "gone", f"job {job.id}'s result was deleted with its dataset")
+    row = ds_api.store_release(
+        s, state.settings.data_dir, me.id, Path(job.output_dir) / result,
+        body.name or f"synthetic texts of {job.id}",
+    )  # fmt: skip
+    add_event(job, f"saved as public dataset {row.id}")
+    return ds_api.describe(row, None)

@@ -468,8 +468,11 @@
       if (j.status === "succeeded" && j.kind !== "ensemble") {
         actions.appendChild(button("Download", function () { if (confirmOlderJob(j.id)) download(j.id); }));
       }
+      if (j.status === "succeeded" && j.kind === "synth") {
+        actions.appendChild(button("Save as public dataset", function () { if (confirmOlderJob(j.id)) saveAsDataset(j.id); }));
+      }
       var live = j.status === "queued" || j.status === "running" || j.status === "succeeded";
-      if (live && j.kind !== "pate" && j.kind !== "prompt-dpsgd") {
+      if (live && j.kind !== "pate" && j.kind !== "prompt-dpsgd" && j.kind !== "synth") {
         var serves = j.kind === "ensemble" ? j.params.protocol : "adapter";
         var o = option(sel, j.id, j.id + " (" + j.kind + (serves === "adapter" ? ", one adapter" : ", a " + serves + " ensemble") + ")" +
           (j.status === "succeeded" ? "" : ", " + jobState(j)));
@@ -525,6 +528,14 @@
       .catch(function (e) { status("job-status", e.message, true); });
   }
 
+  /* A synth job's texts are DP: saved as a public dataset, any job may use them freely. */
+  function saveAsDataset(id) {
+    api("/v1/jobs/" + id + "/dataset", {
+      method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({}),
+    }).then(function (d) { status("job-status", "saved " + id + "'s texts as public dataset " + d.id); refresh(); })
+      .catch(function (e) { status("job-status", e.message, true); });
+  }
+
   function download(id) {
     fetch("/v1/jobs/" + id + "/artifact", { headers: { Authorization: "Bearer " + state.key } })
       .then(function (r) {
@@ -545,6 +556,12 @@
       var raw = $("job-epsilon").value.trim();
       if (raw === "" || !(Number(raw) > 0)) { status("job-status", "enter the job's target ε, a number above 0", true); return; }
       params.epsilon = Number(raw);
+    }
+    if (kind === "synth") {
+      params.count = parseInt($("job-count").value, 10);
+      var labels = $("job-labels").value.split(",").map(function (x) { return x.trim(); })
+        .filter(function (x) { return x; });
+      if (labels.length) params.labels = labels;
     }
     if (!$("job-dataset").value) { status("job-status", "upload a dataset first", true); return; }
     if (!confirmOlder($("job-dataset"), "dataset")) return;
@@ -686,7 +703,9 @@
   $("submit-job").addEventListener("click", onSubmitJob);
   $("job-kind").addEventListener("change", function () {
     var ensemble = $("job-kind").value === "ensemble";
+    var synth = $("job-kind").value === "synth";
     $("job-epsilon-label").hidden = ensemble; $("job-parts-label").hidden = !ensemble;
+    $("job-count-label").hidden = !synth; $("job-labels-label").hidden = !synth;
   });
   $("deploy").addEventListener("click", onDeploy);
   ["job-dataset", "job-kind", "job-epsilon", "play-deployment"]

@@ -1,0 +1,101 @@
+"""``privlm synth``: a DP synthetic dataset from private records."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from privlm.cli.common import (
+    JSON_OPTION,
+    LABEL_COLUMN_OPTION,
+    NO_HEADER_OPTION,
+    TEXT_COLUMN_OPTION,
+    USER_COLUMN_OPTION,
+    emit_json,
+    open_run_ledger,
+    user_errors,
+    warn_if_seeded,
+)
+from privlm.config import cli_settings
+from privlm.curator import CURATOR_HEADING
+from privlm.models import DEFAULT_MODEL
+from privlm.synth.config import SynthConfig
+
+
+@user_errors
+@cli_settings(SynthConfig, into="settings")
+def synth(
+    data: str = typer.Argument(
+        ..., help="A .txt/.jsonl/.csv file (a .gz too), or wikitext2[:split]."
+    ),
+    out: Path = typer.Option(
+        ...,
+        "--out",
+        help="The synthetic texts (JSONL); the statement goes beside it (.privacy.json).",
+    ),
+    labels: str | None = typer.Option(
+        None,
+        "--labels",
+        help="Declare the label set public (comma-separated): texts are generated per label, "
+        "the count split evenly. Required when the data has labels.",
+    ),
+    text_column: str = TEXT_COLUMN_OPTION,
+    label_column: str = LABEL_COLUMN_OPTION,
+    user_column: str = USER_COLUMN_OPTION,
+    no_header: bool = NO_HEADER_OPTION,
+    model: str = typer.Option(DEFAULT_MODEL, help="Public model (its members are it, prompted)."),
+    ledger: Path = typer.Option(
+        Path("privlm-ledger.db"), help="Budget ledger charged before the first text."
+    ),
+    ledger_name: str = typer.Option("synth", help="Ledger name (one per dataset)."),
+    budget_epsilon: float | None = typer.Option(
+        None, help="Budget ε of a new ledger (default: what this run costs)."
+    ),
+    resume: bool = typer.Option(
+        False, "--resume", help="Resume an interrupted run into the same --out (no second charge)."
+    ),
+    as_json: bool = JSON_OPTION,
+    *,
+    settings: dict[str, Any],
+) -> None:
+    """Write a DP synthetic dataset: each text from a disjoint batch of private units.
+
+    Every token is a PMixED release over the batch's in-context members; the file is
+    (ε, δ)-DP per unit (docs/sharp_edges.md, "DP synthetic text"). Every SynthConfig
+    setting is an option."""
+    from privlm.cli.ensemble import load_training_data
+    from privlm.synth import synthesize
+
+    ds = load_training_data(
+        data, None, text_column=text_column, user_column=user_column,
+        label_column=label_column, no_header=no_header,
+    )  # fmt: skip
+    cfg = SynthConfig(**settings)
+    declared = [x.strip() for x in labels.split(",") if x.strip()] if labels else None
+    # a new ledger's default budget is the run's per-unit cost (checked again, with every
+    # other charge of the ledger, before the first text)
+    led = open_run_ledger(ledger, ledger_name, budget_epsilon, cfg.epsilon, cfg.delta)
+    warn_if_seeded(cfg.seed)
+    res = synthesize(
+        model, ds, out, cfg, labels=declared, ledger=led, resume=resume, progress=not as_json
+    )
+    if as_json:
+        emit_json(res.to_dict())
+        return
+    st = res.statement
+    typer.echo(
+        f"{res.written} synthetic texts in {out} ({st['guarantee']}; {st['members']} in-context "
+        f"members per text, radius {st['radius']:.3g} at α = {st['alpha']}); statement in "
+        f"{out}.privacy.json"
+    )
+    if res.lost:
+        typer.echo(
+            f"  {res.lost} texts interrupted half-way were not redrawn (their tokens were charged)"
+        )
+    c = res.curator
+    typer.echo(
+        f"  {CURATOR_HEADING}: {c['units']} units, {c['records_left_out']} records of no "
+        f"declared label left out, {c['empty_members']} members without records"
+    )

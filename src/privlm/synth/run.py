@@ -1,0 +1,344 @@
+"""``privlm synth``: a DP synthetic dataset from private records (plan → check → charge →
+generate, resumable).
+
+Each text is generated from one disjoint batch of units (:mod:`privlm.synth.batches`). Its
+members are the public model prompted with their records (in-context members, as in Amin et
+al. 2024), and every token is one PMixED release over them (the mollified mixture at q = 1,
+:mod:`privlm.predict.pmixed`), charged token by token to the text's own ledger before it is
+released. A unit is in one batch (or one per declared label, for a user whose records carry
+several): its loss is that many texts' losses, whatever the number of texts (parallel
+composition; docs/sharp_edges.md, "DP synthetic text").
+
+1. **Plan and check.** The run's per-unit cost, ``max_tokens`` tokens of one text (times
+   the batches a unit can be in), is checked against the dataset's ledger before any work.
+2. **Charge.** It is recorded durably, with the run's id, before the first text.
+3. **Generate.** Each text's tokens are charged to its own ledger (in the run's private
+   folder) before they are released; a text is appended to the output and then marked
+   written. A run that stops resumes from its state: the dataset's ledger is not charged
+   twice, a written text is never generated again, and a text interrupted half-way is lost
+   (its tokens were charged), never redrawn from the same batch.
+
+What leaves: the texts (``text``, ``label``) and the privacy statement beside them
+(``<out>.privacy.json``), which holds settings and the guarantee only. Exact counts of the
+data (units, records per member, records of undeclared labels) are the curator's, returned
+apart and never written beside the output. No work depends on the data's sizes: the number
+of texts and members is public, every member's prompt is padded to ``prompt_tokens`` (a
+member without records is the public model), and every member is evaluated at every token.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from privlm.accounting import Budget, Charge, PrivacyLedger
+from privlm.accounting.budgeted import BudgetedRun
+from privlm.data import Dataset
+from privlm.data.partition import KEY_BYTES
+from privlm.errors import PrivlmError
+from privlm.fsutil import write_json_atomically
+from privlm.models import LoadedModel, ModelSource, load_public_model
+from privlm.progress import progress_bar
+from privlm.randomness import PrivacyRandomness
+from privlm.synth.batches import Batch, batches_per_unit, plan_batches
+from privlm.synth.config import SynthConfig
+
+MECHANISM = "synth"
+STATE_FORMAT = "privlm-synth-state/1"
+STATEMENT_FORMAT = "privlm-synth/1"
+EXAMPLE = "Text: {text}\n"  # one record in a member's prompt
+STATEMENT_SUFFIX = ".privacy.json"
+
+
+def run_folder(out: Path) -> Path:
+    """The run's private folder beside its output: state, key and per-text ledgers."""
+    return out.with_name(f".{out.name}.synth")
+
+
+def statement_path(out: Path) -> Path:
+    return out.with_name(out.name + STATEMENT_SUFFIX)
+
+
+@dataclass
+class SynthResult:
+    """What a run wrote, its released statement and the curator's exact counts."""
+
+    out: Path
+    statement: dict[str, Any]
+    written: int
+    lost: int
+    curator: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "out": str(self.out), "statement": self.statement, "written": self.written,
+            "lost": self.lost, "not_private_for_the_curator": self.curator,
+        }  # fmt: skip
+
+
+def plan_charge(config: SynthConfig, labels: list[str] | None, unit_kind: str) -> Charge:
+    """The run's per-unit cost: one text's ``max_tokens`` tokens, times the batches one
+    unit can be in."""
+    times = batches_per_unit(labels, unit_kind)
+    return Charge(
+        MECHANISM,
+        rdp=config.text_curve().times(times),
+        unit=f"{unit_kind} (one unit changes one member's records in {times} batch"
+        f"{'es' if times > 1 else ''})",
+        params={"radius": config.radius, "alpha": config.order, "members": config.members,
+                "max_tokens": config.max_tokens, "texts": config.count},
+    )  # fmt: skip
+
+
+def statement(
+    config: SynthConfig, labels: list[str] | None, unit_kind: str, model: str, seed: int | None
+) -> dict[str, Any]:
+    """The released privacy statement: settings and the guarantee, no count of the data."""
+    times = batches_per_unit(labels, unit_kind)
+    return {
+        "format": STATEMENT_FORMAT,
+        "guarantee": f"({config.epsilon:g}, {config.delta:g})-DP per {unit_kind}",
+        "relation": f"one {unit_kind} added or removed changes the records of one in-context "
+        f"member in {'one batch' if times == 1 else f'each of at most {times} batches (one per label)'}"
+        "; the number of texts and members is fixed, so that member's next-token "
+        "distribution is replaced and nothing else changes (docs/sharp_edges.md, "
+        "\"DP synthetic text\")",
+        "mechanism": "PMixED mollified mixture (q = 1) of in-context members, per token",
+        "epsilon": config.epsilon, "delta": config.delta,
+        "texts": config.count, "max_tokens": config.max_tokens, "members": config.members,
+        "prompt_tokens": config.prompt_tokens, "alpha": config.order, "radius": config.radius,
+        "labels": labels, "label_counts": "declared: the texts split evenly over the labels",
+        "description": config.description, "model": model,
+        "public": "the description, the labels and the settings are declared public",
+        **PrivacyRandomness(seed).statement(),
+    }  # fmt: skip
+
+
+def _settings_digest(config: SynthConfig, labels: list[str] | None, model: str) -> str:
+    raw = json.dumps([asdict(config), labels, model], sort_keys=True, default=str)
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+class RunState:
+    """The run's durable state (private, 0600): its id, batching key and what is written."""
+
+    def __init__(self, folder: Path, data: dict[str, Any]) -> None:
+        self.folder, self.data = folder, data
+
+    @classmethod
+    def open(cls, folder: Path, digest: str, seed: int | None, resume: bool) -> RunState:
+        path = folder / "state.json"
+        if path.is_file():
+            data = json.loads(path.read_text())
+            if not resume:
+                raise PrivlmError(
+                    f"{folder} holds a synth run already; resume it (--resume) or choose "
+                    "another --out (its budget was charged: a new run pays again)"
+                )
+            if data.get("settings") != digest:
+                raise PrivlmError(
+                    "the run to resume was started with other settings, data labels or model; "
+                    "resume it with the same ones"
+                )
+            return cls(folder, data)
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        key = (
+            hashlib.sha256(f"synth-key:{seed}".encode()).hexdigest()[: 2 * KEY_BYTES]
+            if seed is not None else secrets.token_hex(KEY_BYTES)
+        )  # fmt: skip
+        state = cls(folder, {
+            "format": STATE_FORMAT, "run": secrets.token_hex(8), "key": key,
+            "settings": digest, "written": [], "lost": [],
+        })  # fmt: skip
+        state.save()
+        return state
+
+    def save(self) -> None:
+        path = self.folder / "state.json"
+        write_json_atomically(path, self.data)
+        os.chmod(path, 0o600)
+
+    @property
+    def run_id(self) -> str:
+        return str(self.data["run"])
+
+    def written(self) -> set[int]:
+        return set(self.data["written"])
+
+    def lost(self) -> set[int]:
+        return set(self.data["lost"])
+
+
+def _charge_run(ledger: PrivacyLedger | None, charge: Charge, run_id: str) -> None:
+    """Check and charge the run's per-unit cost once (a resumed run finds it charged)."""
+    if ledger is not None and any(
+        r.mechanism == MECHANISM and r.params.get("run") == run_id for r in ledger.charges()
+    ):
+        return
+    tagged = Charge(charge.mechanism, rdp=charge.rdp, unit=charge.unit,
+                    params={**charge.params, "run": run_id})  # fmt: skip
+    run = BudgetedRun.start(ledger, "this synth run", tagged)
+    run.release(tagged, lambda: None)
+
+
+def _keep_lines(out: Path, n: int) -> None:
+    """Truncate ``out`` to its first ``n`` lines: those the state records as written."""
+    if not out.exists():
+        out.touch(mode=0o644)
+        return
+    lines = out.read_text().splitlines(keepends=True)[:n]
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text("".join(lines))
+    os.replace(tmp, out)
+
+
+def synthesize(
+    model: ModelSource,
+    data: Dataset,
+    out: str | Path,
+    config: SynthConfig | None = None,
+    *,
+    labels: list[str] | None = None,
+    ledger: PrivacyLedger | None = None,
+    resume: bool = False,
+    progress: bool = True,
+    state_dir: str | Path | None = None,
+) -> SynthResult:
+    """Write ``config.count`` DP synthetic texts of ``data`` to ``out`` (JSONL: ``text``,
+    and ``label`` when ``labels`` are declared) and the statement beside it; charge
+    ``ledger`` (the dataset's budget) first. ``state_dir``: the run's private folder
+    (default: hidden beside ``out``). See the module docstring."""
+    cfg = config or SynthConfig()
+    out = Path(out)
+    labels = _declared_labels(data, labels)
+    lm = model if isinstance(model, LoadedModel) else load_public_model(model)
+    name = lm.loaded_as or lm.name
+    folder = Path(state_dir) if state_dir is not None else run_folder(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    charge = plan_charge(cfg, labels, data.unit_kind)
+    if ledger is not None and not (folder / "state.json").is_file():
+        ledger.require_fits(charge, "this synth run")  # refused: no state, nothing written
+    state = RunState.open(folder, _settings_digest(cfg, labels, name), cfg.seed, resume)
+    _charge_run(ledger, charge, state.run_id)
+    released = statement(cfg, labels, data.unit_kind, name, cfg.seed)
+    write_json_atomically(statement_path(out), released)
+    batches = plan_batches(data, cfg.count, cfg.members, state.data["key"], labels)
+    written, lost = state.written(), state.lost()
+    _keep_lines(out, len(written))
+    generator = TextGenerator(lm, cfg, folder / "texts.db")
+    for batch in progress_bar(batches, desc="synthetic texts", disable=not progress):
+        if batch.index in written or batch.index in lost:
+            continue
+        if generator.started(batch.index):  # interrupted half-way: its tokens were charged
+            state.data["lost"].append(batch.index)
+            state.save()
+            continue
+        text = generator.text(batch)
+        with out.open("a") as f:
+            row = {"text": text} if batch.label is None else {"text": text, "label": batch.label}
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        state.data["written"].append(batch.index)
+        state.save()
+    return SynthResult(
+        out, released, len(state.data["written"]),
+        len(state.data["lost"]), _curator(data, batches),
+    )  # fmt: skip
+
+
+def _declared_labels(data: Dataset, labels: list[str] | None) -> list[str] | None:
+    has_labels = any(r.label is not None for r in data.records)
+    if labels:
+        return list(labels)
+    if has_labels:
+        raise PrivlmError(
+            "the data has labels: declare the label set public with --labels A,B,… (texts are "
+            "generated per declared label; a label set read off the data would not be private)"
+        )
+    return None
+
+
+def _curator(data: Dataset, batches: list[Batch]) -> dict[str, Any]:
+    """Exact counts of the private data: for the curator only, never written beside."""
+    used = sum(len(m) for b in batches for m in b.members)
+    members = [len(m) for b in batches for m in b.members]
+    return {
+        "units": len(data.units()), "records": len(data.records),
+        "records_in_batches": used, "records_left_out": len(data.records) - used,
+        "empty_members": sum(n == 0 for n in members),
+    }  # fmt: skip
+
+
+class TextGenerator:
+    """One text from one batch: its members' prompts, its own ledger, PMixED per token."""
+
+    def __init__(self, lm: LoadedModel, config: SynthConfig, ledgers: Path) -> None:
+        self.lm, self.config, self.ledgers = lm, config, ledgers
+        self.rng = PrivacyRandomness(config.seed)
+        tok = lm.tokenizer
+        self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+
+    def _ledger_name(self, index: int) -> str:
+        return f"text-{index}"
+
+    def started(self, index: int) -> bool:
+        if not self.ledgers.exists():
+            return False
+        try:
+            return PrivacyLedger(self.ledgers, self._ledger_name(index)).count() > 0
+        except PrivlmError:
+            return False  # no ledger of that name: never started
+
+    def prompt(self, records: tuple[Any, ...]) -> list[int]:
+        """A member's prompt: its records as examples, the first ``prompt_tokens`` tokens."""
+        if not records:
+            return []
+        text = "".join(EXAMPLE.format(text=r.text) for r in records)
+        ids: list[int] = self.lm.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return ids[: self.config.prompt_tokens]
+
+    def context(self, label: str | None) -> list[int]:
+        """The public context every row continues: the description, the label, ``Text:``."""
+        head = f"{self.config.description}\n" if self.config.description else ""
+        if label is not None:
+            head += f"Label: {label}\n"
+        ids: list[int] = self.lm.tokenizer(head + "Text:", add_special_tokens=False)["input_ids"]
+        return ids
+
+    def text(self, batch: Batch) -> str:
+        from privlm.predict.config import PMixEDConfig
+        from privlm.predict.in_context import InContextEngine
+        from privlm.predict.pmixed import PMixED
+
+        cfg = self.config
+        engine = InContextEngine(
+            self.lm.model, [self.prompt(m) for m in batch.members], self.pad_id,
+            width=cfg.prompt_tokens,
+        )  # fmt: skip
+        pmixed = PMixEDConfig(
+            epsilon=cfg.epsilon, delta=cfg.delta, alpha=cfg.order, queries=cfg.max_tokens,
+            sample_rate=1.0,
+        )  # fmt: skip
+        ledger = PrivacyLedger(
+            self.ledgers, self._ledger_name(batch.index), Budget(cfg.epsilon, cfg.delta)
+        )
+        predictor = PMixED(engine, self.lm.tokenizer, ledger, pmixed, seed=self.rng)
+        stream = predictor.stream(self.context(batch.label), cfg.max_tokens)
+        ids: list[int] = []
+        try:
+            for token in stream:  # each charged to the text's ledger before it is yielded
+                if token.id == self.lm.tokenizer.eos_token_id:
+                    break
+                ids.append(token.id)
+                if cfg.stop_at_newline and "\n" in self.lm.tokenizer.decode([token.id]):
+                    break
+        finally:
+            stream.close()
+        text: str = self.lm.tokenizer.decode(ids)
+        return text.split("\n")[0].strip() if cfg.stop_at_newline else text.strip()

@@ -1,0 +1,57 @@
+"""The service's ``synth`` job: charged to the dataset's budget, its texts downloadable and
+saved as a public dataset, which any job then uses without a budget."""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+
+from privlm.accounting import PrivacyLedger
+from tests.service.conftest import assert_names_no_server_path, job, run_queue, submit
+
+
+def reviews(n=24):
+    return "\n".join(
+        json.dumps({"text": f"the film {i} was {'fine' if i % 2 else 'dull'}",
+                    "label": "pos" if i % 2 else "neg"})
+        for i in range(n)
+    )  # fmt: skip
+
+
+def test_a_synth_job_charges_the_budget_and_its_texts_become_a_public_dataset(service):
+    r = service.upload("acme", reviews(), filename="r.jsonl", budget_epsilon=10)
+    private = r.json()["id"]
+    unlabelled = submit(service, "acme", "synth", private, epsilon=4, count=2)
+    run_queue(service)
+    failed = job(service, "acme", unlabelled["id"])
+    assert failed["status"] == "failed" and "labels" in failed["error"]
+    params = dict(
+        epsilon=4, count=2, max_tokens=3, members=2, prompt_tokens=16, labels=["neg", "pos"]
+    )
+    j = submit(service, "acme", "synth", private, **params)
+    assert j["epsilon"]["planned"] == 4
+    run_queue(service)
+    done = job(service, "acme", j["id"])
+    assert done["status"] == "succeeded", done["error"]
+    ledger = PrivacyLedger(service.ledgers, f"dataset-{private}")
+    assert abs(ledger.spent().epsilon - 4) < 1e-6
+    art = service.client.get(f"/v1/jobs/{j['id']}/artifact", headers=service.auth("acme"))
+    assert_names_no_server_path(service, art.content)
+    z = zipfile.ZipFile(io.BytesIO(art.content))
+    assert sorted(z.namelist()) == ["synth.jsonl", "synth.jsonl.privacy.json"]
+    rows = [json.loads(x) for x in z.read("synth.jsonl").decode().splitlines()]
+    assert [x["label"] for x in rows] == ["neg", "pos"]
+    saved = service.client.post(f"/v1/jobs/{j['id']}/dataset", json={"name": "synthetic reviews"},
+                                headers=service.auth("acme"))  # fmt: skip
+    assert saved.status_code == 201, saved.text
+    d = saved.json()
+    assert d["kind"] == "public" and d["budget"] is None and d["records"] == 2
+    listed = service.client.get("/v1/datasets", headers=service.auth("acme")).json()["data"]
+    assert d["id"] in [x["id"] for x in listed]
+    other = service.client.get("/v1/datasets", headers=service.auth("globex")).json()["data"]
+    assert d["id"] not in [x["id"] for x in other]  # the tenant's own
+    # a job that releases no DP result has nothing to save
+    ens = submit(service, "acme", "ensemble", private, parts=2)
+    no = service.client.post(f"/v1/jobs/{ens['id']}/dataset", json={}, headers=service.auth("acme"))
+    assert no.status_code in (403, 409)

@@ -1,0 +1,120 @@
+"""``privlm synth`` end to end on the tiny model: what leaves, what is charged and when,
+refusal, resume (docs/sharp_edges.md, "DP synthetic text", steps 4 to 6)."""
+
+from __future__ import annotations
+
+import json
+import stat
+
+import pytest
+
+from privlm.accounting import Budget, PrivacyLedger
+from privlm.data.records import Dataset, Record
+from privlm.errors import BudgetExceededError, PrivlmError
+from privlm.synth import SynthConfig, synthesize
+from privlm.synth.run import run_folder, statement_path
+
+CFG = dict(count=4, max_tokens=4, members=3, prompt_tokens=24, seed=7)
+LABELS = ["neg", "pos"]
+
+
+def data(n: int = 24, drop: int | None = None) -> Dataset:
+    recs = [
+        Record(
+            f"the film {i} was {'fine' if i % 2 else 'dull'}", f"r{i}", "pos" if i % 2 else "neg"
+        )
+        for i in range(n)
+    ]
+    if drop is not None:
+        recs.pop(drop)
+    return Dataset(recs, "mem")
+
+
+def run(tiny, tmp_path, ds, name="a", ledger=None, **kw):
+    out = tmp_path / name / "synth.jsonl"
+    out.parent.mkdir(exist_ok=True)
+    res = synthesize(
+        tiny, ds, out, SynthConfig(**{**CFG, **kw}), labels=LABELS, ledger=ledger, progress=False
+    )
+    return out, res
+
+
+def test_the_released_files_are_the_same_on_neighbouring_datasets_but_the_texts(tiny, tmp_path):
+    out_a, res_a = run(tiny, tmp_path, data(), "a")
+    out_b, res_b = run(tiny, tmp_path, data(drop=3), "b")
+    released_a = sorted(p.name for p in out_a.parent.iterdir() if not p.name.startswith("."))
+    released_b = sorted(p.name for p in out_b.parent.iterdir() if not p.name.startswith("."))
+    assert released_a == released_b == ["synth.jsonl", "synth.jsonl.privacy.json"]
+    assert statement_path(out_a).read_bytes() == statement_path(out_b).read_bytes()
+    st = json.loads(statement_path(out_a).read_text())
+    assert st["texts"] == 4 and "units" not in json.dumps(st)
+    rows = [json.loads(x) for x in out_a.read_text().splitlines()]
+    assert [r["label"] for r in rows] == ["neg", "neg", "pos", "pos"]  # per declared label
+    assert all(set(r) == {"text", "label"} for r in rows)
+    # the exact counts are the curator's, and differ
+    assert res_a.curator["records"] == 24 and res_b.curator["records"] == 23
+    assert stat.S_IMODE(run_folder(out_a).stat().st_mode) == 0o700
+
+
+def test_the_run_is_charged_once_before_any_text_and_resume_does_not_pay_again(tiny, tmp_path):
+    ledger = PrivacyLedger(tmp_path / "l.db", "d", Budget(20.0, 1e-5))
+    out, _res = run(tiny, tmp_path, data(), ledger=ledger)
+    assert ledger.count() == 1 and abs(ledger.spent().epsilon - 8.0) < 1e-6
+    again = synthesize(tiny, data(), out, SynthConfig(**CFG), labels=LABELS, ledger=ledger,
+                       resume=True, progress=False)  # fmt: skip
+    assert ledger.count() == 1 and again.written == 4
+    assert len(out.read_text().splitlines()) == 4
+    with pytest.raises(PrivlmError, match="resume"):  # a rerun without --resume pays again
+        synthesize(
+            tiny, data(), out, SynthConfig(**CFG), labels=LABELS, ledger=ledger, progress=False
+        )
+    with pytest.raises(PrivlmError, match="other settings"):
+        synthesize(tiny, data(), out, SynthConfig(**{**CFG, "members": 2}), labels=LABELS,
+                   ledger=ledger, resume=True, progress=False)  # fmt: skip
+
+
+def test_a_run_over_the_budget_is_refused_before_any_file(tiny, tmp_path):
+    ledger = PrivacyLedger(tmp_path / "l.db", "d", Budget(5.0, 1e-5))
+    with pytest.raises(BudgetExceededError, match="synth run"):
+        run(tiny, tmp_path, data(), ledger=ledger)
+    assert ledger.count() == 0
+    assert not any(p for p in (tmp_path / "a").iterdir())
+
+
+def test_labelled_data_needs_declared_labels(tiny, tmp_path):
+    with pytest.raises(PrivlmError, match="--labels"):
+        synthesize(tiny, data(), tmp_path / "x.jsonl", SynthConfig(**CFG), progress=False)
+
+
+def test_an_interrupted_text_is_lost_not_redrawn(tiny, tmp_path, monkeypatch):
+    from privlm.predict.pmixed import PMixEDSequence
+
+    original = PMixEDSequence.choose
+
+    def die_after_text_1s_first_token(self, log_probs):
+        token = original(self, log_probs)  # charged to text-1's ledger, then the run dies
+        if self.predictor.ledger.name == "text-1":
+            raise KeyboardInterrupt
+        return token
+
+    monkeypatch.setattr(PMixEDSequence, "choose", die_after_text_1s_first_token)
+    ledger = PrivacyLedger(tmp_path / "l.db", "d", Budget(20.0, 1e-5))
+    with pytest.raises(KeyboardInterrupt):
+        run(tiny, tmp_path, data(), ledger=ledger)
+    monkeypatch.setattr(PMixEDSequence, "choose", original)
+    out = tmp_path / "a" / "synth.jsonl"
+    assert len(out.read_text().splitlines()) == 1
+    res = synthesize(tiny, data(), out, SynthConfig(**CFG), labels=LABELS, ledger=ledger,
+                     resume=True, progress=False)  # fmt: skip
+    assert (res.written, res.lost) == (3, 1) and ledger.count() == 1
+    assert len(out.read_text().splitlines()) == 3
+    assert PrivacyLedger(run_folder(out) / "texts.db", "text-1").count() == 1  # not redrawn
+
+
+def test_each_token_is_charged_to_its_texts_ledger(tiny, tmp_path):
+    out, _ = run(tiny, tmp_path, data())
+    texts = run_folder(out) / "texts.db"
+    for i in range(4):
+        led = PrivacyLedger(texts, f"text-{i}")
+        assert 1 <= led.count() <= CFG["max_tokens"]
+        assert led.spent().epsilon <= 8.0 + 1e-9
