@@ -2,7 +2,8 @@
 non-private generation, on SST-2 with SmolLM2-135M-Instruct, one run, same data, model,
 ε, δ, count and length.
 
-For each ε: both private generators get the same private records (``--count`` × ``--batch``
+For each ε: the private generators (privlm synth with each of its per-token mechanisms,
+PMixED and DClip, and InvisibleInk) get the same private records (``--count`` × ``--batch``
 of SST-2 train, balanced), the same number of texts per label (InvisibleInk, which has no
 labels, is run once per label on that label's records), ``--batch`` model rows per token
 (privlm: ``--batch`` − 1 in-context members and the public model; InvisibleInk:
@@ -119,19 +120,22 @@ def scores(lm: Any, texts: list[str], labels: list[str], real: dict[str, Any]) -
             "mean_words": float(np.mean([len(t.split()) for t in texts]))}  # fmt: skip
 
 
-def run_privlm(lm: Any, private: list[Record], eps: float, args: Any, tmp: Path) -> dict[str, Any]:
+def run_privlm(
+    lm: Any, private: list[Record], eps: float, mechanism: str, args: Any, tmp: Path
+) -> dict[str, Any]:
     cfg = SynthConfig(epsilon=eps, delta=DELTA, count=args.count, max_tokens=args.max_tokens,
                       members=args.batch - 1, prompt_tokens=args.prompt_tokens,
-                      description=DESCRIPTION, seed=args.seed)  # fmt: skip
+                      description=DESCRIPTION, seed=args.seed, mechanism=mechanism,
+                      top_k=args.top_k)  # fmt: skip
+    out = tmp / f"privlm-{mechanism}-{eps}.jsonl"
     t = time.perf_counter()
-    res = synthesize(lm, Dataset(private, "sst2-train"), tmp / f"privlm-{eps}.jsonl", cfg,
-                     labels=LABELS, progress=True)  # fmt: skip
+    res = synthesize(lm, Dataset(private, "sst2-train"), out, cfg, labels=LABELS, progress=True)
     wall = time.perf_counter() - t
-    rows = [json.loads(x) for x in (tmp / f"privlm-{eps}.jsonl").read_text().splitlines()]
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
     tokens = sum(len(lm.tokenizer(r["text"])["input_ids"]) for r in rows)
     return {"texts": [r["text"] for r in rows], "labels": [r["label"] for r in rows],
-            "seconds": wall, "tokens": tokens, "radius": res.statement["radius"],
-            "alpha": res.statement["alpha"]}  # fmt: skip
+            "seconds": wall, "tokens": tokens,
+            **{k: res.statement[k] for k in ("radius", "alpha", "clip") if k in res.statement}}  # fmt: skip
 
 
 def run_invink(model_dir: Path, private: list[Record], eps: float, args: Any) -> dict[str, Any]:
@@ -143,7 +147,7 @@ def run_invink(model_dir: Path, private: list[Record], eps: float, args: Any) ->
         out = generate(mine, model_name_or_path=str(model_dir),
                        dataset_desc=f"{DESCRIPTION} Sentiment: {label}.", epsilon=eps,
                        delta=DELTA, batch_size=args.batch, num=args.count // len(LABELS),
-                       max_toks=args.max_tokens, dtype="float32", device_map=-1,
+                       max_toks=args.max_tokens, topk=args.top_k, dtype="float32", device_map=-1,
                        allow_download=False, random_seed=args.seed)  # fmt: skip
         wall += time.perf_counter() - t
         texts += [t.split("\n")[0].strip() for t in out.texts]
@@ -196,6 +200,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=8, help="model rows per token (members + 1)")
     ap.add_argument("--max-tokens", type=int, default=24)
     ap.add_argument("--prompt-tokens", type=int, default=64)
+    ap.add_argument("--top-k", type=int, default=100, help="DClip's public top-k (both)")
     ap.add_argument("--eps", default="8,3")
     ap.add_argument("--real", type=int, default=200, help="SST-2 test sentences for MAUVE")
     ap.add_argument("--test", type=int, default=400, help="SST-2 test sentences scored")
@@ -223,20 +228,22 @@ def main() -> None:
         save_plain(lm, model_dir)
         for eps in [float(e) for e in args.eps.split(",")]:
             row: dict[str, Any] = {}
-            for name in ("privlm", "invink"):
-                got = (run_privlm(lm, private, eps, args, tmp) if name == "privlm"
-                       else run_invink(model_dir, private, eps, args))  # fmt: skip
+            for name in ("privlm-pmixed", "privlm-dclip", "invink"):
+                got = (run_invink(model_dir, private, eps, args) if name == "invink" else
+                       run_privlm(lm, private, eps, name.split("-")[1], args, tmp))  # fmt: skip
                 row[name] = {**scores(lm, got["texts"], got["labels"], real),
                              "seconds": got["seconds"], "tokens": got["tokens"],
                              "cost_vs_non_private": got["seconds"] / plain["seconds"],
                              "examples": got["texts"][:3],
-                             **{k: got[k] for k in ("radius", "alpha") if k in got}}  # fmt: skip
+                             **{k: got[k] for k in ("radius", "alpha", "clip") if k in got}}  # fmt: skip
+                r = row[name]
+                print(f"ε={eps:g} {name}: MAUVE {r['mauve']:.3f} accuracy {r['accuracy']} "
+                      f"{r['cost_vs_non_private']:.2f}× non-private's time", flush=True)  # fmt: skip
             report["runs"][str(eps)] = row
-            p, i = row["privlm"], row["invink"]
-            print(f"ε={eps:g}: privlm MAUVE {p['mauve']:.3f} acc {p['accuracy']} "
-                  f"{p['cost_vs_non_private']:.1f}× non-private | invink MAUVE {i['mauve']:.3f} "
-                  f"acc {i['accuracy']} {i['cost_vs_non_private']:.1f}× | privlm/invink "
-                  f"time {p['seconds'] / i['seconds']:.2f}×")  # fmt: skip
+            for name in ("privlm-pmixed", "privlm-dclip"):
+                print(
+                    f"  {name}/invink time: {row[name]['seconds'] / row['invink']['seconds']:.2f}×"
+                )
     print(
         f"non-private: MAUVE {report['non_private']['mauve']:.3f} acc "
         f"{report['non_private']['accuracy']}; real records: acc {report['real_records']['accuracy']}"

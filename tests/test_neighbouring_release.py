@@ -260,3 +260,31 @@ def test_a_screened_deployment_releases_nothing_of_one_unit_but_its_transcript(t
     # one set of parameters per kind of charge (an instance, a paid query) on both sides:
     # how many of each there are is the transcript's, their parameters are the config's
     assert len(charges[0] | charges[1]) <= 2
+
+
+@pytest.mark.parametrize("unit", ["record", "user"])
+def test_synth_releases_nothing_of_one_unit_but_its_texts(tmp_path, unit):
+    """The synthetic texts are the noisy output; the statement beside them is identical,
+    and the run's private folder (state, per-text ledgers) is not released."""
+    from privlm.synth import SynthConfig, synthesize
+
+    records = NOTES if unit == "record" else [Record(r.text, f"user-{i % 6}") for i, r in
+                                               enumerate(NOTES)]  # fmt: skip
+    gone = records[17].unit
+    less = [r for r in records if r.unit != gone]
+    cfg = SynthConfig(count=3, max_tokens=3, members=2, prompt_tokens=16, seed=3)
+    for name, recs in (("full", records), ("less", less)):
+        (tmp_path / name).mkdir()
+        synthesize("tiny", Dataset(recs, "notes", unit), tmp_path / name / "synth.jsonl", cfg,
+                   progress=False)  # fmt: skip
+    released = {
+        name: {p.name: p.read_bytes() for p in (tmp_path / name).iterdir() if p.is_file()}
+        for name in ("full", "less")
+    }  # fmt: skip
+    for files in released.values():
+        assert sorted(files) == ["synth.jsonl", "synth.jsonl.privacy.json"]
+        assert str(tmp_path).encode() not in files["synth.jsonl.privacy.json"]
+    statement = "synth.jsonl.privacy.json"
+    assert released["full"][statement] == released["less"][statement]
+    assert len(released["full"]["synth.jsonl"].splitlines()) == 3
+    assert len(released["less"]["synth.jsonl"].splitlines()) == 3

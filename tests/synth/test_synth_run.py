@@ -118,3 +118,15 @@ def test_each_token_is_charged_to_its_texts_ledger(tiny, tmp_path):
         led = PrivacyLedger(texts, f"text-{i}")
         assert 1 <= led.count() <= CFG["max_tokens"]
         assert led.spent().epsilon <= 8.0 + 1e-9
+
+
+def test_a_dclip_run_is_charged_its_budget_and_each_token_before_it_leaves(tiny, tmp_path):
+    ledger = PrivacyLedger(tmp_path / "l.db", "d", Budget(3.0, 1e-5))
+    out, res = run(tiny, tmp_path, data(), ledger=ledger, mechanism="dclip", epsilon=3.0, top_k=20)
+    assert ledger.count() == 1 and abs(ledger.spent().epsilon - 3.0) < 1e-6
+    assert res.statement["clip"] > 0 and res.statement["top_k"] == 20
+    assert "radius" not in res.statement
+    for i in range(4):
+        led = PrivacyLedger(run_folder(out) / "texts.db", f"text-{i}")
+        assert 1 <= led.count() <= CFG["max_tokens"]
+        assert led.spent().epsilon <= 3.0 + 1e-9

@@ -85,9 +85,13 @@ def synth(
         emit_json(res.to_dict())
         return
     st = res.statement
+    knob = (
+        f"clip C {st['clip']:.3g}, top-k {st['top_k']}" if st.get("clip") is not None
+        else f"radius {st['radius']:.3g} at α = {st['alpha']}"
+    )  # fmt: skip
     typer.echo(
-        f"{res.written} synthetic texts in {out} ({st['guarantee']}; {st['members']} in-context "
-        f"members per text, radius {st['radius']:.3g} at α = {st['alpha']}); statement in "
+        f"{res.written} synthetic texts in {out} ({st['guarantee']}; {cfg.mechanism} over "
+        f"{st['members']} in-context members per text, {knob}); statement in "
         f"{out}.privacy.json"
     )
     if res.lost:

@@ -238,6 +238,8 @@ class SynthParams(JobParams):
         "seed": "the service never seeds noise: a seed voids the guarantee",
     }
     epsilon: float = request_field(SynthConfig, "epsilon", le=100)
+    mechanism: Literal["pmixed", "dclip"] = request_field(SynthConfig, "mechanism")
+    top_k: int = request_field(SynthConfig, "top_k", le=100_000)
     count: int = request_field(SynthConfig, "count", le=100_000)
     max_tokens: int = request_field(SynthConfig, "max_tokens", le=1024)
     members: int = request_field(SynthConfig, "members", le=1024)

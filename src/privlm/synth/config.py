@@ -7,8 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+import numpy as np
+
 from privlm.accounting import RdpCurve
+from privlm.accounting.analysis import bounded_range
 from privlm.accounting.analysis import pmixed as analysis
+from privlm.accounting.orders import DEFAULT_ORDERS
 from privlm.config import check_settings, setting
 from privlm.errors import PrivlmError
 from privlm.predict.config import rdp_budget_for
@@ -16,18 +20,25 @@ from privlm.predict.config import rdp_budget_for
 DEFAULT_DESCRIPTION = "Write one more text like the examples."
 # the orders the plan may pick from (public, data-blind)
 ALPHA_GRID = (2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 20, 24, 32)
+MECHANISMS = ("pmixed", "dclip")
 
 
 @dataclass(frozen=True, kw_only=True)
 class SynthConfig:
     """One synthetic dataset: ``count`` texts of at most ``max_tokens`` tokens, each from a
-    disjoint batch of the data's privacy units, every token a PMixED release over the
-    batch's ``members`` in-context members (docs/sharp_edges.md, "DP synthetic text")."""
+    disjoint batch of the data's privacy units, every token one release over the batch's
+    ``members`` in-context members: PMixED's mollified mixture, or InvisibleInk's clipped
+    exponential mechanism (DClip) (docs/sharp_edges.md, "DP synthetic text")."""
 
     epsilon: float = setting(
         8.0, "Synth: ε per privacy unit of the whole dataset, at δ", gt=0, le=1000
     )
     delta: float = setting(1e-5, "δ", gt=0, lt=1)
+    mechanism: str = setting(
+        "pmixed", "Per-token mechanism: pmixed (PMixED's mollified mixture, q = 1) or dclip "
+        "(InvisibleInk's clipped exponential mechanism over an expanded public top-k)",
+        choices=MECHANISMS,
+    )  # fmt: skip
     count: int = setting(
         100, "Synthetic texts to write (public: it fixes the batches; the data's size does not)",
         ge=1, le=10**7,
@@ -37,6 +48,10 @@ class SynthConfig:
         16, "In-context members mixed for each text: the batch's units are split among them "
         "by a keyed hash (more members: a larger radius, more compute per token)",
         ge=1, le=4096,
+    )  # fmt: skip
+    top_k: int = setting(
+        100, "DClip: the public model's top k tokens, expanded to every token within 2C of "
+        "the k-th (a public set: it costs nothing)", ge=1, le=1_000_000,
     )  # fmt: skip
     prompt_tokens: int = setting(
         128, "Tokens of a member's records kept as its prompt (every member's prompt is "
@@ -88,10 +103,28 @@ class SynthConfig:
         return self._radius_at(self.order)
 
     @cached_property
+    def clip(self) -> float:
+        """DClip's C: the largest whose ``max_tokens`` tokens fit (ε, δ)."""
+        orders = np.asarray([a for a in DEFAULT_ORDERS if a > 1.0])
+        rho = bounded_range.calibrate_rho(self.epsilon, self.delta, orders)
+        return bounded_range.dclip_clip_for(rho / self.max_tokens, self.members)
+
+    @cached_property
     def token_curve(self) -> RdpCurve:
-        """One token's RDP curve per unit (one member of ``members`` replaced, q = 1)."""
+        """One token's RDP curve per unit (one member of ``members`` replaced): PMixED's
+        replacement bound at q = 1, or DClip's ρ-zCDP."""
+        if self.mechanism == "dclip":
+            orders = np.asarray([a for a in DEFAULT_ORDERS if a > 1.0])
+            rho = bounded_range.dclip_token_rho(self.clip, self.members)
+            return RdpCurve.from_arrays(orders, bounded_range.zcdp_rdp(rho, orders))
         curve = analysis.query_rdp_curve(self.radius, self.order, self.members, 1.0)
         return RdpCurve.from_mapping(curve)
+
+    def parameters(self) -> dict[str, float | int]:
+        """The mechanism's derived parameters, as the statement gives them."""
+        if self.mechanism == "dclip":
+            return {"clip": self.clip, "top_k": self.top_k}
+        return {"alpha": self.order, "radius": self.radius}
 
     def text_curve(self) -> RdpCurve:
         """What one text costs each unit of its batch: ``max_tokens`` tokens composed."""

@@ -53,6 +53,11 @@ STATE_FORMAT = "privlm-synth-state/1"
 STATEMENT_FORMAT = "privlm-synth/1"
 EXAMPLE = "Text: {text}\n"  # one record in a member's prompt
 STATEMENT_SUFFIX = ".privacy.json"
+MECHANISM_TEXT = {
+    "pmixed": "PMixED mollified mixture (q = 1) of in-context members, per token",
+    "dclip": "DClip: clipped exponential mechanism (InvisibleInk) over in-context members, "
+    "on an expanded public top-k, per token",
+}
 
 
 def run_folder(out: Path) -> Path:
@@ -90,8 +95,9 @@ def plan_charge(config: SynthConfig, labels: list[str] | None, unit_kind: str) -
         rdp=config.text_curve().times(times),
         unit=f"{unit_kind} (one unit changes one member's records in {times} batch"
         f"{'es' if times > 1 else ''})",
-        params={"radius": config.radius, "alpha": config.order, "members": config.members,
-                "max_tokens": config.max_tokens, "texts": config.count},
+        params={**config.parameters(), "mechanism": config.mechanism,
+                "members": config.members, "max_tokens": config.max_tokens,
+                "texts": config.count},
     )  # fmt: skip
 
 
@@ -108,10 +114,10 @@ def statement(
         "; the number of texts and members is fixed, so that member's next-token "
         "distribution is replaced and nothing else changes (docs/sharp_edges.md, "
         "\"DP synthetic text\")",
-        "mechanism": "PMixED mollified mixture (q = 1) of in-context members, per token",
+        "mechanism": MECHANISM_TEXT[config.mechanism],
         "epsilon": config.epsilon, "delta": config.delta,
         "texts": config.count, "max_tokens": config.max_tokens, "members": config.members,
-        "prompt_tokens": config.prompt_tokens, "alpha": config.order, "radius": config.radius,
+        "prompt_tokens": config.prompt_tokens, **config.parameters(),
         "labels": labels, "label_counts": "declared: the texts split evenly over the labels",
         "description": config.description, "model": model,
         "public": "the description, the labels and the settings are declared public",
@@ -321,14 +327,23 @@ class TextGenerator:
             self.lm.model, [self.prompt(m) for m in batch.members], self.pad_id,
             width=cfg.prompt_tokens,
         )  # fmt: skip
-        pmixed = PMixEDConfig(
-            epsilon=cfg.epsilon, delta=cfg.delta, alpha=cfg.order, queries=cfg.max_tokens,
-            sample_rate=1.0,
-        )  # fmt: skip
         ledger = PrivacyLedger(
             self.ledgers, self._ledger_name(batch.index), Budget(cfg.epsilon, cfg.delta)
         )
-        predictor = PMixED(engine, self.lm.tokenizer, ledger, pmixed, seed=self.rng)
+        predictor: Any
+        if cfg.mechanism == "dclip":
+            from privlm.synth.dclip import DClipPredictor
+
+            predictor = DClipPredictor(
+                engine, self.lm.tokenizer, ledger, cfg.clip, cfg.top_k, cfg.max_tokens,
+                cfg.token_curve, self.rng,
+            )  # fmt: skip
+        else:
+            pmixed = PMixEDConfig(
+                epsilon=cfg.epsilon, delta=cfg.delta, alpha=cfg.order, queries=cfg.max_tokens,
+                sample_rate=1.0,
+            )  # fmt: skip
+            predictor = PMixED(engine, self.lm.tokenizer, ledger, pmixed, seed=self.rng)
         stream = predictor.stream(self.context(batch.label), cfg.max_tokens)
         ids: list[int] = []
         try:
