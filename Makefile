@@ -126,7 +126,7 @@ bench-jft: setup
 bench-synth: setup
 	$(PIP) install --quiet -c requirements/constraints.txt mauve-text==0.4.0 scikit-learn faiss-cpu pandas accelerate
 	$(PIP) install --quiet --no-deps invink==0.1.0
-	$(PY) bench/bench_synth.py --count 40 --max-tokens 24 --eps 8,3
+	$(PY) bench/bench_synth.py --count 60 --max-tokens 24 --eps 8,3
 
 bench-randomness: setup
 	$(PY) bench/bench_randomness.py --tokens 2000 --models 80 --sample-rate 0.03

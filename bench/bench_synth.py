@@ -21,7 +21,7 @@ invink 0.1.0 writes one line with Python 3.12's f-string syntax (a print); on Py
 it is loaded with that line's quotes swapped, nothing else changed (``load_invink``).
 invink is a benchmark dependency only (``make bench-synth`` installs it).
 
-Usage: python bench/bench_synth.py [--count 40] [--batch 8] [--max-tokens 24] [--eps 8,3]
+Usage: python bench/bench_synth.py [--count 60] [--batch 8] [--max-tokens 24] [--eps 8,3]
 Writes bench/results/synth.json.
 """
 
@@ -196,7 +196,7 @@ def save_plain(lm: Any, folder: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--count", type=int, default=40, help="synthetic texts (split over labels)")
+    ap.add_argument("--count", type=int, default=60, help="synthetic texts (split over labels)")
     ap.add_argument("--batch", type=int, default=8, help="model rows per token (members + 1)")
     ap.add_argument("--max-tokens", type=int, default=24)
     ap.add_argument("--prompt-tokens", type=int, default=64)

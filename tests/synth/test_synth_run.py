@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import stat
 
+import numpy as np
 import pytest
 
 from privlm.accounting import Budget, PrivacyLedger
@@ -130,3 +131,36 @@ def test_a_dclip_run_is_charged_its_budget_and_each_token_before_it_leaves(tiny,
         led = PrivacyLedger(run_folder(out) / "texts.db", f"text-{i}")
         assert 1 <= led.count() <= CFG["max_tokens"]
         assert led.spent().epsilon <= 3.0 + 1e-9
+
+
+def test_auto_count_charges_its_gaussian_with_the_run_and_never_redraws(tiny, tmp_path):
+    ledger = PrivacyLedger(tmp_path / "l.db", "d", Budget(8.0, 1e-5))
+    cfg = {**CFG, "auto_count": True, "members": 2}
+    out, res = run(tiny, tmp_path, data(40), ledger=ledger, **cfg)
+    assert [c.mechanism for c in ledger.charges()] == ["synth", "synth-count"]
+    assert ledger.spent().epsilon <= 8.0
+    texts = res.statement["count"]["texts_per_label"]
+    assert res.statement["texts"] == sum(texts) == res.written
+    assert len(out.read_text().splitlines()) == sum(texts)
+    again = synthesize(tiny, data(40), out, SynthConfig(**cfg), labels=LABELS, ledger=ledger,
+                       resume=True, progress=False)  # fmt: skip
+    assert again.statement == res.statement and ledger.count() == 2
+
+
+def test_auto_counts_noise_is_the_gaussian_mechanism_it_charges():
+    """σ from the count's share of (ε, δ/2), checked by dp-accounting's own RDP of the
+    Gaussian mechanism at sensitivity 1 (a record) and √labels (a user)."""
+    import dp_accounting
+    from dp_accounting.rdp import RdpAccountant
+
+    from privlm.synth.config import plan_count
+
+    for labels, users in ((2, False), (3, True)):
+        plan = plan_count(SynthConfig(epsilon=4.0, auto_count=True), labels, users)
+        orders = [2.0, 4.0, 8.0, 32.0]
+        acc = RdpAccountant(orders)
+        acc.compose(dp_accounting.GaussianDpEvent(plan.sigma / plan.sensitivity))
+        theirs = acc._rdp
+        ours = plan.curve().at(orders)
+        assert np.allclose(ours, theirs, rtol=1e-9)
+        assert plan.generation.epsilon == pytest.approx(3.6) and plan.generation.delta == 5e-6

@@ -18,14 +18,15 @@ from privlm.cli.common import (
     user_errors,
     warn_if_seeded,
 )
-from privlm.config import cli_settings
+from privlm.config import cli_settings, setting_of
 from privlm.curator import CURATOR_HEADING
+from privlm.errors import PrivlmError
 from privlm.models import DEFAULT_MODEL
 from privlm.synth.config import SynthConfig
 
 
 @user_errors
-@cli_settings(SynthConfig, into="settings")
+@cli_settings(SynthConfig, into="settings", exclude=("count", "auto_count"))
 def synth(
     data: str = typer.Argument(
         ..., help="A .txt/.jsonl/.csv file (a .gz too), or wikitext2[:split]."
@@ -34,6 +35,12 @@ def synth(
         ...,
         "--out",
         help="The synthetic texts (JSONL); the statement goes beside it (.privacy.json).",
+    ),
+    count: str = typer.Option(
+        str(setting_of(SynthConfig, "count").default),
+        "--count",
+        help=f"{setting_of(SynthConfig, 'count').help}; or auto: "
+        f"{setting_of(SynthConfig, 'auto_count').help[len('Write ') :]}.",
     ),
     labels: str | None = typer.Option(
         None,
@@ -72,7 +79,7 @@ def synth(
         data, None, text_column=text_column, user_column=user_column,
         label_column=label_column, no_header=no_header,
     )  # fmt: skip
-    cfg = SynthConfig(**settings)
+    cfg = SynthConfig(**settings, **count_settings(count))
     declared = [x.strip() for x in labels.split(",") if x.strip()] if labels else None
     # a new ledger's default budget is the run's per-unit cost (checked again, with every
     # other charge of the ledger, before the first text)
@@ -103,3 +110,13 @@ def synth(
         f"  {CURATOR_HEADING}: {c['units']} units, {c['records_left_out']} records of no "
         f"declared label left out, {c['empty_members']} members without records"
     )
+
+
+def count_settings(count: str) -> dict[str, Any]:
+    """``--count N`` or ``--count auto`` as SynthConfig's settings."""
+    if count.strip().lower() == "auto":
+        return {"auto_count": True}
+    try:
+        return {"count": int(count)}
+    except ValueError:
+        raise PrivlmError(f"--count must be a number of texts or auto, got {count!r}") from None

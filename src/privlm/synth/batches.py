@@ -50,11 +50,21 @@ def class_counts(count: int, labels: list[str] | None) -> list[tuple[str | None,
 
 
 def plan_batches(
-    data: Dataset, count: int, members: int, key: str, labels: list[str] | None = None
+    data: Dataset,
+    count: int,
+    members: int,
+    key: str,
+    labels: list[str] | None = None,
+    counts: list[int] | None = None,
 ) -> list[Batch]:
     """Every text's batch, in output order (class by class). Records whose label is not
-    declared are left out (a label set is public only when the user declares it)."""
-    shares = class_counts(count, labels)
+    declared are left out (a label set is public only when the user declares it).
+    ``counts``: the texts of each label (or of the unlabelled data), when they come from a
+    DP count rather than ``count`` split evenly."""
+    names: list[str | None] = list(labels) if labels else [None]
+    shares = (
+        class_counts(count, labels) if counts is None else list(zip(names, counts, strict=True))
+    )
     member_key = derive_key(key, "synth-members")
     identities = unit_identities(data)
     by_class: dict[str | None, list[tuple[str, Record]]] = {label: [] for label, _ in shares}
@@ -65,6 +75,8 @@ def plan_batches(
     out: list[Batch] = []
     for label, n_texts in shares:
         rows = by_class[label]
+        if n_texts < 1:
+            continue  # the DP count allows this label no text: its records are left out
         # the label is part of the batch key, so a unit's records of two classes go to
         # batches placed independently
         ids = [f"{label}\x1f{identity}" if labels else identity for identity, _ in rows]
@@ -86,3 +98,11 @@ def batches_per_unit(labels: list[str] | None, unit_kind: str) -> int:
     if labels and unit_kind != "record":
         return len(labels)
     return 1
+
+
+def unit_counts(data: Dataset, labels: list[str] | None) -> list[int]:
+    """The exact number of units of each declared label (or of all the data): private,
+    released only with noise (``auto_count``)."""
+    if not labels:
+        return [len(data.units())]
+    return [len({r.unit for r in data.records if r.label == label}) for label in labels]

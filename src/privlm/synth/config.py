@@ -4,7 +4,7 @@ torch is imported, so ``privlm synth --help`` and ``privlm plan`` stay fast."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
@@ -43,6 +43,14 @@ class SynthConfig:
         100, "Synthetic texts to write (public: it fixes the batches; the data's size does not)",
         ge=1, le=10**7,
     )  # fmt: skip
+    auto_count: bool = setting(
+        False, "Write as many texts as the data allows (count is then ignored): one per "
+        "members units of each label, from a DP count of the units (Gaussian, charged with "
+        "the run)",
+    )  # fmt: skip
+    count_share: float = setting(
+        0.1, "auto_count: the share of ε (and half of δ) spent on the DP count", gt=0, lt=1
+    )
     max_tokens: int = setting(64, "Most tokens in one synthetic text", ge=1, le=4096)
     members: int = setting(
         16, "In-context members mixed for each text: the batch's units are split among them "
@@ -129,3 +137,34 @@ class SynthConfig:
     def text_curve(self) -> RdpCurve:
         """What one text costs each unit of its batch: ``max_tokens`` tokens composed."""
         return self.token_curve.times(self.max_tokens)
+
+
+@dataclass(frozen=True)
+class CountPlan:
+    """``auto_count``'s DP count of the units (per label): the Gaussian mechanism at ρ, and
+    the budget left to the texts (docs/sharp_edges.md, "DP synthetic text")."""
+
+    rho: float
+    sigma: float
+    sensitivity: float
+    generation: SynthConfig
+
+    def curve(self) -> RdpCurve:
+        orders = np.asarray([a for a in DEFAULT_ORDERS if a > 1.0])
+        return RdpCurve.from_arrays(orders, bounded_range.zcdp_rdp(self.rho, orders))
+
+
+def plan_count(config: SynthConfig, labels: int, users: bool) -> CountPlan:
+    """Split (ε, δ): ``count_share``·ε and δ/2 for the count (ρ-zCDP, calibrated as DClip's),
+    the rest of ε and δ/2 for the texts. One unit changes one label's count by one (a user:
+    each of the labels its records carry, so the L2 sensitivity is √labels)."""
+    orders = np.asarray([a for a in DEFAULT_ORDERS if a > 1.0])
+    half = config.delta / 2.0
+    rho = bounded_range.calibrate_rho(config.epsilon * config.count_share, half, orders)
+    sensitivity = float(np.sqrt(labels)) if users else 1.0
+    sigma = sensitivity / float(np.sqrt(2.0 * rho))
+    generation = replace(
+        config, epsilon=config.epsilon * (1.0 - config.count_share), delta=half,
+        auto_count=False,
+    )  # fmt: skip
+    return CountPlan(rho, sigma, sensitivity, generation)

@@ -45,10 +45,11 @@ from privlm.fsutil import write_json_atomically
 from privlm.models import LoadedModel, ModelSource, load_public_model
 from privlm.progress import progress_bar
 from privlm.randomness import PrivacyRandomness
-from privlm.synth.batches import Batch, batches_per_unit, plan_batches
-from privlm.synth.config import SynthConfig
+from privlm.synth.batches import Batch, batches_per_unit, plan_batches, unit_counts
+from privlm.synth.config import CountPlan, SynthConfig, plan_count
 
 MECHANISM = "synth"
+COUNT_MECHANISM = "synth-count"
 STATE_FORMAT = "privlm-synth-state/1"
 STATEMENT_FORMAT = "privlm-synth/1"
 EXAMPLE = "Text: {text}\n"  # one record in a member's prompt
@@ -101,24 +102,50 @@ def plan_charge(config: SynthConfig, labels: list[str] | None, unit_kind: str) -
     )  # fmt: skip
 
 
+def count_charge(plan: CountPlan, unit_kind: str) -> Charge:
+    """``auto_count``'s Gaussian count of the units per label, as a charge (ρ-zCDP)."""
+    return Charge(
+        COUNT_MECHANISM, rdp=plan.curve(), unit=f"{unit_kind} (one unit moves each count of "
+        "its labels by one)", params={"sigma": plan.sigma, "sensitivity": plan.sensitivity},
+    )  # fmt: skip
+
+
 def statement(
-    config: SynthConfig, labels: list[str] | None, unit_kind: str, model: str, seed: int | None
+    config: SynthConfig,
+    labels: list[str] | None,
+    unit_kind: str,
+    model: str,
+    seed: int | None,
+    counted: tuple[CountPlan, list[int]] | None = None,
 ) -> dict[str, Any]:
-    """The released privacy statement: settings and the guarantee, no count of the data."""
+    """The released privacy statement: settings and the guarantee, no exact count of the
+    data (with ``auto_count``: the texts per label, a function of the noisy count)."""
+    total = config
+    if counted is not None:
+        plan, texts = counted
+        config = plan.generation
+        how = {"label_counts": "auto: one text per `members` units of each label, from a "
+               "Gaussian count of the units (released through the texts per label)",
+               "count": {"sigma": plan.sigma, "sensitivity": plan.sensitivity,
+                         "epsilon_share": total.count_share, "texts_per_label": texts},
+               "texts": sum(texts)}  # fmt: skip
+    else:
+        how = {"label_counts": "declared: the texts split evenly over the labels",
+               "texts": config.count}  # fmt: skip
     times = batches_per_unit(labels, unit_kind)
     return {
         "format": STATEMENT_FORMAT,
-        "guarantee": f"({config.epsilon:g}, {config.delta:g})-DP per {unit_kind}",
+        "guarantee": f"({total.epsilon:g}, {total.delta:g})-DP per {unit_kind}",
         "relation": f"one {unit_kind} added or removed changes the records of one in-context "
         f"member in {'one batch' if times == 1 else f'each of at most {times} batches (one per label)'}"
         "; the number of texts and members is fixed, so that member's next-token "
         "distribution is replaced and nothing else changes (docs/sharp_edges.md, "
         "\"DP synthetic text\")",
         "mechanism": MECHANISM_TEXT[config.mechanism],
-        "epsilon": config.epsilon, "delta": config.delta,
-        "texts": config.count, "max_tokens": config.max_tokens, "members": config.members,
+        "epsilon": total.epsilon, "delta": total.delta, **how,
+        "max_tokens": config.max_tokens, "members": config.members,
         "prompt_tokens": config.prompt_tokens, **config.parameters(),
-        "labels": labels, "label_counts": "declared: the texts split evenly over the labels",
+        "labels": labels,
         "description": config.description, "model": model,
         "public": "the description, the labels and the settings are declared public",
         **PrivacyRandomness(seed).statement(),
@@ -180,16 +207,37 @@ class RunState:
         return set(self.data["lost"])
 
 
-def _charge_run(ledger: PrivacyLedger | None, charge: Charge, run_id: str) -> None:
-    """Check and charge the run's per-unit cost once (a resumed run finds it charged)."""
+def _charge_run(ledger: PrivacyLedger | None, charges: list[Charge], run_id: str) -> None:
+    """Check and charge the run's per-unit costs once, together (a resumed run finds them
+    charged)."""
     if ledger is not None and any(
         r.mechanism == MECHANISM and r.params.get("run") == run_id for r in ledger.charges()
     ):
         return
-    tagged = Charge(charge.mechanism, rdp=charge.rdp, unit=charge.unit,
-                    params={**charge.params, "run": run_id})  # fmt: skip
-    run = BudgetedRun.start(ledger, "this synth run", tagged)
-    run.release(tagged, lambda: None)
+    tagged = [
+        Charge(c.mechanism, rdp=c.rdp, unit=c.unit, params={**c.params, "run": run_id})
+        for c in charges
+    ]  # the texts' charge first: a resume looks for it
+    run = BudgetedRun.start(ledger, "this synth run", *tagged)
+    for charge in tagged:
+        run.release(charge, lambda: None)
+
+
+def _draw_counts(
+    state: RunState, data: Dataset, labels: list[str] | None, plan: CountPlan, seed: int | None
+) -> list[int]:
+    """The texts per label from the Gaussian count (after its charge), drawn once: a
+    resumed run reads them back, never redraws."""
+    if "counts" not in state.data:
+        rng = PrivacyRandomness(None if seed is None else seed + 1)
+        exact = unit_counts(data, labels)
+        noisy = [
+            n + float(z) for n, z in zip(exact, rng.normal(plan.sigma, len(exact)), strict=True)
+        ]
+        members = plan.generation.members
+        state.data["counts"] = [max(0, int(x // members)) for x in noisy]
+        state.save()
+    return [int(x) for x in state.data["counts"]]
 
 
 def _keep_lines(out: Path, n: int) -> None:
@@ -226,17 +274,27 @@ def synthesize(
     name = lm.loaded_as or lm.name
     folder = Path(state_dir) if state_dir is not None else run_folder(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    charge = plan_charge(cfg, labels, data.unit_kind)
+    plan = (
+        plan_count(cfg, len(labels or [None]), data.unit_kind != "record")
+        if cfg.auto_count
+        else None
+    )
+    gen = plan.generation if plan is not None else cfg
+    charges = [plan_charge(gen, labels, data.unit_kind)]
+    if plan is not None:
+        charges.append(count_charge(plan, data.unit_kind))
     if ledger is not None and not (folder / "state.json").is_file():
-        ledger.require_fits(charge, "this synth run")  # refused: no state, nothing written
+        BudgetedRun.start(ledger, "this synth run", *charges)  # refused: nothing written
     state = RunState.open(folder, _settings_digest(cfg, labels, name), cfg.seed, resume)
-    _charge_run(ledger, charge, state.run_id)
-    released = statement(cfg, labels, data.unit_kind, name, cfg.seed)
+    _charge_run(ledger, charges, state.run_id)
+    counts = _draw_counts(state, data, labels, plan, cfg.seed) if plan is not None else None
+    counted = (plan, counts) if plan is not None and counts is not None else None
+    released = statement(cfg, labels, data.unit_kind, name, cfg.seed, counted)
     write_json_atomically(statement_path(out), released)
-    batches = plan_batches(data, cfg.count, cfg.members, state.data["key"], labels)
+    batches = plan_batches(data, gen.count, gen.members, state.data["key"], labels, counts)
     written, lost = state.written(), state.lost()
     _keep_lines(out, len(written))
-    generator = TextGenerator(lm, cfg, folder / "texts.db")
+    generator = TextGenerator(lm, gen, folder / "texts.db")
     for batch in progress_bar(batches, desc="synthetic texts", disable=not progress):
         if batch.index in written or batch.index in lost:
             continue
