@@ -80,7 +80,7 @@ test: lint
 test-gpu: setup
 	$(VENV)/bin/pytest -q -m gpu tests/gpu
 
-bench: bench-cli-help bench-accounting bench-prediction bench-utility bench-screening bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft bench-jft-dialogue bench-prompting bench-service bench-randomness
+bench: bench-cli-help bench-accounting bench-prediction bench-utility bench-screening bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft bench-jft-dialogue bench-prompting bench-service bench-randomness bench-synth
 
 bench-cli-help: setup
 	$(PY) bench/bench_cli_help.py --repeats 5
@@ -126,7 +126,7 @@ bench-jft: setup
 bench-synth: setup
 	$(PIP) install --quiet -c requirements/constraints.txt mauve-text==0.4.0 scikit-learn faiss-cpu pandas accelerate
 	$(PIP) install --quiet --no-deps invink==0.1.0
-	$(PY) bench/bench_synth.py --count 60 --max-tokens 24 --eps 8,3
+	for task in sst2 trec agnews; do $(PY) bench/bench_synth.py --task $$task --count 60 --max-tokens 24 --eps 8,3 || exit 1; done
 
 bench-randomness: setup
 	$(PY) bench/bench_randomness.py --tokens 2000 --models 80 --sample-rate 0.03

@@ -21,13 +21,14 @@ invink 0.1.0 writes one line with Python 3.12's f-string syntax (a print); on Py
 it is loaded with that line's quotes swapped, nothing else changed (``load_invink``).
 invink is a benchmark dependency only (``make bench-synth`` installs it).
 
-Usage: python bench/bench_synth.py [--count 60] [--batch 8] [--max-tokens 24] [--eps 8,3]
-Writes bench/results/synth.json.
+Usage: python bench/bench_synth.py [--task sst2] [--count 60] [--batch 8] [--max-tokens 24] [--eps 8,3]
+Writes bench/results/synth-TASK.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import importlib.util
 import json
@@ -35,6 +36,7 @@ import sys
 import tempfile
 import time
 import types
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,19 +50,42 @@ from privlm.synth import SynthConfig, synthesize
 
 RESULTS = Path(__file__).parent / "results"
 MODEL = "smollm2-135m"
-LABELS = ["negative", "positive"]
-DESCRIPTION = "Write a one-sentence movie review."
 DELTA = 1e-5
 
 
-def sst2(split: str) -> list[Record]:
-    return corpora.sst2(split).records
+@dataclass(frozen=True)
+class Task:
+    """A labelled task of ../shared/data: its labels, private and test records, and the
+    public description both generators get."""
+
+    name: str
+    labels: list[str]
+    description: str
+    train: list[Record]
+    test: list[Record]
 
 
-def balanced(records: list[Record], per_label: int) -> list[Record]:
-    return [r for label in LABELS for r in [x for x in records if x.label == label][:per_label]]
+def task(name: str) -> Task:
+    if name == "sst2":
+        return Task(name, ["negative", "positive"], "Write a one-sentence movie review.",
+                    corpora.sst2("train").records, corpora.sst2("test").records)  # fmt: skip
+    if name == "trec":
+        train, test = corpora.trec("train").records, corpora.trec("test").records
+        labels = sorted({r.label for r in train if r.label})
+        return Task(name, labels, "Write one question someone might ask.", train, test)
+    if name == "agnews":  # only the test split is staged: its first half is the private data
+        rows = corpora.agnews("test").records
+        labels = ["World", "Sports", "Business", "Sci/Tech"]
+        return Task(name, labels, "Write the title and first sentence of a news article.",
+                    rows[: len(rows) // 2], rows[len(rows) // 2 :])  # fmt: skip
+    raise SystemExit(f"unknown task {name!r}: sst2, trec or agnews")
 
 
+def balanced(records: list[Record], labels: list[str], per_label: int) -> list[Record]:
+    return [r for label in labels for r in [x for x in records if x.label == label][:per_label]]
+
+
+@functools.lru_cache(maxsize=1)
 def load_invink() -> Any:
     """invink's ``generate``; on Python < 3.12 its one 3.12-only f-string is re-quoted."""
     if sys.version_info >= (3, 12):
@@ -101,36 +126,43 @@ def features(lm: Any, texts: list[str], batch: int = 16) -> np.ndarray:
     return np.concatenate(out)
 
 
-def scores(lm: Any, texts: list[str], labels: list[str], real: dict[str, Any]) -> dict[str, Any]:
+def normalised(x: np.ndarray) -> np.ndarray:
+    """Each feature vector to unit L2 norm: a per-example map, so DP-SGD's baseline needs no
+    statistic of the private data."""
+    out: np.ndarray = x / np.linalg.norm(x, axis=1, keepdims=True).clip(min=1e-12)
+    return out
+
+
+def scores(
+    lm: Any, texts: list[str], labels: list[str], real: dict[str, Any], t: Task
+) -> dict[str, Any]:
     import mauve
     from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
 
     x = features(lm, texts)
     m = mauve.compute_mauve(p_features=real["mauve_x"], q_features=x, verbose=False,
                             num_buckets=max(2, min(len(texts), len(real["mauve_x"])) // 10))  # fmt: skip
-    clf = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000))
-    y = np.array([LABELS.index(label) for label in labels])
+    clf = LogisticRegression(max_iter=2000)
+    y = np.array([t.labels.index(label) for label in labels])
     acc = None
-    if len(set(y)) == 2:
-        clf.fit(x, y)
-        acc = float(clf.score(real["test_x"], real["test_y"]))
+    if len(set(y)) == len(t.labels):
+        clf.fit(normalised(x), y)
+        acc = float(clf.score(normalised(real["test_x"]), real["test_y"]))
     return {"mauve": float(m.mauve), "accuracy": acc, "texts": len(texts),
-            "mean_words": float(np.mean([len(t.split()) for t in texts]))}  # fmt: skip
+            "mean_words": float(np.mean([len(x.split()) for x in texts]))}  # fmt: skip
 
 
 def run_privlm(
-    lm: Any, private: list[Record], eps: float, mechanism: str, args: Any, tmp: Path
+    lm: Any, private: list[Record], eps: float, mechanism: str, args: Any, tmp: Path, t: Task
 ) -> dict[str, Any]:
     cfg = SynthConfig(epsilon=eps, delta=DELTA, count=args.count, max_tokens=args.max_tokens,
                       members=args.batch - 1, prompt_tokens=args.prompt_tokens,
-                      description=DESCRIPTION, seed=args.seed, mechanism=mechanism,
+                      description=t.description, seed=args.seed, mechanism=mechanism,
                       top_k=args.top_k)  # fmt: skip
     out = tmp / f"privlm-{mechanism}-{eps}.jsonl"
-    t = time.perf_counter()
-    res = synthesize(lm, Dataset(private, "sst2-train"), out, cfg, labels=LABELS, progress=True)
-    wall = time.perf_counter() - t
+    start = time.perf_counter()
+    res = synthesize(lm, Dataset(private, t.name), out, cfg, labels=t.labels, progress=True)
+    wall = time.perf_counter() - start
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     tokens = sum(len(lm.tokenizer(r["text"])["input_ids"]) for r in rows)
     return {"texts": [r["text"] for r in rows], "labels": [r["label"] for r in rows],
@@ -138,38 +170,40 @@ def run_privlm(
             **{k: res.statement[k] for k in ("radius", "alpha", "clip") if k in res.statement}}  # fmt: skip
 
 
-def run_invink(model_dir: Path, private: list[Record], eps: float, args: Any) -> dict[str, Any]:
+def run_invink(
+    model_dir: Path, private: list[Record], eps: float, args: Any, t: Task
+) -> dict[str, Any]:
     generate = load_invink()
     texts, labels, tokens, wall = [], [], 0, 0.0
-    for label in LABELS:
+    for label in t.labels:
         mine = [r.text for r in private if r.label == label]
-        t = time.perf_counter()
+        start = time.perf_counter()
         out = generate(mine, model_name_or_path=str(model_dir),
-                       dataset_desc=f"{DESCRIPTION} Sentiment: {label}.", epsilon=eps,
-                       delta=DELTA, batch_size=args.batch, num=args.count // len(LABELS),
+                       dataset_desc=f"{t.description} Label: {label}.", epsilon=eps,
+                       delta=DELTA, batch_size=args.batch, num=args.count // len(t.labels),
                        max_toks=args.max_tokens, topk=args.top_k, dtype="float32", device_map=-1,
                        allow_download=False, random_seed=args.seed)  # fmt: skip
-        wall += time.perf_counter() - t
-        texts += [t.split("\n")[0].strip() for t in out.texts]
+        wall += time.perf_counter() - start
+        texts += [x.split("\n")[0].strip() for x in out.texts]
         labels += [label] * len(out.texts)
         tokens += int(sum(out.lens))
     return {"texts": texts, "labels": labels, "seconds": wall, "tokens": tokens}
 
 
 @torch.no_grad()
-def run_plain(lm: Any, private: list[Record], args: Any) -> dict[str, Any]:
+def run_plain(lm: Any, private: list[Record], args: Any, t: Task) -> dict[str, Any]:
     """Non-private: each text from the public model prompted with its batch's records (the
     format privlm's members see), one row per token, sampled; the same count and length."""
     tok = lm.tokenizer
     texts, labels, tokens = [], [], 0
-    per_label = args.count // len(LABELS)
-    t = time.perf_counter()
-    for label in LABELS:
+    per_label = args.count // len(t.labels)
+    start = time.perf_counter()
+    for label in t.labels:
         mine = [r.text for r in private if r.label == label]
         size = max(1, len(mine) // per_label)
         for i in range(per_label):
             examples = "".join(f"Text: {x}\n" for x in mine[i * size : (i + 1) * size])
-            prompt = f"{examples}{DESCRIPTION}\nLabel: {label}\nText:"
+            prompt = f"{examples}{t.description}\nLabel: {label}\nText:"
             ids = tok(prompt, return_tensors="pt")["input_ids"][:, -512:]
             out = lm.model.generate(ids, do_sample=True, max_new_tokens=args.max_tokens,
                                     pad_token_id=tok.eos_token_id)  # fmt: skip
@@ -177,7 +211,8 @@ def run_plain(lm: Any, private: list[Record], args: Any) -> dict[str, Any]:
             tokens += int(new.shape[0])
             texts.append(tok.decode(new, skip_special_tokens=True).split("\n")[0].strip())
             labels.append(label)
-    return {"texts": texts, "labels": labels, "seconds": time.perf_counter() - t, "tokens": tokens}
+    return {"texts": texts, "labels": labels, "seconds": time.perf_counter() - start,
+            "tokens": tokens}  # fmt: skip
 
 
 def save_plain(lm: Any, folder: Path) -> None:
@@ -194,44 +229,90 @@ def save_plain(lm: Any, folder: Path) -> None:
     lm.tokenizer.save_pretrained(folder)
 
 
+def dpsgd_accuracy(
+    x: np.ndarray, y: np.ndarray, real: dict[str, Any], eps: float, seed: int
+) -> float:
+    """The same linear classifier (softmax regression on the same normalised features)
+    trained on the real private records with DP-SGD at (ε, δ) per record (Opacus, RDP,
+    σ calibrated; 30 epochs, batch 32, clip 1)."""
+    from opacus import PrivacyEngine
+
+    torch.manual_seed(seed)
+    xs, ys = torch.tensor(normalised(x), dtype=torch.float32), torch.tensor(y)
+    model = torch.nn.Linear(xs.shape[1], int(real["classes"]))
+    opt = torch.optim.SGD(model.parameters(), lr=2.0)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(xs, ys), batch_size=32)
+    engine = PrivacyEngine(accountant="rdp")
+    model, opt, loader = engine.make_private_with_epsilon(
+        module=model, optimizer=opt, data_loader=loader, target_epsilon=eps,
+        target_delta=DELTA, epochs=30, max_grad_norm=1.0,
+    )  # fmt: skip
+    for _ in range(30):
+        for xb, yb in loader:
+            if len(xb) == 0:
+                continue
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(xb), yb).backward()
+            opt.step()
+    with torch.no_grad():
+        test = torch.tensor(normalised(real["test_x"]), dtype=torch.float32)
+        pred = model(test).argmax(-1).numpy()
+    return float((pred == real["test_y"]).mean())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--task", default="sst2", help="sst2, trec or agnews")
     ap.add_argument("--count", type=int, default=60, help="synthetic texts (split over labels)")
     ap.add_argument("--batch", type=int, default=8, help="model rows per token (members + 1)")
     ap.add_argument("--max-tokens", type=int, default=24)
     ap.add_argument("--prompt-tokens", type=int, default=64)
     ap.add_argument("--top-k", type=int, default=100, help="DClip's public top-k (both)")
     ap.add_argument("--eps", default="8,3")
-    ap.add_argument("--real", type=int, default=200, help="SST-2 test sentences for MAUVE")
-    ap.add_argument("--test", type=int, default=400, help="SST-2 test sentences scored")
+    ap.add_argument("--real", type=int, default=200, help="test texts MAUVE compares with")
+    ap.add_argument(
+        "--test", type=int, default=400, help="test texts the classifiers are scored on"
+    )
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, default=RESULTS / "synth.json")
+    ap.add_argument("--out", type=Path, default=None, help="default: results/synth-TASK.json")
     args = ap.parse_args()
+    out = args.out or RESULTS / f"synth-{args.task}.json"
     torch.manual_seed(args.seed)
+    t = task(args.task)
     lm = load_public_model(MODEL, device="cpu", dtype="float32")
-    private = balanced(sst2("train"), args.count * (args.batch - 1) // len(LABELS))
-    test = sst2("test")
+    private = balanced(t.train, t.labels, args.count * (args.batch - 1) // len(t.labels))
+    rng = np.random.default_rng(args.seed)
+    test = [t.test[i] for i in rng.permutation(len(t.test))]  # mixed labels, seeded
     real = {
         "mauve_x": features(lm, [r.text for r in test[: args.real]]),
         "test_x": features(lm, [r.text for r in test[-args.test :]]),
-        "test_y": np.array([LABELS.index(r.label) for r in test[-args.test :]]),
+        "test_y": np.array([t.labels.index(r.label) for r in test[-args.test :]]),
+        "classes": len(t.labels),
     }
-    report: dict[str, Any] = {"settings": vars(args) | {"out": str(args.out)}, "model": MODEL,
-                              "private_records": len(private), "delta": DELTA, "runs": {}}  # fmt: skip
-    report["real_records"] = scores(lm, [r.text for r in private], [r.label for r in private], real)
-    plain = run_plain(lm, private, args)
-    report["non_private"] = {**scores(lm, plain["texts"], plain["labels"], real),
+    report: dict[str, Any] = {"settings": vars(args) | {"out": str(out)}, "model": MODEL,
+                              "task": t.name, "private_records": len(private), "delta": DELTA,
+                              "runs": {}}  # fmt: skip
+    report["real_records"] = scores(
+        lm, [r.text for r in private], [r.label for r in private], real, t
+    )
+    private_x = features(lm, [r.text for r in private])
+    private_y = np.array([t.labels.index(r.label) for r in private])
+    plain = run_plain(lm, private, args, t)
+    report["non_private"] = {**scores(lm, plain["texts"], plain["labels"], real, t),
                              "seconds": plain["seconds"], "tokens": plain["tokens"]}  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         model_dir = tmp / "model"
         save_plain(lm, model_dir)
         for eps in [float(e) for e in args.eps.split(",")]:
-            row: dict[str, Any] = {}
+            row: dict[str, Any] = {"dpsgd_classifier_accuracy": dpsgd_accuracy(
+                private_x, private_y, real, eps, args.seed)}  # fmt: skip
+            print(f"ε={eps:g} DP-SGD classifier on the real records: "
+                  f"{row['dpsgd_classifier_accuracy']:.3f}", flush=True)  # fmt: skip
             for name in ("privlm-pmixed", "privlm-dclip", "invink"):
-                got = (run_invink(model_dir, private, eps, args) if name == "invink" else
-                       run_privlm(lm, private, eps, name.split("-")[1], args, tmp))  # fmt: skip
-                row[name] = {**scores(lm, got["texts"], got["labels"], real),
+                got = (run_invink(model_dir, private, eps, args, t) if name == "invink" else
+                       run_privlm(lm, private, eps, name.split("-")[1], args, tmp, t))  # fmt: skip
+                row[name] = {**scores(lm, got["texts"], got["labels"], real, t),
                              "seconds": got["seconds"], "tokens": got["tokens"],
                              "cost_vs_non_private": got["seconds"] / plain["seconds"],
                              "examples": got["texts"][:3],
@@ -240,6 +321,8 @@ def main() -> None:
                 print(f"ε={eps:g} {name}: MAUVE {r['mauve']:.3f} accuracy {r['accuracy']} "
                       f"{r['cost_vs_non_private']:.2f}× non-private's time", flush=True)  # fmt: skip
             report["runs"][str(eps)] = row
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(report, indent=2, default=str))  # each ε as it lands
             for name in ("privlm-pmixed", "privlm-dclip"):
                 print(
                     f"  {name}/invink time: {row[name]['seconds'] / row['invink']['seconds']:.2f}×"
@@ -248,9 +331,9 @@ def main() -> None:
         f"non-private: MAUVE {report['non_private']['mauve']:.3f} acc "
         f"{report['non_private']['accuracy']}; real records: acc {report['real_records']['accuracy']}"
     )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2, default=str))
-    print(f"wrote {args.out}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2, default=str))
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -34,6 +34,8 @@ class SynthConfig:
         8.0, "Synth: ε per privacy unit of the whole dataset, at δ", gt=0, le=1000
     )
     delta: float = setting(1e-5, "δ", gt=0, lt=1)
+    # PMixED by measurement: higher MAUVE than DClip at ε = 8 and 3, at about the same cost
+    # (docs/results.md, "DP synthetic text against InvisibleInk")
     mechanism: str = setting(
         "pmixed", "Per-token mechanism: pmixed (PMixED's mollified mixture, q = 1) or dclip "
         "(InvisibleInk's clipped exponential mechanism over an expanded public top-k)",
