@@ -287,8 +287,8 @@ def synthesize(
         BudgetedRun.start(ledger, "this synth run", *charges)  # refused: nothing written
     state = RunState.open(folder, _settings_digest(cfg, labels, name), cfg.seed, resume)
     _charge_run(ledger, charges, state.run_id)
-    counts = _draw_counts(state, data, labels, plan, cfg.seed) if plan is not None else None
-    counted = (plan, counts) if plan is not None and counts is not None else None
+    counts = None if plan is None else _draw_counts(state, data, labels, plan, cfg.seed)
+    counted = None if plan is None or counts is None else (plan, counts)
     released = statement(cfg, labels, data.unit_kind, name, cfg.seed, counted)
     write_json_atomically(statement_path(out), released)
     batches = plan_batches(data, gen.count, gen.members, state.data["key"], labels, counts)

@@ -280,6 +280,7 @@ def query_rdp(
     return curve[float(check_alpha(alpha))]
 
 
+@functools.lru_cache(maxsize=1024)
 def solve_radius(
     epsilon_per_query: float,
     alpha: float,
