@@ -227,6 +227,20 @@ def test_canary_exposure_on_the_gpu_matches_the_cpu():
     assert np.allclose(scores[DEVICE], scores["cpu"], atol=1e-3)
 
 
+@pytest.mark.skipif(DEVICE != "cuda", reason="10^5 rows of logits do not fit a CPU dry run")
+def test_canary_exposure_asked_for_more_rows_than_cuda_attention_takes():
+    """At 10^5 rows per pass cuDNN's attention refused to run (bf16, an H200): the audit
+    caps its rows on a GPU and scores as it does in small passes."""
+    from privlm.audit.exposure import candidate_log_likelihoods
+
+    lm = load_public_model("tiny", device=DEVICE, dtype="bfloat16")
+    scores = [
+        candidate_log_likelihoods(lm.model, lm.tokenizer, 6, max_rows=rows, progress=False)
+        for rows in (100_000, 1_000)
+    ]
+    assert np.allclose(scores[0], scores[1], atol=0.05)
+
+
 def test_deployments_share_one_copy_on_the_gpu(adapter_dirs):
     from privlm.models.pool import ModelPool
 

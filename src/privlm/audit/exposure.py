@@ -28,6 +28,8 @@ from privlm.data import Dataset, Record
 from privlm.errors import PrivlmError
 from privlm.models.placement import module_device
 
+CUDA_MAX_ROWS = 50_000  # rows per batched pass on a GPU: under the kernels' grid limit
+
 
 def random_canary(n_digits: int = 6, seed: int | None = None) -> str:
     """A uniformly random digit string. Canaries must be random: a patterned one such as
@@ -82,6 +84,10 @@ def candidate_log_likelihoods(
     device = module_device(model)  # the tree is built and scored on the model's device
     digit_idx = torch.tensor(digit_ids, device=device)
     model.eval()
+    if device.type == "cuda":
+        # CUDA's attention kernels fail on batches past their grid limit (65,535): at 10^5
+        # rows cuDNN's scaled-dot-product attention refuses to run
+        max_rows = min(max_rows, CUDA_MAX_ROWS)
     # split off `head` leading digits so the deepest batch (10^(d-head-1) rows) fits max_rows
     head = max(0, n_digits - 1 - math.floor(math.log10(max(max_rows, 1))))
     scores = np.empty(10**n_digits, dtype=np.float64)

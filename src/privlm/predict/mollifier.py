@@ -42,10 +42,15 @@ def bisection_steps(tol: float) -> int:
 
 
 def _bisect(
-    constraint: Callable[[torch.Tensor], torch.Tensor], rows: int, tol: float
+    constraint: Callable[[torch.Tensor], torch.Tensor],
+    rows: int,
+    tol: float,
+    device: torch.device,
 ) -> torch.Tensor:
-    lo = torch.zeros(rows, dtype=torch.float64)
-    hi = torch.ones(rows, dtype=torch.float64)
+    """The largest λ in [0, 1] (within ``tol``, from below) that ``constraint`` accepts, per
+    row; the bracket lives on the device of the distributions it is tested against."""
+    lo = torch.zeros(rows, dtype=torch.float64, device=device)
+    hi = torch.ones(rows, dtype=torch.float64, device=device)
     ok_at_one = constraint(hi)
     for _ in range(bisection_steps(tol)):
         mid = 0.5 * (lo + hi)
@@ -116,7 +121,7 @@ def _ball_lambdas(
         reverse = _weighted_sum(scratch, p0)
         return (forward <= bound) & (reverse <= bound)  # False for NaN
 
-    return _bisect(inside, r.shape[0], tol)
+    return _bisect(inside, r.shape[0], tol, r.device)
 
 
 def likelihood_ratios(log_p: torch.Tensor, log_p0: torch.Tensor) -> torch.Tensor:
@@ -139,12 +144,15 @@ def pmixed_lambdas(
     x0 = log_p0.double()
     p0 = x0.exp()
     chunks = []
-    for i in range(0, log_p.shape[0], ROW_CHUNK):
-        rows = slice(i, i + ROW_CHUNK)
+    # On a GPU every row at once (one launch per bisection step); on the CPU a few rows at a
+    # time, to keep the float64 working set in cache.
+    step = ROW_CHUNK if log_p.device.type == "cpu" else max(1, log_p.shape[0])
+    for i in range(0, log_p.shape[0], step):
+        rows = slice(i, i + step)
         x0_rows, p0_rows = (x0, p0) if x0.dim() == 1 else (x0[rows], p0[rows])
         r = likelihood_ratios(log_p[rows], x0_rows)
         chunks.append(_ball_lambdas(r, p0_rows, order, radius, tol))
-    return torch.cat(chunks) if chunks else torch.zeros(0, dtype=torch.float64)
+    return torch.cat(chunks) if chunks else torch.zeros(0, dtype=torch.float64, device=log_p.device)
 
 
 def submix_lambdas(
@@ -179,4 +187,4 @@ def submix_lambdas(
         s = torch.log((p0 * _pow(ta, alpha) * _pow(tb, 1.0 - alpha)).sum(dim=-1))
         return torch.nan_to_num(s, nan=torch.inf) <= limit
 
-    return _bisect(ok, log_h.shape[0], tol)
+    return _bisect(ok, log_h.shape[0], tol, ra.device)

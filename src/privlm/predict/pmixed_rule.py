@@ -56,7 +56,11 @@ def pmixed_mixture(
     same for every S (module docstring)."""
     x0 = log_p0.double()
     n = log_p.shape[0]
-    mask = torch.ones(n, dtype=torch.bool) if members is None else members.to(torch.bool)
+    mask = (
+        torch.ones(n, dtype=torch.bool, device=log_p.device)
+        if members is None
+        else members.to(device=log_p.device, dtype=torch.bool)
+    )
     if mask.shape != (n,):
         raise ValueError(f"members must be a mask of the {n} rows, got shape {tuple(mask.shape)}")
     lam = pmixed_lambdas(log_p, x0, ball_order(alpha), radius, tol)
