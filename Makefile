@@ -127,6 +127,7 @@ bench-synth: setup
 	$(PIP) install --quiet -c requirements/constraints.txt mauve-text==0.4.0 scikit-learn faiss-cpu pandas accelerate
 	$(PIP) install --quiet --no-deps invink==0.1.0
 	for task in sst2 trec agnews; do $(PY) bench/bench_synth.py --task $$task --count 60 --max-tokens 24 --eps 8,3 || exit 1; done
+	for task in sst2 trec agnews; do $(PY) bench/bench_synth_lm.py --task $$task || exit 1; done
 
 bench-randomness: setup
 	$(PY) bench/bench_randomness.py --tokens 2000 --models 80 --sample-rate 0.03

@@ -299,7 +299,8 @@ def main() -> None:
     private_y = np.array([t.labels.index(r.label) for r in private])
     plain = run_plain(lm, private, args, t)
     report["non_private"] = {**scores(lm, plain["texts"], plain["labels"], real, t),
-                             "seconds": plain["seconds"], "tokens": plain["tokens"]}  # fmt: skip
+                             "seconds": plain["seconds"], "tokens": plain["tokens"],
+                             "all_texts": plain["texts"], "all_labels": plain["labels"]}  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         model_dir = tmp / "model"
@@ -316,6 +317,7 @@ def main() -> None:
                              "seconds": got["seconds"], "tokens": got["tokens"],
                              "cost_vs_non_private": got["seconds"] / plain["seconds"],
                              "examples": got["texts"][:3],
+                             "all_texts": got["texts"], "all_labels": got["labels"],
                              **{k: got[k] for k in ("radius", "alpha", "clip") if k in got}}  # fmt: skip
                 r = row[name]
                 print(f"ε={eps:g} {name}: MAUVE {r['mauve']:.3f} accuracy {r['accuracy']} "
