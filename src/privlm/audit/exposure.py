@@ -28,7 +28,7 @@ from privlm.data import Dataset, Record
 from privlm.errors import PrivlmError
 from privlm.models.placement import module_device
 
-CUDA_MAX_ROWS = 50_000  # rows per batched pass on a GPU: under the kernels' grid limit
+CUDA_MAX_ROWS = 50_000  # rows per batched pass on a GPU (see candidate_log_likelihoods)
 
 
 def random_canary(n_digits: int = 6, seed: int | None = None) -> str:
@@ -85,8 +85,8 @@ def candidate_log_likelihoods(
     digit_idx = torch.tensor(digit_ids, device=device)
     model.eval()
     if device.type == "cuda":
-        # CUDA's attention kernels fail on batches past their grid limit (65,535): at 10^5
-        # rows cuDNN's scaled-dot-product attention refuses to run
+        # at 10^5 rows per pass cuDNN's scaled-dot-product attention refused to run (an
+        # H200, docs/results.md "On a GPU"); 50,000 stays under CUDA's 65,535 grid rows
         max_rows = min(max_rows, CUDA_MAX_ROWS)
     # split off `head` leading digits so the deepest batch (10^(d-head-1) rows) fits max_rows
     head = max(0, n_digits - 1 - math.floor(math.log10(max(max_rows, 1))))

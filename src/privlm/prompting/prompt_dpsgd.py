@@ -162,7 +162,8 @@ class BatchedSoftPrompt(torch.nn.Module):
         self.prompt: torch.nn.Module = peft_model.prompt_encoder[adapter]
         self.base: Any = peft_model.get_base_model()
         n = cast(PromptLearningConfig, peft_model.peft_config[adapter]).num_virtual_tokens
-        # PEFT keeps its virtual-token ids on the CPU whatever the model's device
+        # PEFT keeps its virtual-token ids on the CPU whatever the model's device; as a buffer
+        # they follow this module from here on
         device = next(self.prompt.parameters()).device
         self.register_buffer(
             "tokens", peft_model.prompt_tokens[adapter][:n].clone().to(device), persistent=False
@@ -170,8 +171,7 @@ class BatchedSoftPrompt(torch.nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Any:
         b = input_ids.size(0)
-        tokens = self.tokens.to(input_ids.device)
-        prompts = self.prompt(tokens.unsqueeze(0).expand(b, -1))
+        prompts = self.prompt(self.tokens.unsqueeze(0).expand(b, -1))
         embeds = self.base.get_input_embeddings()(input_ids)
         ones = torch.ones(
             b, prompts.size(1), dtype=attention_mask.dtype, device=attention_mask.device
