@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import requires_data
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -152,6 +154,7 @@ def test_the_installed_wheel_names_what_is_missing_and_how_to_get_it(installed, 
     assert "Traceback" not in corpora.stderr
 
 
+@requires_data  # the local mirror serves the staged corpora
 def test_the_installed_wheel_fetches_a_corpus(installed, tmp_path):
     """``privlm data fetch`` from a local mirror of the pinned sources (no GitHub here), into
     the cache, where the installed privlm then finds it with no PRIVLM_DATA."""
