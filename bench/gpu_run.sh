@@ -6,7 +6,9 @@
 #   bench/gpu_run.sh            # on the GPU machine, from the repository root
 #
 # privlm runs from src/ (PYTHONPATH); wheels of what the machine's image lacks may be
-# carried in .whl/ and are installed into /tmp/site first.
+# carried in .whl/ and are installed into /tmp/site first. Environment: TEST_S, BENCH1_S and
+# BENCH8_S (seconds per stage, 0 skips it), SECTIONS1/SECTIONS8, and ARGS1/ARGS8 (extra
+# bench_gpu.py flags, e.g. ARGS1='--tokens 128').
 set -u
 OUT=${OUT:-bench/results/gpu-run}
 mkdir -p "$OUT"
@@ -43,6 +45,6 @@ stage() {  # stage NAME SECONDS COMMAND...: run, time-boxed, logged
 stage test-gpu "${TEST_S:-150}" $PY -m pytest -q -m gpu tests/gpu -p no:cacheprovider \
   -o addopts="-ra --strict-markers" --timeout 150
 stage bench-1b "${BENCH1_S:-220}" $PY bench/bench_gpu.py --models llama-3.2-1b \
-  --sections "${SECTIONS1:-pmixed,submix,dpsgd,exposure,pate}" --out "$OUT/gpu-1b.json"
+  --sections "${SECTIONS1:-pmixed,submix,dpsgd,exposure,pate}" --out "$OUT/gpu-1b.json" ${ARGS1:-}
 stage bench-8b "${BENCH8_S:-150}" $PY bench/bench_gpu.py --models llama-3.1-8b \
-  --sections pmixed,dpsgd --out "$OUT/gpu-8b.json"
+  --sections "${SECTIONS8:-dpsgd,pmixed}" --out "$OUT/gpu-8b.json" ${ARGS8:-}
