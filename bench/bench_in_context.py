@@ -118,7 +118,7 @@ def private_run(
     """PMixED (ε = 8, δ = 1e-5, α = 3, T = the tokens scored, per-unit bound) over an
     in-context ensemble of ``members`` parts built by privlm, ``--runs`` deployments per
     rate, each with its own budget (bench_utility's q_sweep: one forward pass per block)."""
-    from bench_utility import q_sweep
+    from bench_utility import parse_caps, q_sweep
 
     data = Dataset(list(records), "wikitext2-train", unit_kind="record")
     out = cache_dir() / "bench" / f"in-context-{args.records}-{members}-{args.prefix_tokens}"
@@ -129,7 +129,10 @@ def private_run(
     loaded = load_ensemble(out, device="cpu")
     rates = [float(x) for x in args.rates.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
-        sweep = q_sweep(loaded.engine, loaded.model.tokenizer, blocks, rates, args.runs, Path(tmp))
+        sweep = q_sweep(
+            loaded.engine, loaded.model.tokenizer, blocks, rates, args.runs, Path(tmp),
+            parse_caps(args.caps),
+        )  # fmt: skip
     return {"members": members, "build_seconds": built, "q_sweep": sweep}
 
 
@@ -148,6 +151,7 @@ def main() -> None:
     )
     ap.add_argument("--rates", default="1", help="PMixED sampling rates of the private runs")
     ap.add_argument("--runs", type=int, default=3, help="deployments per rate (own budgets)")
+    ap.add_argument("--caps", default="1", help="PMixED λ caps of the private runs, e.g. 1,0.5")
     ap.add_argument("--out", default="in_context.json")
     args = ap.parse_args()
     records = corpora.wikitext2("train").records[: args.records]
@@ -200,7 +204,8 @@ def main() -> None:
     for r in private:
         for row in r["q_sweep"]:
             print(
-                f"PMixED in-context N = {r['members']} q = {row['q']:g}: radius "
+                f"PMixED in-context N = {r['members']} q = {row['q']:g} λ cap "
+                f"{row.get('lambda_cap', 1.0):g}: radius "
                 f"{row['radius']:.3f}, perplexity {row['mean']:.3f} ± {row['sd']:.3f} "
                 f"({row['runs']} runs), gap closed {(ppl['public'] - row['mean']) / gap:6.1%}, "
                 f"median λ {row['median_lambda']:.4f}, ε spent {row['epsilon_spent']:.3f}, "

@@ -61,8 +61,9 @@ class LambdaRecordingPMixED(PMixED):
     def release(self, log_probs_all: torch.Tensor) -> torch.Tensor:
         members = sample_members(self.rng, self.engine.n_adapters, self.config.sample_rate)
         mix = pmixed_mixture(
-            log_probs_all[1:], log_probs_all[0], self.config.alpha, self.radius, members
-        )
+            log_probs_all[1:], log_probs_all[0], self.config.alpha, self.radius, members,
+            lambda_cap=self.config.lambda_cap,
+        )  # fmt: skip
         self.lambdas.extend(mix.lambdas[members].tolist())  # the sampled members' weights
         return mix.log_probs
 
@@ -157,14 +158,14 @@ class SharedForward:
 
 
 def pmixed_predictor(
-    engine: Any, tokenizer: Any, ledger: Path, q: float, queries: int
+    engine: Any, tokenizer: Any, ledger: Path, q: float, queries: int, cap: float = 1.0
 ) -> LambdaRecordingPMixED:
     """PMixED (ε = 8, δ = 1e-5, α = 3) under the per-unit bound, with its own budget and
-    fresh subsets."""
+    fresh subsets, λ capped at ``cap``."""
     led = PrivacyLedger(ledger, "pm", Budget(EPSILON, DELTA))
     cfg = PMixEDConfig(
         epsilon=EPSILON, delta=DELTA, alpha=3, queries=queries, sample_rate=q,
-        bound=PER_UNIT_BOUNDS[0],
+        bound=PER_UNIT_BOUNDS[0], lambda_cap=cap,
     )  # fmt: skip
     return LambdaRecordingPMixED(engine, tokenizer, led, cfg)
 
@@ -198,33 +199,44 @@ def score_together(
 
 def q_sweep(
     engine: EnsembleEngine, tokenizer: Any, blocks: list[list[int]], rates: list[float],
-    runs: int, tmp: Path,
+    runs: int, tmp: Path, caps: tuple[float, ...] = (1.0,),
 ) -> list[dict[str, Any]]:  # fmt: skip
-    """PMixED under the per-unit bound at each sampling rate q, ``runs`` deployments each
-    (each with its own budget and fresh subsets), scored on one shared forward pass per
-    block: the perplexity's mean and standard deviation, the radius and the median λ. (Time
-    per token is bench_prediction's: the work per query is the same at every q, every
-    member being solved while the subset is secret.)"""
+    """PMixED under the per-unit bound at each sampling rate q and λ cap, ``runs``
+    deployments each (each with its own budget and fresh subsets), scored on one shared
+    forward pass per block: the perplexity's mean and standard deviation, the radius and
+    the median λ. (Time per token is bench_prediction's: the work per query is the same at
+    every q, every member being solved while the subset is secret.)"""
     shared, queries = SharedForward(engine), sum(len(b) - 1 for b in blocks)
+    settings = [(q, cap) for q in rates for cap in caps]
     predictors = {
-        (q, run): pmixed_predictor(shared, tokenizer, tmp / f"q{q}-{run}.db", q, queries)
-        for q in rates
+        (q, cap, run): pmixed_predictor(
+            shared, tokenizer, tmp / f"q{q}-c{cap}-{run}.db", q, queries, cap
+        )
+        for q, cap in settings
         for run in range(runs)
-    }
+    }  # fmt: skip
     with SharedLambdas():
-        scored = score_together({f"{q}/{run}": pm for (q, run), pm in predictors.items()}, blocks)
+        scored = score_together(
+            {f"{q}/{cap}/{run}": pm for (q, cap, run), pm in predictors.items()}, blocks
+        )
     out = []
-    for q in rates:
-        rows = [scored[f"{q}/{run}"] for run in range(runs)]
+    for q, cap in settings:
+        rows = [scored[f"{q}/{cap}/{run}"] for run in range(runs)]
         ppls = [r["perplexity"] for r in rows]
         out.append({
-            "q": q, "runs": runs, "perplexities": ppls, "mean": statistics.fmean(ppls),
-            "sd": statistics.stdev(ppls) if runs > 1 else 0.0, "radius": rows[0]["radius"],
+            "q": q, "lambda_cap": cap, "runs": runs, "perplexities": ppls,
+            "mean": statistics.fmean(ppls), "sd": statistics.stdev(ppls) if runs > 1 else 0.0,
+            "radius": rows[0]["radius"],
             "median_lambda": statistics.fmean(r["median_lambda"] for r in rows),
             "epsilon_spent": max(r["epsilon_spent"] for r in rows),
             "mix_seconds_per_token": statistics.fmean(r["seconds"] for r in rows) / queries,
         })  # fmt: skip
     return out
+
+
+def parse_caps(text: str) -> tuple[float, ...]:
+    """``--caps 1,0.5`` → (1.0, 0.5)."""
+    return tuple(float(x) for x in text.split(",") if x) or (1.0,)
 
 
 def submix_row(
@@ -259,6 +271,9 @@ def main() -> None:
     )
     ap.add_argument("--runs", type=int, default=3, help="deployments per rate (each its own)")
     ap.add_argument(
+        "--caps", default="1", help="PMixED λ caps to compare (PMixEDConfig.lambda_cap), e.g. 1,0.5"
+    )
+    ap.add_argument(
         "--pmixed-only", action="store_true",
         help="train and score only what the q sweep needs: the public model, the fine-tuned "
         "model (the gap), the ensemble and PMixED",
@@ -292,8 +307,10 @@ def main() -> None:
     ).perplexity
     rates = sorted({q, *(float(x) for x in args.q_sweep.split(",") if x)})
     with tempfile.TemporaryDirectory() as tmp:
-        sweep = q_sweep(pm_engine, lm.tokenizer, blocks, rates, args.runs, Path(tmp))
-    head = next(r for r in sweep if r["q"] == q)  # the configured q: its first run
+        sweep = q_sweep(
+            pm_engine, lm.tokenizer, blocks, rates, args.runs, Path(tmp), parse_caps(args.caps)
+        )
+    head = next(r for r in sweep if r["q"] == q)  # the configured q (first cap): its first run
     pmixed = {PER_UNIT_BOUNDS[0]: {
         "perplexity": head["perplexities"][0], "radius": head["radius"],
         "median_lambda": head["median_lambda"], "epsilon_spent": head["epsilon_spent"],
@@ -319,7 +336,7 @@ def main() -> None:
         )
     for row in sweep:
         print(
-            f"PMixED q = {row['q']:<5g} radius {row['radius']:.3f}  perplexity "
+            f"PMixED q = {row['q']:<5g} λ cap {row['lambda_cap']:<4g} radius {row['radius']:.3f}  perplexity "
             f"{row['mean']:.3f} ± {row['sd']:.3f} ({row['runs']} runs)  gap closed "
             f"{(ppl['public'] - row['mean']) / gap:6.1%}  median λ {row['median_lambda']:.4f}"
         )

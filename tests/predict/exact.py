@@ -35,21 +35,24 @@ def random_pmf(rng, v, concentration):
     return p / p.sum()
 
 
-def pmixed_output(models, p0, alpha, radius):
+def pmixed_output(models, p0, alpha, radius, lambda_cap=1.0):
     """The released pmf for a fixed set of models (no subsampling)."""
     lp = torch.log(torch.from_numpy(np.array(models))) if models else torch.zeros(0, len(p0))
-    mix = pmixed_mixture(lp, torch.log(torch.from_numpy(p0)), alpha, radius, tol=1e-13)
+    mix = pmixed_mixture(
+        lp, torch.log(torch.from_numpy(p0)), alpha, radius, tol=1e-13, lambda_cap=lambda_cap
+    )
     return mix.log_probs.exp().numpy()
 
 
-def pmixed_poisson_output(models, p0, alpha, radius, q):
+def pmixed_poisson_output(models, p0, alpha, radius, q, lambda_cap=1.0):
     """Exact output pmf over the Poisson subsampling randomness: enumerate every subset."""
     n = len(models)
     total = np.zeros(len(p0))
     for r in range(n + 1):
         for subset in itertools.combinations(range(n), r):
             weight = q**r * (1 - q) ** (n - r)
-            total += weight * pmixed_output([models[j] for j in subset], p0, alpha, radius)
+            chosen = [models[j] for j in subset]
+            total += weight * pmixed_output(chosen, p0, alpha, radius, lambda_cap)
     return total
 
 

@@ -100,9 +100,9 @@ def test_every_step_mixes_every_member_given_the_full_context(engine, tmp_path, 
     seen = []
     real = module.pmixed_mixture
 
-    def record(members_lp, public, alpha, radius, members):
+    def record(members_lp, public, alpha, radius, members, **options):
         seen.append((members_lp.clone(), public.clone(), members.clone()))
-        return real(members_lp, public, alpha, radius, members)
+        return real(members_lp, public, alpha, radius, members, **options)
 
     monkeypatch.setattr(module, "pmixed_mixture", record)
     gen = pm.generate("Hello there", max_new_tokens=8)
@@ -162,8 +162,10 @@ def test_tokens_released_under_the_per_part_bound_are_restated_per_unit(engine, 
 
 
 def test_a_deployment_that_overspent_per_unit_refuses_with_the_reason(engine, tmp_path):
+    # q = 0.3: at q = 0.03 and N ≤ 4 the per-unit bound's floor (the empty subset answers
+    # p₀ with probability ≥ 0.88) makes the per-unit charge smaller than the per-part one
     eng, tok = engine
-    cfg = PMixEDConfig(epsilon=8.0, delta=1e-5, alpha=3, queries=12, sample_rate=0.03)
+    cfg = PMixEDConfig(epsilon=8.0, delta=1e-5, alpha=3, queries=12, sample_rate=0.3)
     ledger = _legacy_ledger(tmp_path, cfg, eng.n_adapters, tokens=12)
     charges = ledger.count()
     pm = PMixED(eng, tok, ledger, cfg, seed=0)
@@ -174,7 +176,7 @@ def test_a_deployment_that_overspent_per_unit_refuses_with_the_reason(engine, tm
     assert ledger.count() == charges + 1 and ledger.spent().epsilon > cfg.epsilon
     assert "per-part bound" in (ledger.overdrawn() or "")
     restated = sum(
-        analysis.query_rdp(float(c.params["radius"]), 3, eng.n_adapters, 0.03)
+        analysis.query_rdp(float(c.params["radius"]), 3, eng.n_adapters, 0.3)
         for c in ledger.charges()
         if c.mechanism == "pmixed"
     )

@@ -41,13 +41,14 @@ AUDIT_MEMBERS = [np.array([0.823609, 0.122058, 0.054333]), np.array([0.998297, 0
 AUDIT_REPLACEMENT = np.array([0.046255, 0.163954, 0.789791])
 
 
-def worst_ratio_exact(p0, members, replacement, radius, q, alpha=ALPHA) -> float:
+def worst_ratio_exact(p0, members, replacement, radius, q, alpha=ALPHA, cap=1.0) -> float:
     """max over orders 2..α and both directions of the exact divergence over the charge,
-    member 0 replaced, every Poisson subset enumerated through privlm's mixture code."""
+    member 0 replaced, every Poisson subset enumerated through privlm's mixture code (λ
+    capped at ``cap``, and charged for it)."""
     n = len(members)
-    curve = pm.query_rdp_curve(radius, alpha, n, q)
-    before = pmixed_poisson_output(members, p0, alpha, radius, q)
-    after = pmixed_poisson_output([replacement, *members[1:]], p0, alpha, radius, q)
+    curve = pm.query_rdp_curve(radius, alpha, n, q, lambda_cap=cap)
+    before = pmixed_poisson_output(members, p0, alpha, radius, q, cap)
+    after = pmixed_poisson_output([replacement, *members[1:]], p0, alpha, radius, q, cap)
     return max(
         max(renyi(before, after, k), renyi(after, before, k)) / curve[float(k)]
         for k in range(2, alpha + 1)
@@ -65,14 +66,20 @@ def test_the_audit_case_exceeds_the_per_part_charge_and_not_the_per_unit_one():
     assert worst_ratio_exact(AUDIT_P0, AUDIT_MEMBERS, AUDIT_REPLACEMENT, radius, q) <= 1.0
 
 
-def mollified(models: list[np.ndarray], p0: np.ndarray, radius: float) -> np.ndarray:
-    lam = pmixed_lambdas(
-        torch.log(torch.from_numpy(np.array(models))),
-        torch.log(torch.from_numpy(p0)),
-        pm.ball_order(ALPHA),
-        radius,
-        tol=1e-13,
-    ).numpy()
+def mollified(
+    models: list[np.ndarray], p0: np.ndarray, radius: float, cap: float = 1.0
+) -> np.ndarray:
+    lam = (
+        pmixed_lambdas(
+            torch.log(torch.from_numpy(np.array(models))),
+            torch.log(torch.from_numpy(p0)),
+            pm.ball_order(ALPHA),
+            radius,
+            tol=1e-13,
+        )
+        .clamp(max=cap)
+        .numpy()
+    )
     return lam[:, None] * np.array(models) + (1 - lam[:, None]) * p0
 
 
@@ -136,16 +143,17 @@ def _renyi64(p: np.ndarray, r: np.ndarray, k: int) -> float:
     return float(np.log(np.sum(p**k * r ** (1 - k))) / (k - 1))
 
 
-def search(n: int, q: float, starts: int, evaluations: int, seed: int = 0):
+def search(n: int, q: float, starts: int, evaluations: int, seed: int = 0, cap: float = 1.0):
     """Nelder–Mead from random logits (up to ±10: rare tokens included) over p₀, the N
-    members and the replacement; returns the largest ratio found and its pmfs."""
+    members and the replacement (λ capped at ``cap``); returns the largest ratio found and
+    its pmfs."""
     vocab = 3
-    radius = pm.solve_radius(DEFAULT_PER_QUERY, ALPHA, n, q)
-    curve = pm.query_rdp_curve(radius, ALPHA, n, q)
+    radius = pm.solve_radius(DEFAULT_PER_QUERY, ALPHA, n, q, lambda_cap=cap)
+    curve = pm.query_rdp_curve(radius, ALPHA, n, q, lambda_cap=cap)
 
     def ratio(x: np.ndarray) -> float:
         p0, *models = _pmfs(x, vocab, n + 2)
-        mixed = mollified(models, p0, radius)
+        mixed = mollified(models, p0, radius, cap)
         before = _release(mixed[:n], p0, q)
         after = _release(np.vstack([mixed[n], mixed[1:n]]), p0, q)
         return max(

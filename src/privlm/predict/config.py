@@ -49,6 +49,14 @@ class PMixEDConfig:
         "a small q buys a larger radius only for a small ensemble: see privlm plan pmixed)",
         gt=0, le=1,
     )  # fmt: skip
+    lambda_cap: float = setting(
+        1.0,
+        "PMixED: the largest weight λ a member's model may take in its mixture with the "
+        "public model (1: the paper's rule). Below 1 every member keeps a share of the "
+        "public model, which the per-unit bound turns into a larger radius: worth it when "
+        "members sit far from the public model (in-context members); see privlm plan pmixed",
+        gt=0, le=1,
+    )  # fmt: skip
     bound: str = setting(
         analysis.DEFAULT_BOUND,
         "PMixED: the per-query bound. replacement: per unit (one unit changes one member's "
@@ -78,9 +86,12 @@ class PMixEDConfig:
     def query_cost(self, n_models: int) -> tuple[float, RdpCurve]:
         """The radius ρ* for an ensemble of ``n_models``, and one query's RDP curve there."""
         radius = analysis.solve_radius(
-            self.per_query_rdp, self.alpha, n_models, self.sample_rate, bound=self.bound
+            self.per_query_rdp, self.alpha, n_models, self.sample_rate, bound=self.bound,
+            lambda_cap=self.lambda_cap,
+        )  # fmt: skip
+        curve = analysis.query_rdp_curve(
+            radius, self.alpha, n_models, self.sample_rate, self.bound, self.lambda_cap
         )
-        curve = analysis.query_rdp_curve(radius, self.alpha, n_models, self.sample_rate, self.bound)
         return radius, RdpCurve.from_mapping(curve)
 
     def lifetime_curve(self, n_models: int) -> RdpCurve:

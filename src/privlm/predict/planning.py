@@ -15,8 +15,9 @@ PAPER_SIZES = 10  # the paper's per-size β* is shown for subsets of 1..10 model
 def plan_pmixed(cfg: PMixEDConfig, n: int) -> dict[str, Any]:
     """Per-query RDP budget, the RD-ball radius privlm uses and the relation it is for, and
     the paper's per-part radii and β* for comparison only."""
-    per_query, q, a = cfg.per_query_rdp, cfg.sample_rate, cfg.alpha
-    radius = analysis.solve_radius(per_query, a, n, q, bound=cfg.bound)
+    per_query, q, a, cap = cfg.per_query_rdp, cfg.sample_rate, cfg.alpha, cfg.lambda_cap
+    radius = analysis.solve_radius(per_query, a, n, q, bound=cfg.bound, lambda_cap=cap)
+    uncapped = analysis.solve_radius(per_query, a, n, q, bound=cfg.bound)
     per_part = {
         b: analysis.solve_radius(per_query, a, n, q, bound=b) for b in analysis.PER_PART_BOUNDS
     }
@@ -26,9 +27,10 @@ def plan_pmixed(cfg: PMixEDConfig, n: int) -> dict[str, Any]:
         "rdp_budget": per_query * cfg.queries, "per_query_rdp_budget": per_query,
         "ball_order": analysis.ball_order(a), "bound": cfg.bound,
         "relation": analysis.relation(cfg.bound), "per_unit": analysis.is_per_unit(cfg.bound),
-        "radius": radius, "member_weight": analysis.replacement_weight(n, q),
+        "radius": radius, "lambda_cap": cap, "radius_without_cap": uncapped,
+        "member_weight": analysis.replacement_weight(n, q),
         "per_part_radius_for_comparison": per_part,
-        "per_query_rdp_charged": analysis.query_rdp(radius, a, n, q, cfg.bound),
+        "per_query_rdp_charged": analysis.query_rdp(radius, a, n, q, cfg.bound, cap),
         "paper_theorem51_beta_no_subsampling": analysis.paper_theorem51_beta(per_query, a, n),
         "paper_beta_at_realised_size": {
             m: analysis.paper_realised_size_beta(per_query, a, m, q)
@@ -44,6 +46,11 @@ def plan_pmixed(cfg: PMixEDConfig, n: int) -> dict[str, Any]:
         f"{out['per_query_rdp_charged']:.4g}",
         f"  RD ball at order 2α = {2 * a}: radius ρ* = {radius:.4g} (N = {n}, q = {q:g}, "
         f"{cfg.bound} bound; one member's weight in a release w = {out['member_weight']:.4g})",
+        *(
+            [f"  λ capped at {cap:g}: every member keeps {1 - cap:.3g} of the public model; "
+             f"without the cap ρ* = {uncapped:.4g}"]
+            if cap < 1 else []
+        ),
         "  for comparison only, the paper's per-part relation (one member added or removed) "
         "would allow " + ", ".join(f"ρ = {r:.4g} ({b})" for b, r in per_part.items())
         + "; privlm never charges a per-unit ledger with it",

@@ -135,8 +135,9 @@ def _radius_left(
             None,
         )
     radius = analysis.solve_radius(
-        left_rdp / (cfg.queries - used), cfg.alpha, n_models, cfg.sample_rate
-    )
+        left_rdp / (cfg.queries - used), cfg.alpha, n_models, cfg.sample_rate,
+        lambda_cap=cfg.lambda_cap,
+    )  # fmt: skip
     return None, radius
 
 
@@ -180,8 +181,9 @@ class PMixED(StreamingPredictor):
         if radius is not None:
             self.radius = radius
             curve = analysis.query_rdp_curve(
-                radius, self.config.alpha, self.engine.n_adapters, self.config.sample_rate
-            )
+                radius, self.config.alpha, self.engine.n_adapters, self.config.sample_rate,
+                lambda_cap=self.config.lambda_cap,
+            )  # fmt: skip
             self.query_curve = RdpCurve.from_mapping(curve)
 
     # -- budget ------------------------------------------------------------------------------
@@ -214,6 +216,7 @@ class PMixED(StreamingPredictor):
                     "alpha": self.config.alpha,
                     "members": self.engine.n_adapters,
                     "bound": self.config.bound,
+                    "lambda_cap": self.config.lambda_cap,
                 },
             )
         )
@@ -225,8 +228,9 @@ class PMixED(StreamingPredictor):
         fresh Poisson subset, and the same work whatever it is (:mod:`pmixed_rule`)."""
         members = sample_members(self.rng, self.engine.n_adapters, self.config.sample_rate)
         mix = pmixed_mixture(
-            log_probs_all[1:], log_probs_all[0], self.config.alpha, self.radius, members
-        )
+            log_probs_all[1:], log_probs_all[0], self.config.alpha, self.radius, members,
+            lambda_cap=self.config.lambda_cap,
+        )  # fmt: skip
         return mix.log_probs
 
     def exhausted(self) -> bool:

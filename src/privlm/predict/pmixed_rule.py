@@ -48,10 +48,14 @@ def pmixed_mixture(
     radius: float,
     members: torch.Tensor | None = None,
     tol: float = LAMBDA_TOL,
+    lambda_cap: float = 1.0,
 ) -> PMixedMixture:
     """(1/|S|) Σ_{i∈S} λ_i p_i + (1 − λ_i) p₀ over the rows of ``log_p`` (shape (N, V)) that
     ``members`` (a boolean mask of N; every row when None) selects; p₀ when S is empty.
 
+    λ_i is Eq. 5's, capped at ``lambda_cap`` (1: the paper's rule): a smaller λ keeps the
+    mixture inside the ball (the divergence grows with λ), and the cap is what the per-unit
+    bound's floor term reads (:func:`privlm.accounting.analysis.pmixed.public_floor`).
     Every row's λ is solved and every row enters one weighted sum, so the operations are the
     same for every S (module docstring)."""
     x0 = log_p0.double()
@@ -63,7 +67,7 @@ def pmixed_mixture(
     )
     if mask.shape != (n,):
         raise ValueError(f"members must be a mask of the {n} rows, got shape {tuple(mask.shape)}")
-    lam = pmixed_lambdas(log_p, x0, ball_order(alpha), radius, tol)
+    lam = pmixed_lambdas(log_p, x0, ball_order(alpha), radius, tol).clamp(max=lambda_cap)
     weight = mask.double() / mask.sum().clamp_min(1).double()  # 1/|S| on S; all 0 if S = ∅
     c = weight * lam
     p = torch.exp(log_p.double())

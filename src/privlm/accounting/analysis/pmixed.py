@@ -188,21 +188,52 @@ def _log_central_moment(j: int, r: float, max_order: float) -> float:
     return float(np.logaddexp(_log_expm1((j - 1) * r), log_chi2))
 
 
+def check_lambda_cap(lambda_cap: float) -> float:
+    """The largest mixing weight λ a member may take: in (0, 1] (1: the paper's rule)."""
+    cap = float(lambda_cap)
+    if not 0.0 < cap <= 1.0:
+        raise AccountingError(f"the λ cap must lie in (0, 1], got {lambda_cap!r}")
+    return cap
+
+
+def public_floor(n_models: int, sample_rate: float, lambda_cap: float = 1.0) -> float:
+    """γ: the release is at least γ·p₀ at every token, whatever the members and the subset.
+
+    The empty subset (probability c = (1−q)^N) answers p₀, and every mollified member
+    λ_i p_i + (1 − λ_i) p₀ with λ_i ≤ cap is at least (1 − cap)·p₀, so any average of them
+    is too: γ = c + (1 − c)(1 − cap)."""
+    n, q, cap = int(n_models), float(sample_rate), check_lambda_cap(lambda_cap)
+    c = 0.0 if q >= 1.0 else math.exp(n * math.log1p(-q))
+    return c + (1.0 - c) * (1.0 - cap)
+
+
 def replacement_rdp(
-    radius: float, order: int, n_models: int, sample_rate: float, alpha: float
+    radius: float,
+    order: int,
+    n_models: int,
+    sample_rate: float,
+    alpha: float,
+    lambda_cap: float = 1.0,
 ) -> float:
     """ε_R(k): RDP at order k ≤ α of one PMixED query, one member replaced (per unit).
 
     Marginalised over the Poisson subset, the release is P = (1−w)·A + w·X against
     P' = (1−w)·A + w·Y (w of :func:`replacement_weight`; X, Y the old and new member, A the
     rest, all in the order-2α ball). The binomial expansion of E_{P'}[(P/P')^k] (the first
-    order vanishes), Minkowski's inequality, and convexity over P' = c·p₀ + (1−c)·Z with
-    c = (1−q)^N give (docs/sharp_edges.md, "PMixED per unit")::
+    order vanishes) bounds the j-th term by M_j = Σ |X − Y|^j P'^{1−j}, and each M_j by the
+    smaller of two bounds (docs/sharp_edges.md, "PMixED per unit")::
 
-        ε_R(k) = log(1 + Σ_{j=2..k} C(k,j) (2w)^j [c·μ_j(ρ) + (1−c)·μ_j(d*)]) / (k−1)
+        through Z:  (2)^j [c·μ_j(ρ) + (1−c)·μ_j(d*)]     (convexity over P' = c·p₀ + (1−c)·Z,
+                                                          c = (1−q)^N, and Minkowski)
+        the floor:  (2)^j μ_j(ρ) / γ^{j−1}              (P' ≥ γ·p₀: :func:`public_floor`)
+
+        ε_R(k) = log(1 + Σ_{j=2..k} C(k,j) w^j · min(…)) / (k−1)
 
     with μ_j the central-moment bounds of :func:`_log_central_moment`. Joint convexity
-    gives also ε_R(k) ≤ log(1 − w + w·e^{(k−1)d*})/(k−1); the smaller is returned.
+    gives also ε_R(k) ≤ log(1 − w + w·e^{(k−1)d*})/(k−1); the smaller is returned. The
+    floor is what a cap on λ buys (``lambda_cap`` < 1): every member keeps a share of p₀,
+    so the other members' distributions never sit far below p₀, and the moments are read
+    against p₀ (radius ρ) rather than against another member (radius d* ≈ 2.2ρ).
     """
     k = int(order)
     a = check_alpha(alpha)
@@ -215,12 +246,17 @@ def replacement_rdp(
     d = replacement_pairwise_bound(radius, alpha)
     log_c = n_models * math.log1p(-q) if q < 1.0 else -math.inf
     log_1mc = math.log(-math.expm1(log_c)) if q < 1.0 else 0.0
+    gamma = public_floor(n_models, q, lambda_cap)
+    log_gamma = math.log(gamma) if gamma > 0.0 else -math.inf
     terms = []
     for j in range(2, k + 1):
-        public = log_c + _log_central_moment(j, radius, 2.0 * a)  # against p₀: the ball
+        against_p0 = _log_central_moment(j, radius, 2.0 * a)  # the ball
+        public = log_c + against_p0
         members = log_1mc + _log_central_moment(j, d, a)  # against a member: d* up to α
+        through_z = float(np.logaddexp(public, members))
+        floor = against_p0 - (j - 1) * log_gamma if gamma > 0.0 else math.inf
         log_binom = math.lgamma(k + 1) - math.lgamma(j + 1) - math.lgamma(k - j + 1)
-        terms.append(log_binom + j * math.log(2.0 * w) + float(np.logaddexp(public, members)))
+        terms.append(log_binom + j * math.log(2.0 * w) + min(through_z, floor))
     top = max(terms)  # log Σ e^t, in plain floats (scipy's logsumexp costs 30× more here)
     log_sum = top + math.log(math.fsum(math.exp(t - top) for t in terms))
     expansion = (log_sum if log_sum > 700.0 else math.log1p(math.exp(log_sum))) / (k - 1)
@@ -257,14 +293,22 @@ def mechanism_rdp(
 
 
 def query_rdp_curve(
-    radius: float, alpha: float, n_models: int, sample_rate: float, bound: str = DEFAULT_BOUND
+    radius: float,
+    alpha: float,
+    n_models: int,
+    sample_rate: float,
+    bound: str = DEFAULT_BOUND,
+    lambda_cap: float = 1.0,
 ) -> dict[float, float]:
-    """Per-query RDP at integer orders 2..α: per unit (``replacement``), or per part after
-    Poisson subsampling by Eq. 12 (``expansion``, ``jensen``)."""
+    """Per-query RDP at integer orders 2..α: per unit (``replacement``, with the λ cap the
+    mechanism applies), or per part after Poisson subsampling by Eq. 12 (``expansion``,
+    ``jensen``: they hold for any λ ≤ 1, so a cap only makes them conservative)."""
     a = check_alpha(alpha)
+    cap = check_lambda_cap(lambda_cap)
     if check_bound(bound) == REPLACEMENT:
         return {
-            float(k): replacement_rdp(radius, k, n_models, sample_rate, a) for k in range(2, a + 1)
+            float(k): replacement_rdp(radius, k, n_models, sample_rate, a, cap)
+            for k in range(2, a + 1)
         }
     base = [mechanism_rdp(radius, k, n_models, sample_rate, bound) for k in range(2, a + 1)]
     orders = list(range(2, a + 1))
@@ -273,10 +317,15 @@ def query_rdp_curve(
 
 
 def query_rdp(
-    radius: float, alpha: float, n_models: int, sample_rate: float, bound: str = DEFAULT_BOUND
+    radius: float,
+    alpha: float,
+    n_models: int,
+    sample_rate: float,
+    bound: str = DEFAULT_BOUND,
+    lambda_cap: float = 1.0,
 ) -> float:
     """ε'_q(α): the per-query RDP at order α."""
-    curve = query_rdp_curve(radius, alpha, n_models, sample_rate, bound)
+    curve = query_rdp_curve(radius, alpha, n_models, sample_rate, bound, lambda_cap)
     return curve[float(check_alpha(alpha))]
 
 
@@ -288,17 +337,19 @@ def solve_radius(
     sample_rate: float,
     rel_tol: float = 1e-10,
     bound: str = DEFAULT_BOUND,
+    lambda_cap: float = 1.0,
 ) -> float:
     """ρ* = max{ρ : ε'_q(α; ρ) ≤ ε_G/T} (the §5.2 rule, on the sound bound), rounded down."""
     check_alpha(alpha)
     check_bound(bound)
+    check_lambda_cap(lambda_cap)
     if not (epsilon_per_query > 0 and math.isfinite(epsilon_per_query)):
         raise AccountingError(f"the per-query budget must be positive, got {epsilon_per_query!r}")
     if not (0.0 < sample_rate <= 1.0):
         raise AccountingError(f"the sample rate q must lie in (0, 1], got {sample_rate!r}")
 
     def cost(r: float) -> float:
-        return query_rdp(r, alpha, n_models, sample_rate, bound)
+        return query_rdp(r, alpha, n_models, sample_rate, bound, lambda_cap)
 
     lo, hi = 0.0, epsilon_per_query
     while cost(hi) <= epsilon_per_query:
