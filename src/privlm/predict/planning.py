@@ -47,7 +47,7 @@ def plan_pmixed(cfg: PMixEDConfig, n: int) -> dict[str, Any]:
         f"  RD ball at order 2α = {2 * a}: radius ρ* = {radius:.4g} (N = {n}, q = {q:g}, "
         f"{cfg.bound} bound; one member's weight in a release w = {out['member_weight']:.4g})",
         *(
-            [f"  λ capped at {cap:g}: every member keeps {1 - cap:.3g} of the public model; "
+            [f"  λ capped at {cap:g}: every member keeps at least {1 - cap:.3g} of the public model; "
              f"without the cap ρ* = {uncapped:.4g}"]
             if cap < 1 else []
         ),
