@@ -17,7 +17,7 @@ def plan_pmixed(cfg: PMixEDConfig, n: int) -> dict[str, Any]:
     the paper's per-part radii and β* for comparison only."""
     per_query, q, a, cap = cfg.per_query_rdp, cfg.sample_rate, cfg.alpha, cfg.lambda_cap
     radius = analysis.solve_radius(per_query, a, n, q, bound=cfg.bound, lambda_cap=cap)
-    uncapped = analysis.solve_radius(per_query, a, n, q, bound=cfg.bound)
+    uncapped = radius if cap == 1 else analysis.solve_radius(per_query, a, n, q, bound=cfg.bound)
     per_part = {
         b: analysis.solve_radius(per_query, a, n, q, bound=b) for b in analysis.PER_PART_BOUNDS
     }

@@ -223,9 +223,9 @@ def replacement_rdp(
     order vanishes) bounds the j-th term by M_j = Σ |X − Y|^j P'^{1−j}, and each M_j by the
     smaller of two bounds (docs/sharp_edges.md, "PMixED per unit")::
 
-        through Z:  (2)^j [c·μ_j(ρ) + (1−c)·μ_j(d*)]     (convexity over P' = c·p₀ + (1−c)·Z,
+        through Z:  2^j [c·μ_j(ρ) + (1−c)·μ_j(d*)]       (convexity over P' = c·p₀ + (1−c)·Z,
                                                           c = (1−q)^N, and Minkowski)
-        the floor:  (2)^j μ_j(ρ) / γ^{j−1}              (P' ≥ γ·p₀: :func:`public_floor`)
+        the floor:  2^j μ_j(ρ) / γ^{j−1}                (P' ≥ γ·p₀: :func:`public_floor`)
 
         ε_R(k) = log(1 + Σ_{j=2..k} C(k,j) w^j · min(…)) / (k−1)
 
