@@ -16,6 +16,10 @@ Sections, each in its own process (clean peak-memory figures, no state carried o
   non-private step: seconds, tokens/s and peak GPU memory.
 - ``exposure``: canary exposure over 10^d candidates (the prefix tree, batched).
 - ``pate``: PromptPATE teacher labelling, T teachers: public queries labelled per second.
+- ``in_context``: in-context PMixED (q = 1), N members of ``--member-tokens`` prompt tokens,
+  with and without a λ cap of 0.5: tokens/s and peak memory against the public model alone.
+- ``synth``: ``privlm synth`` (PMixED and DClip), ``--count`` texts of ``--max-tokens``
+  tokens: tokens/s and peak memory against non-private KV-cached generation.
 
 Usage (on a GPU):
     python bench/bench_gpu.py                       # every section at its issue's sizes
@@ -35,6 +39,7 @@ import tempfile
 import time
 import zlib
 from pathlib import Path
+from statistics import median
 from types import SimpleNamespace
 from typing import Any
 
@@ -43,7 +48,7 @@ import torch
 ROOT = Path(__file__).parent
 CONFIGS = ROOT / "configs"
 RESULTS = ROOT / "results"
-SECTIONS = ("pmixed", "submix", "dpsgd", "exposure", "pate")
+SECTIONS = ("pmixed", "submix", "dpsgd", "exposure", "pate", "in_context", "synth")
 # the sizes each section runs at by default
 DEFAULT_MODELS = {
     "pmixed": ["llama-3.2-1b", "llama-3.1-8b", "smollm2-135m"],
@@ -51,6 +56,8 @@ DEFAULT_MODELS = {
     "dpsgd": ["llama-3.2-1b", "llama-3.1-8b"],
     "exposure": ["llama-3.2-1b"],
     "pate": ["llama-3.2-1b"],
+    "in_context": ["llama-3.2-1b"],
+    "synth": ["llama-3.2-1b"],
 }
 TARGETS = {
     "pmixed_over_public": 1.5,  # at most, at 1B and 8B
@@ -211,8 +218,13 @@ def section_pmixed(model_name: str, args: argparse.Namespace) -> dict[str, Any]:
     tok = WordTokenizer(model.config.vocab_size)
     text = prompt_text(args.prompt)
     ids = tok(text)["input_ids"]
-    public = public_per_token(model, ids, min(args.tokens, 64))
-    loop = loop_per_token(model, args.adapters, args.rank, ids, args.loop_tokens)
+    publics = settled(lambda: public_per_token(model, ids, args.tokens), args.rounds)
+    public = median(publics)
+    loop = (  # --loop-tokens 0: no PEFT-loop baseline (it is slow at 8B)
+        loop_per_token(model, args.adapters, args.rank, ids, args.loop_tokens)
+        if args.loop_tokens > 0
+        else None
+    )
     adapters, spec = random_adapters(model, args.adapters, args.rank)
     engine = EnsembleEngine(model, adapters, spec)
     del adapters
@@ -221,18 +233,152 @@ def section_pmixed(model_name: str, args: argparse.Namespace) -> dict[str, Any]:
         ledger = PrivacyLedger(Path(tmp) / "l.db", "bench", Budget(8.0, 1e-5))
         pm = PMixED(engine, tok, ledger, cfg)
         pm.generate(text, max_new_tokens=2)  # warm-up
-        sync(device)
-        t = time.perf_counter()
-        gen = pm.generate(text, max_new_tokens=args.tokens)
-        sync(device)
-        per_token = (time.perf_counter() - t) / len(gen.token_ids)
+        runs = settled(lambda: timed_generation(pm, text, args.tokens, device), args.rounds)
+        # the prefill of every row, alone: a one-token generation
+        first = median([r[0] for r in settled(lambda: timed_generation(pm, text, 1, device), 1)])
+    per_token, n_tokens = median([r[0] for r in runs]), runs[0][1]
+    decode = (per_token * n_tokens - first) / max(1, n_tokens - 1)
     return {
         "model": model_name, "adapters": args.adapters, "rank": args.rank, "q": args.q,
-        "prompt_tokens": len(ids), "tokens": len(gen.token_ids),
+        "prompt_tokens": len(ids), "tokens": n_tokens,
         "public_per_token_s": public, "pmixed_per_token_s": per_token,
+        "rounds": args.rounds, "public_runs_s": publics, "pmixed_runs_s": [r[0] for r in runs],
         "loop_per_token_s": loop, "loop_tokens": args.loop_tokens,
-        "pmixed_over_public": per_token / public, "loop_over_pmixed": loop / per_token,
+        "pmixed_over_public": per_token / public, "first_token_s": first,
+        "pmixed_decode_per_token_s": decode, "decode_over_public": decode / public,
+        "loop_over_pmixed": loop / per_token if loop else None,
         "peak_memory_gib": peak_memory(device),
+    }  # fmt: skip
+
+
+def settled(measure: Any, rounds: int) -> list[float]:
+    """``rounds`` figures of ``measure()`` after one warm-up call (dropped)."""
+    return [measure() for _ in range(rounds + 1)][1:]
+
+
+def timed_generation(predictor: Any, text: str, tokens: int, device: torch.device) -> tuple:
+    """Seconds per released token of ``predictor.generate`` and how many it released."""
+    sync(device)
+    t = time.perf_counter()
+    gen = predictor.generate(text, max_new_tokens=tokens)
+    sync(device)
+    return (time.perf_counter() - t) / len(gen.token_ids), len(gen.token_ids)
+
+
+def member_prompts(tok: WordTokenizer, members: int, tokens: int) -> list[list[int]]:
+    """``members`` distinct prompts of ``tokens`` tokens each (rotated word lists)."""
+    words = prompt_text(tokens + members).split()
+    return [tok(" ".join(words[i : i + tokens]))["input_ids"][:tokens] for i in range(members)]
+
+
+def reset_peak(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def section_in_context(model_name: str, args: argparse.Namespace) -> dict[str, Any]:
+    """In-context PMixED (q = 1): N members, each the public model prompted with
+    ``--member-tokens`` tokens, against the public model alone; with and without a λ cap."""
+    from privlm.accounting import Budget, PrivacyLedger
+    from privlm.predict import PMixED, PMixEDConfig
+    from privlm.predict.in_context import InContextEngine
+
+    device, dtype = torch.device(args.device), getattr(torch, args.dtype)
+    model = build_model(model_name, device, dtype)
+    tok = WordTokenizer(model.config.vocab_size)
+    text = prompt_text(args.prompt)
+    ids = tok(text)["input_ids"]
+    reset_peak(device)
+    public = median(settled(lambda: public_per_token(model, ids, args.tokens), args.rounds))
+    public_peak = peak_memory(device)
+    rows = []
+    caps = (1.0, 0.5)
+    for n in (int(x) for x in str(args.members).split(",")):
+        reset_peak(device)
+        engine = InContextEngine(model, member_prompts(tok, n, args.member_tokens), 0)
+        runs: dict[float, list[float]] = {cap: [] for cap in caps}
+        with tempfile.TemporaryDirectory() as tmp:
+            predictors = {}
+            for cap in caps:
+                cfg = PMixEDConfig(
+                    epsilon=8.0, delta=1e-5, alpha=3, queries=1024, sample_rate=1.0,
+                    lambda_cap=cap,
+                )  # fmt: skip
+                ledger = PrivacyLedger(Path(tmp) / f"{cap}.db", "bench", Budget(8.0, 1e-5))
+                predictors[cap] = PMixED(engine, tok, ledger, cfg)
+                predictors[cap].generate(text, max_new_tokens=2)
+            for i in range(args.rounds + 1):  # alternating; the first round is a warm-up
+                for cap in caps:
+                    per_token, n_tokens = timed_generation(predictors[cap], text, args.tokens, device)
+                    if i:
+                        runs[cap].append(per_token)
+        for cap in caps:
+            per_token = median(runs[cap])
+            rows.append({
+                "members": n, "lambda_cap": cap, "member_tokens": args.member_tokens,
+                "tokens": n_tokens, "per_token_s": per_token, "runs_s": runs[cap],
+                "tokens_per_s": 1 / per_token, "over_public": per_token / public,
+                "peak_memory_gib": peak_memory(device),
+            })  # fmt: skip
+        del engine, predictors
+    return {
+        "model": model_name, "prompt_tokens": len(ids), "public_per_token_s": public,
+        "public_tokens_per_s": 1 / public, "public_peak_memory_gib": public_peak, "rows": rows,
+    }  # fmt: skip
+
+
+def section_synth(model_name: str, args: argparse.Namespace) -> dict[str, Any]:
+    """``privlm synth`` (both mechanisms) over a random-text dataset: texts per second and
+    tokens per second against non-private KV-cached generation after a prompt as long as a
+    member's."""
+    from privlm.data.records import Dataset, Record
+    from privlm.models.loading import LoadedModel
+    from privlm.synth import SynthConfig, synthesize
+
+    device, dtype = torch.device(args.device), getattr(torch, args.dtype)
+    model = build_model(model_name, device, dtype)
+    tok = WordTokenizer(model.config.vocab_size)
+    words = prompt_text(args.member_tokens + 64).split()
+    records = [
+        Record(" ".join(words[i % 64 : i % 64 + args.member_tokens]), f"u{i}")
+        for i in range(args.count * args.synth_members)
+    ]
+    lm = LoadedModel(model, tok, model_name, "random weights")  # type: ignore[arg-type]
+    context = tok(prompt_text(args.member_tokens + 8))["input_ids"]
+    reset_peak(device)
+    public = median(settled(lambda: public_per_token(model, context, args.max_tokens), args.rounds))
+    public_peak = peak_memory(device)
+    runs: dict[str, list[float]] = {"pmixed": [], "dclip": []}
+    reset_peak(device)
+    for i in range(args.rounds + 1):  # alternating; the first round is a warm-up
+        for mechanism in runs:
+            cfg = SynthConfig(
+                epsilon=8.0, delta=1e-5, count=args.count, max_tokens=args.max_tokens,
+                members=args.synth_members, prompt_tokens=args.member_tokens,
+                mechanism=mechanism, seed=0,
+            )  # fmt: skip
+            with tempfile.TemporaryDirectory() as tmp:
+                sync(device)
+                t = time.perf_counter()
+                res = synthesize(lm, Dataset(records, "bench"), Path(tmp) / "s.jsonl", cfg,
+                                 progress=False)  # fmt: skip
+                sync(device)
+                if i:
+                    runs[mechanism].append(time.perf_counter() - t)
+    rows = []
+    tokens = res.written * args.max_tokens  # no end token: every text runs its length
+    for mechanism, times in runs.items():
+        seconds = median(times)
+        rows.append({
+            "mechanism": mechanism, "texts": res.written, "seconds": seconds, "runs_s": times,
+            "tokens_per_s": tokens / seconds, "per_token_s": seconds / tokens,
+            "over_public": seconds / tokens / public, "peak_memory_gib": peak_memory(device),
+        })  # fmt: skip
+    return {
+        "model": model_name, "members": args.synth_members, "member_tokens": args.member_tokens,
+        "count": args.count, "max_tokens": args.max_tokens, "public_per_token_s": public,
+        "public_tokens_per_s": 1 / public, "public_peak_memory_gib": public_peak, "rows": rows,
     }  # fmt: skip
 
 
@@ -390,6 +536,8 @@ RUN = {
     "dpsgd": section_dpsgd,
     "exposure": section_exposure,
     "pate": section_pate,
+    "in_context": section_in_context,
+    "synth": section_synth,
 }
 
 
@@ -459,7 +607,7 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--q", type=float, default=0.03)
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--prompt", type=int, default=512)
-    ap.add_argument("--loop-tokens", type=int, default=4)
+    ap.add_argument("--loop-tokens", type=int, default=4, help="0: no PEFT-loop baseline.")
     ap.add_argument("--parts", type=int, default=8, help="SubMix's k.")
     ap.add_argument("--batch", type=int, default=8, help="DP-SGD examples per step.")
     ap.add_argument("--length", type=int, default=512, help="DP-SGD tokens per example.")
@@ -471,6 +619,12 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--teachers", type=int, default=200)
     ap.add_argument("--public", type=int, default=100, help="PATE public queries timed.")
     ap.add_argument("--pate-batch", type=int, default=256)
+    ap.add_argument("--members", default="80,400", help="In-context PMixED's N values.")
+    ap.add_argument("--member-tokens", type=int, default=128, help="Tokens of a member's prompt.")
+    ap.add_argument("--count", type=int, default=8, help="Synth: texts written.")
+    ap.add_argument("--max-tokens", type=int, default=64, help="Synth: tokens per text.")
+    ap.add_argument("--synth-members", type=int, default=16, help="Synth: members per text.")
+    ap.add_argument("--rounds", type=int, default=3, help="Timed runs (median), after a warm-up.")
     ap.add_argument("--quick", action="store_true", help="Tiny sizes: a smoke run anywhere.")
     ap.add_argument("--out", type=Path, default=RESULTS / "gpu.json")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -482,6 +636,8 @@ def parse() -> argparse.Namespace:
         args.parts, args.batch, args.length, args.steps = 2, 2, 16, 2
         args.digits, args.max_rows, args.teachers, args.public = 3, 100, 6, 4
         args.pate_batch = 16
+        args.members, args.member_tokens, args.count, args.max_tokens = "4,6", 8, 2, 4
+        args.synth_members, args.rounds = 3, 1
     return args
 
 
@@ -500,7 +656,25 @@ def main() -> None:
             print(
                 f"PMixED {r['model']} N={r['adapters']} q={r['q']}: "
                 f"{r['pmixed_per_token_s'] * 1e3:.1f} ms/token = {r['pmixed_over_public']:.2f}× "
-                f"public; the PEFT loop is {r['loop_over_pmixed']:.1f}× slower"
+                f"public"
+                + (
+                    f"; the PEFT loop is {r['loop_over_pmixed']:.1f}× slower"
+                    if r.get("loop_over_pmixed")
+                    else ""
+                )
+            )
+    for r in results.get("in_context", []):
+        for row in r.get("rows", []):
+            print(
+                f"in-context PMixED {r['model']} N={row['members']} cap={row['lambda_cap']}: "
+                f"{row['tokens_per_s']:.1f} tokens/s = {row['over_public']:.2f}× public, "
+                f"{row['peak_memory_gib'] or 0:.1f} GiB (public {r['public_peak_memory_gib'] or 0:.1f})"
+            )
+    for r in results.get("synth", []):
+        for row in r.get("rows", []):
+            print(
+                f"synth {r['model']} {row['mechanism']}: {row['tokens_per_s']:.1f} tokens/s = "
+                f"{row['over_public']:.2f}× non-private generation"
             )
     for r in results.get("submix", []):
         if "submix_over_public" in r:

@@ -19,6 +19,7 @@ from privlm.models.placement import resolve_placement
 from privlm.predict import PMixED, PMixEDConfig
 from privlm.predict.batching import DecodeBatch
 from privlm.predict.engine import CachedDecoder, EnsembleEngine, Prefill
+from privlm.predict.in_context import InContextEngine
 from privlm.predict.submix_rule import submix_step
 from privlm.training import dpsgd as dp
 from privlm.training.lora_finetune import record_sequences
@@ -146,6 +147,33 @@ def test_pmixed_generates_end_to_end_on_the_gpu(adapter_dirs, tmp_path):
     cfg = PMixEDConfig(epsilon=8.0, delta=1e-5, alpha=3, queries=32, sample_rate=0.5)
     ledger = PrivacyLedger(tmp_path / "l.db", "gpu", Budget(8.0, 1e-5))
     gen = PMixED(gpu, tok, ledger, cfg).generate("The history of", max_new_tokens=8)
+    assert 1 <= len(gen.token_ids) <= 8 and ledger.count() == len(gen.token_ids)
+
+
+def test_in_context_members_on_the_gpu_match_the_cpu():
+    def engine(device):
+        lm = load_public_model("tiny", device=device, dtype="float32")
+        tok = lm.tokenizer
+        prompts = [tok(t)["input_ids"] for t in ("Ann lives in Rome.", "Bo paid 12 euros.", "")]
+        return InContextEngine(lm.model, prompts, tok.eos_token_id), tok
+
+    (gpu, _), (cpu, _) = engine(DEVICE), engine("cpu")
+    rows = [-1, 0, 1, 2]
+    lp_gpu, lp_cpu = gpu.log_probs(CONTEXT, rows), cpu.log_probs(CONTEXT, rows)
+    assert lp_gpu.device.type == DEVICE
+    assert (lp_gpu.exp().cpu() - lp_cpu.exp()).abs().max() < 1e-4
+
+
+def test_capped_in_context_pmixed_generates_on_the_gpu(tmp_path):
+    lm = load_public_model("tiny", device=DEVICE, dtype="auto")
+    tok = lm.tokenizer
+    prompts = [tok(f"Record {i}: the patient was seen.")["input_ids"] for i in range(6)]
+    engine = InContextEngine(lm.model, prompts, tok.eos_token_id)
+    cfg = PMixEDConfig(
+        epsilon=8.0, delta=1e-5, alpha=3, queries=32, sample_rate=1.0, lambda_cap=0.5
+    )
+    ledger = PrivacyLedger(tmp_path / "l.db", "gpu", Budget(8.0, 1e-5))
+    gen = PMixED(engine, tok, ledger, cfg).generate("The history of", max_new_tokens=8)
     assert 1 <= len(gen.token_ids) <= 8 and ledger.count() == len(gen.token_ids)
 
 

@@ -1,0 +1,68 @@
+"""Where a PMixED token's time goes on a GPU: torch.profiler over a few tokens at 1B.
+
+    python bench/profile_pmixed_gpu.py [--model llama-3.2-1b] [--tokens 16]
+Prints the operators by device time and by host time (self), and the per-token wall time
+of the public model and of PMixED beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_gpu import (
+    WordTokenizer,
+    build_model,
+    prompt_text,
+    public_per_token,
+    random_adapters,
+)  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="llama-3.2-1b")
+    ap.add_argument("--tokens", type=int, default=16)
+    ap.add_argument("--adapters", type=int, default=80)
+    args = ap.parse_args()
+    from privlm.accounting import Budget, PrivacyLedger
+    from privlm.predict import EnsembleEngine, PMixED, PMixEDConfig
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    model = build_model(args.model, device, dtype)
+    tok = WordTokenizer(model.config.vocab_size)
+    text = prompt_text(512)
+    ids = tok(text)["input_ids"]
+    public_per_token(model, ids, 16)
+    public = public_per_token(model, ids, 32)
+    adapters, spec = random_adapters(model, args.adapters, 8)
+    engine = EnsembleEngine(model, adapters, spec)
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = PMixEDConfig(epsilon=8.0, delta=1e-5, alpha=3, queries=10**6, sample_rate=0.03)
+        pm = PMixED(engine, tok, PrivacyLedger(Path(tmp) / "l.db", "p", Budget(8, 1e-5)), cfg)
+        pm.generate(text, max_new_tokens=16)
+        t = time.perf_counter()
+        pm.generate(text, max_new_tokens=32)
+        torch.cuda.synchronize() if device.type == "cuda" else None
+        mixed = (time.perf_counter() - t) / 32
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+        with profile(activities=acts) as prof:
+            pm.generate(text, max_new_tokens=args.tokens)
+    print(f"public {public * 1e3:.1f} ms/token, PMixED {mixed * 1e3:.1f} ms/token "
+          f"(with its 512-token prefill)")  # fmt: skip
+    avg = prof.key_averages()
+    if device.type == "cuda":
+        print(avg.table(sort_by="self_cuda_time_total", row_limit=20, max_name_column_width=60))
+    print(avg.table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=60))
+
+
+if __name__ == "__main__":
+    main()
