@@ -3,7 +3,7 @@ non-private generation, on SST-2 with SmolLM2-135M-Instruct, one run, same data,
 ε, δ, count and length.
 
 For each ε: the private generators (privlm synth with each of its per-token mechanisms,
-PMixED and DClip, and InvisibleInk) get the same private records (``--count`` × ``--batch``
+PMixED, DClip and the sparse-vector screen (``--mechanisms``), and InvisibleInk) get the same private records (``--count`` × ``--batch``
 of SST-2 train, balanced), the same number of texts per label (InvisibleInk, which has no
 labels, is run once per label on that label's records), ``--batch`` model rows per token
 (privlm: ``--batch`` − 1 in-context members and the public model; InvisibleInk:
@@ -48,6 +48,7 @@ from privlm.data.records import Dataset, Record
 from privlm.models import load_public_model
 from privlm.synth import SynthConfig, synthesize
 
+PARAMETERS = ("radius", "alpha", "clip", "paid_tokens", "threshold")
 RESULTS = Path(__file__).parent / "results"
 MODEL = "smollm2-135m"
 DELTA = 1e-5
@@ -158,7 +159,8 @@ def run_privlm(
     cfg = SynthConfig(epsilon=eps, delta=DELTA, count=args.count, max_tokens=args.max_tokens,
                       members=args.batch - 1, prompt_tokens=args.prompt_tokens,
                       description=t.description, seed=args.seed, mechanism=mechanism,
-                      top_k=args.top_k)  # fmt: skip
+                      top_k=args.top_k, paid_tokens=args.paid_tokens,
+                      threshold=args.threshold)  # fmt: skip
     out = tmp / f"privlm-{mechanism}-{eps}.jsonl"
     start = time.perf_counter()
     res = synthesize(lm, Dataset(private, t.name), out, cfg, labels=t.labels, progress=True)
@@ -167,7 +169,7 @@ def run_privlm(
     tokens = sum(len(lm.tokenizer(r["text"])["input_ids"]) for r in rows)
     return {"texts": [r["text"] for r in rows], "labels": [r["label"] for r in rows],
             "seconds": wall, "tokens": tokens,
-            **{k: res.statement[k] for k in ("radius", "alpha", "clip") if k in res.statement}}  # fmt: skip
+            **{k: res.statement[k] for k in PARAMETERS if k in res.statement}}  # fmt: skip
 
 
 def run_invink(
@@ -269,6 +271,14 @@ def main() -> None:
     ap.add_argument("--prompt-tokens", type=int, default=64)
     ap.add_argument("--top-k", type=int, default=100, help="DClip's public top-k (both)")
     ap.add_argument("--eps", default="8,3")
+    ap.add_argument(
+        "--mechanisms", default="pmixed,dclip,screened", help="privlm synth's, comma-separated"
+    )
+    ap.add_argument("--paid-tokens", type=int, default=None, help="screened: c per text")
+    ap.add_argument("--threshold", type=float, default=0.2, help="screened: τ")
+    ap.add_argument(
+        "--no-invink", dest="invink", action="store_false", help="leave InvisibleInk out"
+    )
     ap.add_argument("--real", type=int, default=200, help="test texts MAUVE compares with")
     ap.add_argument(
         "--test", type=int, default=400, help="test texts the classifiers are scored on"
@@ -310,7 +320,8 @@ def main() -> None:
                 private_x, private_y, real, eps, args.seed)}  # fmt: skip
             print(f"ε={eps:g} DP-SGD classifier on the real records: "
                   f"{row['dpsgd_classifier_accuracy']:.3f}", flush=True)  # fmt: skip
-            for name in ("privlm-pmixed", "privlm-dclip", "invink"):
+            generators = [f"privlm-{m}" for m in args.mechanisms.split(",") if m]
+            for name in generators + (["invink"] if args.invink else []):
                 got = (run_invink(model_dir, private, eps, args, t) if name == "invink" else
                        run_privlm(lm, private, eps, name.split("-")[1], args, tmp, t))  # fmt: skip
                 row[name] = {**scores(lm, got["texts"], got["labels"], real, t),
@@ -318,14 +329,14 @@ def main() -> None:
                              "cost_vs_non_private": got["seconds"] / plain["seconds"],
                              "examples": got["texts"][:3],
                              "all_texts": got["texts"], "all_labels": got["labels"],
-                             **{k: got[k] for k in ("radius", "alpha", "clip") if k in got}}  # fmt: skip
+                             **{k: got[k] for k in PARAMETERS if k in got}}  # fmt: skip
                 r = row[name]
                 print(f"ε={eps:g} {name}: MAUVE {r['mauve']:.3f} accuracy {r['accuracy']} "
                       f"{r['cost_vs_non_private']:.2f}× non-private's time", flush=True)  # fmt: skip
             report["runs"][str(eps)] = row
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(report, indent=2, default=str))  # each ε as it lands
-            for name in ("privlm-pmixed", "privlm-dclip"):
+            for name in generators if args.invink else []:
                 print(
                     f"  {name}/invink time: {row[name]['seconds'] / row['invink']['seconds']:.2f}×"
                 )

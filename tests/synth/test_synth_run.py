@@ -12,7 +12,9 @@ import pytest
 from privlm.accounting import Budget, PrivacyLedger
 from privlm.data.records import Dataset, Record
 from privlm.errors import BudgetExceededError, PrivlmError
+from privlm.predict.config import rdp_budget_for
 from privlm.synth import SynthConfig, synthesize
+from privlm.synth.config import ALPHA_GRID
 from privlm.synth.run import run_folder, statement_path
 
 CFG = dict(count=4, max_tokens=4, members=3, prompt_tokens=24, seed=7)
@@ -131,6 +133,48 @@ def test_a_dclip_run_is_charged_its_budget_and_each_token_before_it_leaves(tiny,
         led = PrivacyLedger(run_folder(out) / "texts.db", f"text-{i}")
         assert 1 <= led.count() <= CFG["max_tokens"]
         assert led.spent().epsilon <= 3.0 + 1e-9
+
+
+def test_a_screened_run_charges_its_paid_tokens_and_instances_within_one_texts_curve(
+    tiny, tmp_path
+):
+    """Each text's ledger holds its sparse-vector instances and paid tokens, never more than
+    the text's charged curve (c instances and c paid queries) at any order; the neighbouring
+    run releases the same statement."""
+    ledger = PrivacyLedger(tmp_path / "l.db", "d", Budget(8.0, 1e-5))
+    kw = dict(mechanism="screened", paid_tokens=2, threshold=0.0)
+    out, res = run(tiny, tmp_path, data(), ledger=ledger, **kw)
+    cfg = SynthConfig(**{**CFG, **kw})
+    assert ledger.count() == 1 and ledger.spent().epsilon <= 8.0 + 1e-9
+    assert res.statement["paid_tokens"] == 2 and res.statement["threshold"] == 0.0
+    assert res.written == 4
+    curve = cfg.text_curve()
+    paid_seen = 0
+    for i in range(4):
+        led = PrivacyLedger(run_folder(out) / "texts.db", f"text-{i}")
+        kinds = [c.mechanism for c in led.charges()]
+        paid_seen += kinds.count("screened-pmixed")
+        assert kinds.count("screened-pmixed") <= 2 and set(kinds) <= {
+            "screened-pmixed", "screened-pmixed-instance"
+        }  # fmt: skip
+        total = np.sum([c.rdp for c in led.charges()], axis=0)  # at the ledger's orders
+        bound = curve.at(led.orders)
+        finite = np.isfinite(bound)
+        assert finite.any() and np.all(total[finite] <= bound[finite] * (1 + 1e-9))
+    assert paid_seen >= 1  # at τ = 0 the members' tokens are paid: the check is not vacuous
+    out_b, _ = run(tiny, tmp_path, data(drop=3), "b", **kw)
+    assert statement_path(out).read_bytes() == statement_path(out_b).read_bytes()
+
+
+def test_screened_synth_picks_the_order_and_paid_tokens_from_public_settings():
+    cfg = SynthConfig(epsilon=8.0, max_tokens=64, members=16, mechanism="screened")
+    assert cfg.paid == 16 and cfg.order in range(2, 33)
+    usable = [a for a in ALPHA_GRID if rdp_budget_for(8.0, 1e-5, a) > 0]
+    assert cfg.radius == max(cfg.screened_config(a).query_cost(16)[0] for a in usable) > 0
+    lifetime = cfg.text_curve()
+
+    assert lifetime.at([float(cfg.order)])[0] <= rdp_budget_for(8.0, 1e-5, cfg.order) * (1 + 1e-9)
+    assert SynthConfig(max_tokens=3, mechanism="screened", paid_tokens=9).paid == 3
 
 
 def test_auto_count_charges_its_gaussian_with_the_run_and_never_redraws(tiny, tmp_path):

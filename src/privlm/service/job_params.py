@@ -238,7 +238,9 @@ class SynthParams(JobParams):
         "seed": "the service never seeds noise: a seed voids the guarantee",
     }
     epsilon: float = request_field(SynthConfig, "epsilon", le=100)
-    mechanism: Literal["pmixed", "dclip"] = request_field(SynthConfig, "mechanism")
+    mechanism: Literal["pmixed", "dclip", "screened"] = request_field(SynthConfig, "mechanism")
+    paid_tokens: int | None = request_field(SynthConfig, "paid_tokens", le=1024)
+    threshold: float = request_field(SynthConfig, "threshold")
     top_k: int = request_field(SynthConfig, "top_k", le=100_000)
     count: int = request_field(SynthConfig, "count", le=100_000)
     auto_count: bool = request_field(SynthConfig, "auto_count")

@@ -15,12 +15,12 @@ from privlm.accounting.analysis import pmixed as analysis
 from privlm.accounting.orders import DEFAULT_ORDERS
 from privlm.config import check_settings, setting
 from privlm.errors import PrivlmError
-from privlm.predict.config import rdp_budget_for
+from privlm.predict.config import ScreenedPMixEDConfig, rdp_budget_for
 
 DEFAULT_DESCRIPTION = "Write one more text like the examples."
 # the orders the plan may pick from (public, data-blind)
 ALPHA_GRID = (2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 20, 24, 32)
-MECHANISMS = ("pmixed", "dclip")
+MECHANISMS = ("pmixed", "dclip", "screened")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,8 +37,10 @@ class SynthConfig:
     # PMixED by measurement: higher MAUVE than DClip at ε = 8 and 3, at about the same cost
     # (docs/results.md, "DP synthetic text against InvisibleInk")
     mechanism: str = setting(
-        "pmixed", "Per-token mechanism: pmixed (PMixED's mollified mixture, q = 1) or dclip "
-        "(InvisibleInk's clipped exponential mechanism over an expanded public top-k)",
+        "pmixed", "Per-token mechanism: pmixed (PMixED's mollified mixture, q = 1), dclip "
+        "(InvisibleInk's clipped exponential mechanism over an expanded public top-k) or "
+        "screened (a sparse-vector test sends tokens the public model predicts to it, free; "
+        "paid_tokens per text are PMixED's)",
         choices=MECHANISMS,
     )  # fmt: skip
     count: int = setting(
@@ -62,6 +64,14 @@ class SynthConfig:
     top_k: int = setting(
         100, "DClip: the public model's top k tokens, expanded to every token within 2C of "
         "the k-th (a public set: it costs nothing)", ge=1, le=1_000_000,
+    )  # fmt: skip
+    paid_tokens: int | None = setting(
+        None, "screened: the paid (private) tokens of one text; once spent, the text goes on "
+        "from the public model (default: a quarter of max_tokens, at least 1)", ge=1, le=4096,
+    )  # fmt: skip
+    threshold: float = setting(
+        0.2, "screened: τ, the threshold of the noisy score TV(members' average, public) "
+        "above which a token is paid", ge=0, le=10,
     )  # fmt: skip
     prompt_tokens: int = setting(
         128, "Tokens of a member's records kept as its prompt (every member's prompt is "
@@ -104,8 +114,26 @@ class SynthConfig:
         return max(usable, key=lambda a: (self._radius_at(a), -a))
 
     def _radius_at(self, alpha: int) -> float:
+        if self.mechanism == "screened":
+            return self.screened_config(alpha).query_cost(self.members)[0]
         per_query = rdp_budget_for(self.epsilon, self.delta, alpha) / self.max_tokens
         return analysis.solve_radius(per_query, alpha, self.members, 1.0)
+
+    @property
+    def paid(self) -> int:
+        """screened: the paid tokens of one text (``paid_tokens`` or its default)."""
+        if self.paid_tokens is not None:
+            return min(self.paid_tokens, self.max_tokens)
+        return max(1, self.max_tokens // 4)
+
+    def screened_config(self, alpha: int | None = None) -> ScreenedPMixEDConfig:
+        """screened: one text's Screened PMixED (q = 1; the public model once its paid
+        tokens are spent), at order ``alpha`` (default: the plan's)."""
+        return ScreenedPMixEDConfig(
+            epsilon=self.epsilon, delta=self.delta, alpha=self.order if alpha is None else alpha,
+            paid_tokens=self.paid, sample_rate=1.0, threshold=self.threshold,
+            when_spent="public",
+        )  # fmt: skip
 
     @cached_property
     def radius(self) -> float:
@@ -134,10 +162,17 @@ class SynthConfig:
         """The mechanism's derived parameters, as the statement gives them."""
         if self.mechanism == "dclip":
             return {"clip": self.clip, "top_k": self.top_k}
+        if self.mechanism == "screened":
+            return {"alpha": self.order, "radius": self.radius, "paid_tokens": self.paid,
+                    "threshold": self.threshold}  # fmt: skip
         return {"alpha": self.order, "radius": self.radius}
 
     def text_curve(self) -> RdpCurve:
-        """What one text costs each unit of its batch: ``max_tokens`` tokens composed."""
+        """What one text costs each unit of its batch: ``max_tokens`` tokens composed, or,
+        screened, its paid tokens and their sparse-vector instances (free tokens cost
+        nothing)."""
+        if self.mechanism == "screened":
+            return self.screened_config().lifetime_curve(self.members)
         return self.token_curve.times(self.max_tokens)
 
 

@@ -58,6 +58,8 @@ MECHANISM_TEXT = {
     "pmixed": "PMixED mollified mixture (q = 1) of in-context members, per token",
     "dclip": "DClip: clipped exponential mechanism (InvisibleInk) over in-context members, "
     "on an expanded public top-k, per token",
+    "screened": "Screened PMixED: a sparse-vector test per token sends it to the public model "
+    "(free) or to a paid PMixED mixture (q = 1) of in-context members; paid_tokens per text",
 }
 
 
@@ -396,6 +398,12 @@ class TextGenerator:
                 engine, self.lm.tokenizer, ledger, cfg.clip, cfg.top_k, cfg.max_tokens,
                 cfg.token_curve, self.rng,
             )  # fmt: skip
+        elif cfg.mechanism == "screened":
+            from privlm.predict.screened import ScreenedPMixED
+
+            predictor = ScreenedPMixED(
+                engine, self.lm.tokenizer, ledger, cfg.screened_config(), seed=self.rng
+            )
         else:
             pmixed = PMixEDConfig(
                 epsilon=cfg.epsilon, delta=cfg.delta, alpha=cfg.order, queries=cfg.max_tokens,

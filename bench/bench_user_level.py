@@ -1,0 +1,208 @@
+"""Private prediction against DP-SGD at the user level: WikiText-2 articles as users.
+
+The privacy unit is a user: an article of WikiText-2 train, present in the private data by
+its first ``--per-user`` paragraphs (headings left out). ``--users`` articles make the data.
+On it, with SmolLM2-135M and LoRA rank 4:
+
+- a non-private fine-tune on all of it (the top of the gap) and the public model (the bottom);
+- PMixED, ε = 8, δ = 1e-5, α = 3, q = 1, per-unit bound: N adapters, each trained on the
+  users a keyed hash assigns to its part, so one user changes one member
+  (docs/sharp_edges.md, "PMixED per unit"); ``--runs`` deployments, each with its own budget
+  and fresh sampling, scored on one shared forward pass per block;
+- DP-SGD at the user level, ε = 8, δ = 1e-5: Poisson sampling of users, each user's blocks
+  joined and clipped together (``DpSgdConfig.user_sampling = "joint"``);
+- the plain average of the N members (no privacy): the ensemble's ceiling.
+
+The test text is one block of ``--block-size`` tokens from each of ``--blocks`` distinct
+articles of WikiText-2 test; every token is one query charged to PMixED's budget.
+Nothing is tuned on the test: PMixED's q, α and N and DP-SGD's settings are fixed in advance
+(listed in the JSON); the tuning grid on validation text is not run here.
+
+Usage: python bench/bench_user_level.py [--users 300] [--per-user 4] [--n 40] [--blocks 40]
+Writes bench/results/user_level.json (or --out). Models are cached under the privlm cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_utility import DELTA, EPSILON, MODEL, q_sweep
+
+from privlm.data.corpora import _lines
+from privlm.data.records import Dataset, Record
+from privlm.predict.config import PlainConfig
+from privlm.predict.evaluate import evaluate
+from privlm.predict.factory import build_predictor, plain_config
+from privlm.predict.loading import load_adapter, load_ensemble
+from privlm.settings import cache_dir
+from privlm.training.config import EnsembleConfig
+from privlm.training.dpsgd import DpSgdConfig, train_dpsgd
+from privlm.training.ensemble import ensemble_statistics, train_ensemble
+from privlm.training.lora_finetune import LoraTrainingConfig
+
+RESULTS = Path(__file__).parent / "results"
+ARTICLE = re.compile(r"^ = [^=].* = $")  # a top-level heading starts an article
+SECTION = re.compile(r"^ = = .* = = $")
+
+
+def articles(split: str) -> list[list[str]]:
+    """WikiText-2 (raw) ``split`` as articles: each a list of its paragraphs (no headings)."""
+    _, lines = _lines(f"wikitext2/raw/{split}.txt.gz")
+    out: list[list[str]] = []
+    for line in lines:
+        if ARTICLE.match(line):
+            out.append([])
+        elif out and line.strip() and not SECTION.match(line):
+            out[-1].append(line.strip())
+    return out
+
+
+def user_dataset(users: int, per_user: int, unit: str = "user") -> Dataset:
+    """The first ``users`` train articles with at least ``per_user`` paragraphs, each a user
+    with its first ``per_user`` paragraphs as records; ``unit="record"``: the same records,
+    each its own unit (the record-level rows on the same data)."""
+    chosen = [a for a in articles("train") if len(a) >= per_user][:users]
+    if len(chosen) < users:
+        raise SystemExit(f"only {len(chosen)} articles have {per_user} paragraphs")
+    records = [
+        Record(text, f"article-{i}") for i, art in enumerate(chosen) for text in art[:per_user]
+    ]
+    if unit == "record":
+        records = [Record(r.text, f"record-{j}") for j, r in enumerate(records)]
+    return Dataset(records, f"wikitext2 train, {users} articles × {per_user} paragraphs", unit)
+
+
+def test_blocks(tokenizer: Any, n: int, size: int) -> list[list[int]]:
+    """One block of ``size`` tokens from each of the first ``n`` test articles long enough."""
+    blocks = []
+    for art in articles("test"):
+        ids = tokenizer("\n".join(art) + "\n", add_special_tokens=False)["input_ids"]
+        if len(ids) >= size:
+            blocks.append(ids[:size])
+        if len(blocks) == n:
+            return blocks
+    raise SystemExit(f"only {len(blocks)} test articles have {size} tokens")
+
+
+def train_all(args: argparse.Namespace, data: Dataset, base: Path, root: Path) -> dict[str, Any]:
+    """The fine-tuned reference (under ``base``, on the records keyed by user: the same model
+    for either unit), the N-member ensemble and DP-SGD at the data's unit (under ``root``);
+    each cached."""
+    lora = LoraTrainingConfig(epochs=1, block_size=128, batch_size=4, learning_rate=2e-3)
+    times: dict[str, Any] = {}
+    by_user = user_dataset(args.users, args.per_user, "user")
+    families = (("finetuned", 1, by_user, base), (f"pmixed-{args.n}", args.n, data, root))
+    for name, parts, records, where in families:
+        t = time.perf_counter()
+        train_ensemble(MODEL, records, where / name, EnsembleConfig(parts=parts, training=lora))
+        stats = ensemble_statistics(where / name)["adapters"]
+        times[name] = {
+            "train_seconds": sum(a["seconds"] for a in stats.values()),
+            "this_run_seconds": time.perf_counter() - t,
+        }
+    dp_dir = root / f"dpsgd-{data.unit_kind}"
+    if not (dp_dir / "privacy.json").is_file():
+        t = time.perf_counter()
+        cfg = DpSgdConfig(
+            target_epsilon=EPSILON, delta=DELTA, epochs=args.dpsgd_epochs,
+            batch_size=args.dpsgd_batch, physical_batch_size=8, block_size=128,
+            learning_rate=args.dpsgd_lr,
+        )  # fmt: skip
+        train_dpsgd(MODEL, data, dp_dir, cfg)
+        (dp_dir / "seconds.json").write_text(json.dumps(time.perf_counter() - t))
+    times[f"dpsgd-{data.unit_kind}"] = {
+        "train_seconds": json.loads((dp_dir / "seconds.json").read_text()),
+        "privacy": json.loads((dp_dir / "privacy.json").read_text()),
+    }
+    return times
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--users", type=int, default=300)
+    ap.add_argument("--per-user", type=int, default=4, help="paragraphs of each article")
+    ap.add_argument("--n", type=int, default=40, help="PMixED's N (parts keyed by user)")
+    ap.add_argument("--runs", type=int, default=5, help="PMixED deployments, each its own")
+    ap.add_argument("--blocks", type=int, default=40, help="test articles, one block each")
+    ap.add_argument("--block-size", type=int, default=128)
+    ap.add_argument("--dpsgd-batch", type=int, default=16, help="expected users per step")
+    ap.add_argument("--dpsgd-epochs", type=int, default=1)
+    ap.add_argument("--dpsgd-lr", type=float, default=2e-3)
+    ap.add_argument(
+        "--unit", default="user", choices=("user", "record"),
+        help="the privacy unit: an article (parts keyed by article, user-level DP-SGD) or a "
+        "paragraph of the same data",
+    )  # fmt: skip
+    ap.add_argument("--out", default=None, help="default: user_level.json or record_level.json")
+    args = ap.parse_args()
+    data = user_dataset(args.users, args.per_user, args.unit)
+    base = cache_dir() / "bench" / f"user-level-{args.users}x{args.per_user}"
+    root = base if args.unit == "user" else base / "record-level"
+    args.out = args.out or f"{args.unit}_level.json"
+    times = train_all(args, data, base, root)
+
+    finetuned = load_ensemble(base / "finetuned")
+    tok = finetuned.model.tokenizer
+    blocks = test_blocks(tok, args.blocks, args.block_size)
+    queries = sum(len(b) - 1 for b in blocks)
+    ppl = {
+        m: evaluate(build_predictor(plain_config(m), finetuned), blocks).perplexity
+        for m in ("public", "finetuned")
+    }
+    dp = load_adapter(root / "dpsgd-user", MODEL)
+    ppl["dpsgd-user"] = evaluate(
+        build_predictor(PlainConfig(members="adapter"), dp), blocks
+    ).perplexity
+    ens = load_ensemble(root / f"pmixed-{args.n}")
+    ppl["ensemble"] = evaluate(
+        build_predictor(PlainConfig(members="ensemble"), ens), blocks
+    ).perplexity
+    gap = ppl["public"] - ppl["finetuned"]
+    print({k: round(v, 3) for k, v in ppl.items()}, flush=True)
+    t = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        (row,) = q_sweep(ens.engine, tok, blocks, [1.0], args.runs, Path(tmp))
+    closed = [(ppl["public"] - p) / gap for p in row["perplexities"]]
+    out = {
+        "model": MODEL,
+        "unit": "user (a WikiText-2 article)" if args.unit == "user" else "record (a paragraph)",
+        "users": args.users,
+        "per_user": args.per_user, "records": len(data), "n": args.n, "q": 1.0,
+        "test_blocks": len(blocks), "test_tokens": queries, "epsilon": EPSILON, "delta": DELTA,
+        "perplexity": ppl,
+        "gap_closed": {k: (ppl["public"] - v) / gap for k, v in ppl.items()},
+        "pmixed": {**row, "gap_closed_runs": closed, "gap_closed_mean": statistics.fmean(closed),
+                   "gap_closed_sd": statistics.stdev(closed) if len(closed) > 1 else 0.0,
+                   "score_seconds": time.perf_counter() - t},
+        "fixed_settings": {
+            "pmixed": {"alpha": 3, "q": 1.0, "n": args.n, "member_epochs": 1, "lr": 2e-3},
+            "dpsgd": {"batch_units": args.dpsgd_batch, "epochs": args.dpsgd_epochs,
+                      "lr": args.dpsgd_lr, "user_sampling": "joint", "clip": 1.0},
+        },
+        "training": times,
+        "command": " ".join(["python", *sys.argv]),
+    }  # fmt: skip
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / args.out).write_text(json.dumps(out, indent=2))
+    for k, v in ppl.items():
+        print(f"{k:<12} perplexity {v:8.3f}   gap closed {out['gap_closed'][k]:6.1%}")
+    print(
+        f"PMixED N={args.n} q=1 per {args.unit}: perplexity {row['mean']:.3f} ± {row['sd']:.3f} "
+        f"({args.runs} runs), gap closed {out['pmixed']['gap_closed_mean']:.1%} ± "
+        f"{out['pmixed']['gap_closed_sd']:.1%}, radius {row['radius']:.3f}, "
+        f"median λ {row['median_lambda']:.4f}"
+    )
+    print(f"wrote {RESULTS / args.out}")
+
+
+if __name__ == "__main__":
+    main()
