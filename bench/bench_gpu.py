@@ -251,7 +251,7 @@ def section_pmixed(model_name: str, args: argparse.Namespace) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def settled(measure: Any, rounds: int) -> list[float]:
+def settled(measure: Any, rounds: int) -> list[Any]:
     """``rounds`` figures of ``measure()`` after one warm-up call (dropped)."""
     return [measure() for _ in range(rounds + 1)][1:]
 
