@@ -310,7 +310,9 @@ def section_in_context(model_name: str, args: argparse.Namespace) -> dict[str, A
                 predictors[cap].generate(text, max_new_tokens=2)
             for i in range(args.rounds + 1):  # alternating; the first round is a warm-up
                 for cap in caps:
-                    per_token, n_tokens = timed_generation(predictors[cap], text, args.tokens, device)
+                    per_token, n_tokens = timed_generation(
+                        predictors[cap], text, args.tokens, device
+                    )
                     if i:
                         runs[cap].append(per_token)
         for cap in caps:
