@@ -37,7 +37,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_utility import DELTA, EPSILON, MODEL, q_sweep
 
-from privlm.data.corpora import _lines
+from privlm.data import corpora
 from privlm.data.records import Dataset, Record
 from privlm.predict.config import PlainConfig
 from privlm.predict.evaluate import evaluate
@@ -50,19 +50,18 @@ from privlm.training.ensemble import ensemble_statistics, train_ensemble
 from privlm.training.lora_finetune import LoraTrainingConfig
 
 RESULTS = Path(__file__).parent / "results"
-ARTICLE = re.compile(r"^ = [^=].* = $")  # a top-level heading starts an article
-SECTION = re.compile(r"^ = = .* = = $")
+ARTICLE = re.compile(r"^= [^=].* =$")  # a top-level heading starts an article
+SECTION = re.compile(r"^= = .* = =$")
 
 
 def articles(split: str) -> list[list[str]]:
     """WikiText-2 (raw) ``split`` as articles: each a list of its paragraphs (no headings)."""
-    _, lines = _lines(f"wikitext2/raw/{split}.txt.gz")
     out: list[list[str]] = []
-    for line in lines:
-        if ARTICLE.match(line):
+    for text in corpora.wikitext2(split).texts():  # non-blank lines, stripped
+        if ARTICLE.match(text):
             out.append([])
-        elif out and line.strip() and not SECTION.match(line):
-            out[-1].append(line.strip())
+        elif out and not SECTION.match(text):
+            out[-1].append(text)
     return out
 
 

@@ -172,7 +172,6 @@ def test_screened_synth_picks_the_order_and_paid_tokens_from_public_settings():
     usable = [a for a in ALPHA_GRID if rdp_budget_for(8.0, 1e-5, a) > 0]
     assert cfg.radius == max(cfg.screened_config(a).query_cost(16)[0] for a in usable) > 0
     lifetime = cfg.text_curve()
-
     assert lifetime.at([float(cfg.order)])[0] <= rdp_budget_for(8.0, 1e-5, cfg.order) * (1 + 1e-9)
     assert SynthConfig(max_tokens=3, mechanism="screened", paid_tokens=9).paid == 3
 
