@@ -15,10 +15,12 @@ On it, with SmolLM2-135M and LoRA rank 4:
 
 The test text is one block of ``--block-size`` tokens from each of ``--blocks`` distinct
 articles of WikiText-2 test; every token is one query charged to PMixED's budget.
-Nothing is tuned on the test: PMixED's q, α and N and DP-SGD's settings are fixed in advance
-(listed in the JSON); the tuning grid on validation text is not run here.
+Nothing is tuned on the test: settings are fixed in advance (listed in the JSON) or chosen
+on WikiText-2 valid with ``--split valid --budget-queries 5080`` (the same radius as the test
+deployment's T), one run per N and per λ cap (``--caps 1,0.5,0.3``).
 
 Usage: python bench/bench_user_level.py [--users 300] [--per-user 4] [--n 40] [--blocks 40]
+       [--caps 1,0.5] [--split valid --budget-queries 5080 --blocks 8]
 Writes bench/results/user_level.json (or --out). Models are cached under the privlm cache.
 """
 
@@ -35,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_utility import DELTA, EPSILON, MODEL, q_sweep
+from bench_utility import DELTA, EPSILON, MODEL, parse_caps, q_sweep
 
 from privlm.data import corpora
 from privlm.data.records import Dataset, Record
@@ -80,16 +82,17 @@ def user_dataset(users: int, per_user: int, unit: str = "user") -> Dataset:
     return Dataset(records, f"wikitext2 train, {users} articles × {per_user} paragraphs", unit)
 
 
-def test_blocks(tokenizer: Any, n: int, size: int) -> list[list[int]]:
-    """One block of ``size`` tokens from each of the first ``n`` test articles long enough."""
+def test_blocks(tokenizer: Any, n: int, size: int, split: str = "test") -> list[list[int]]:
+    """One block of ``size`` tokens from each of the first ``n`` articles of ``split`` (test,
+    or valid for choosing settings) long enough."""
     blocks = []
-    for art in articles("test"):
+    for art in articles(split):
         ids = tokenizer("\n".join(art) + "\n", add_special_tokens=False)["input_ids"]
         if len(ids) >= size:
             blocks.append(ids[:size])
         if len(blocks) == n:
             return blocks
-    raise SystemExit(f"only {len(blocks)} test articles have {size} tokens")
+    raise SystemExit(f"only {len(blocks)} {split} articles have {size} tokens")
 
 
 def train_all(args: argparse.Namespace, data: Dataset, base: Path, root: Path) -> dict[str, Any]:
@@ -141,17 +144,31 @@ def main() -> None:
         help="the privacy unit: an article (parts keyed by article, user-level DP-SGD) or a "
         "paragraph of the same data",
     )  # fmt: skip
+    ap.add_argument(
+        "--caps", type=parse_caps, default=(1.0,),
+        help="λ caps to score PMixED at, comma-separated (each its own budget)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--split", default="test", choices=("test", "valid"),
+        help="the text scored: test, or WikiText-2 valid to choose N and the cap on",
+    )  # fmt: skip
+    ap.add_argument(
+        "--budget-queries", type=int, default=None,
+        help="T each PMixED budget is planned for (default: the tokens scored); on valid, "
+        "the test run's T (5,080), so the radius is the test deployment's",
+    )  # fmt: skip
     ap.add_argument("--out", default=None, help="default: user_level.json or record_level.json")
     args = ap.parse_args()
     data = user_dataset(args.users, args.per_user, args.unit)
     base = cache_dir() / "bench" / f"user-level-{args.users}x{args.per_user}"
     root = base if args.unit == "user" else base / "record-level"
-    args.out = args.out or f"{args.unit}_level.json"
+    suffix = "" if args.split == "test" else f"_{args.split}_n{args.n}"
+    args.out = args.out or f"{args.unit}_level{suffix}.json"
     times = train_all(args, data, base, root)
 
     finetuned = load_ensemble(base / "finetuned")
     tok = finetuned.model.tokenizer
-    blocks = test_blocks(tok, args.blocks, args.block_size)
+    blocks = test_blocks(tok, args.blocks, args.block_size, args.split)
     queries = sum(len(b) - 1 for b in blocks)
     ppl = {
         m: evaluate(build_predictor(plain_config(m), finetuned), blocks).perplexity
@@ -169,21 +186,31 @@ def main() -> None:
     print({k: round(v, 3) for k, v in ppl.items()}, flush=True)
     t = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        (row,) = q_sweep(ens.engine, tok, blocks, [1.0], args.runs, Path(tmp))
-    closed = [(ppl["public"] - p) / gap for p in row["perplexities"]]
+        rows = q_sweep(
+            ens.engine, tok, blocks, [1.0], args.runs, Path(tmp), args.caps,
+            budget_queries=args.budget_queries or queries,
+        )  # fmt: skip
+    score_seconds = time.perf_counter() - t
+    for r in rows:
+        r["gap_closed_runs"] = [(ppl["public"] - p) / gap for p in r["perplexities"]]
+        r["gap_closed_mean"] = statistics.fmean(r["gap_closed_runs"])
+        r["gap_closed_sd"] = statistics.stdev(r["gap_closed_runs"]) if args.runs > 1 else 0.0
+    row = min(rows, key=lambda r: r["mean"])  # the best cap on this split
     out = {
         "model": MODEL,
         "unit": "user (a WikiText-2 article)" if args.unit == "user" else "record (a paragraph)",
         "users": args.users,
         "per_user": args.per_user, "records": len(data), "n": args.n, "q": 1.0,
-        "test_blocks": len(blocks), "test_tokens": queries, "epsilon": EPSILON, "delta": DELTA,
+        "test_blocks": len(blocks), "test_tokens": queries,
+        "budget_queries": args.budget_queries or queries, "epsilon": EPSILON, "delta": DELTA,
         "perplexity": ppl,
         "gap_closed": {k: (ppl["public"] - v) / gap for k, v in ppl.items()},
-        "pmixed": {**row, "gap_closed_runs": closed, "gap_closed_mean": statistics.fmean(closed),
-                   "gap_closed_sd": statistics.stdev(closed) if len(closed) > 1 else 0.0,
-                   "score_seconds": time.perf_counter() - t},
+        "split": args.split,
+        "pmixed": {**row, "score_seconds": score_seconds},
+        "pmixed_by_cap": rows,
         "fixed_settings": {
-            "pmixed": {"alpha": 3, "q": 1.0, "n": args.n, "member_epochs": 1, "lr": 2e-3},
+            "pmixed": {"alpha": 3, "q": 1.0, "n": args.n, "caps": list(args.caps),
+                       "member_epochs": 1, "lr": 2e-3},
             "dpsgd": {"batch_units": args.dpsgd_batch, "epochs": args.dpsgd_epochs,
                       "lr": args.dpsgd_lr, "user_sampling": "joint", "clip": 1.0},
         },
@@ -194,12 +221,13 @@ def main() -> None:
     (RESULTS / args.out).write_text(json.dumps(out, indent=2))
     for k, v in ppl.items():
         print(f"{k:<12} perplexity {v:8.3f}   gap closed {out['gap_closed'][k]:6.1%}")
-    print(
-        f"PMixED N={args.n} q=1 per {args.unit}: perplexity {row['mean']:.3f} ± {row['sd']:.3f} "
-        f"({args.runs} runs), gap closed {out['pmixed']['gap_closed_mean']:.1%} ± "
-        f"{out['pmixed']['gap_closed_sd']:.1%}, radius {row['radius']:.3f}, "
-        f"median λ {row['median_lambda']:.4f}"
-    )
+    for r in rows:
+        print(
+            f"PMixED N={args.n} q=1 λ cap {r['lambda_cap']} per {args.unit} ({args.split}): "
+            f"perplexity {r['mean']:.3f} ± {r['sd']:.3f} ({args.runs} runs), gap closed "
+            f"{r['gap_closed_mean']:.1%} ± {r['gap_closed_sd']:.1%}, radius {r['radius']:.3f}, "
+            f"median λ {r['median_lambda']:.4f}"
+        )
     print(f"wrote {RESULTS / args.out}")
 
 

@@ -199,18 +199,21 @@ def score_together(
 
 def q_sweep(
     engine: EnsembleEngine, tokenizer: Any, blocks: list[list[int]], rates: list[float],
-    runs: int, tmp: Path, caps: tuple[float, ...] = (1.0,),
+    runs: int, tmp: Path, caps: tuple[float, ...] = (1.0,), budget_queries: int | None = None,
 ) -> list[dict[str, Any]]:  # fmt: skip
     """PMixED under the per-unit bound at each sampling rate q and λ cap, ``runs``
     deployments each (each with its own budget and fresh subsets), scored on one shared
     forward pass per block: the perplexity's mean and standard deviation, the radius and
     the median λ. (Time per token is bench_prediction's: the work per query is the same at
-    every q, every member being solved while the subset is secret.)"""
+    every q, every member being solved while the subset is secret.) ``budget_queries``: the T
+    each budget is planned for (default: the tokens scored), so that settings chosen on a
+    shorter validation text see the test deployment's radius."""
     shared, queries = SharedForward(engine), sum(len(b) - 1 for b in blocks)
+    planned = budget_queries or queries
     settings = [(q, cap) for q in rates for cap in caps]
     predictors = {
         (q, cap, run): pmixed_predictor(
-            shared, tokenizer, tmp / f"q{q}-c{cap}-{run}.db", q, queries, cap
+            shared, tokenizer, tmp / f"q{q}-c{cap}-{run}.db", q, planned, cap
         )
         for q, cap in settings
         for run in range(runs)

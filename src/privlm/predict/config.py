@@ -39,7 +39,7 @@ class PMixEDConfig:
     alpha: int = setting(3, "PMixED: Rényi order α (an integer)", ge=2, le=256)
     queries: int = setting(1024, "T, private queries over the budget's life", ge=1, le=10**7)
     # q = 1 by default, not the paper's 0.03: under the per-unit bound q barely moves the
-    # radius at N ≥ 80 (0.741 at q = 0.03, 0.653 at q ≥ 0.1), the work per query is the same
+    # radius at N ≥ 80 (0.833 at q = 0.03, 0.775 at q ≥ 0.1), the work per query is the same
     # at every q (every member is solved while the subset is secret), and averaging every
     # member beat 2.4 sampled ones on bench_utility (docs/results.md, "The sampling rate q");
     # with q = 1 there is no secret subset at all

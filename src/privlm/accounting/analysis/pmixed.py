@@ -188,6 +188,78 @@ def _log_central_moment(j: int, r: float, max_order: float) -> float:
     return float(np.logaddexp(_log_expm1((j - 1) * r), log_chi2))
 
 
+def fourth_moment_bound(radius: float, max_order: float) -> float:
+    """A bound on E_Z (X/Z − 1)⁴ when D↔_M(X ‖ Z) ≤ r for every M ≤ max_order (> 4).
+
+    For real M > 4, with t = X/Z and φ_γ(t) = t^γ − 1 − γ(t − 1), the function
+    h = A·φ_M + B·φ_{1−M} − (t − 1)⁴ has h(1) = h′(1) = 0 and
+    h″ = M(M−1)(A·t^{M−2} + B·t^{−M−1}) − 12(t − 1)², which is ≥ 0 on t ≥ 1 once
+    A = 12/(M(M−1)) · max_{t≥1} (t−1)²t^{2−M} = 12/(M(M−1)) · (2/(M−4))² ((M−4)/(M−2))^{M−2}
+    (at t = (M−2)/(M−4)), and on 0 < t ≤ 1 once
+    B = 12/(M(M−1)) · max_{t≤1} (1−t)²t^{M+1} = 12/(M(M−1)) · (2/(M+3))² ((M+1)/(M+3))^{M+1}
+    (at t = (M+1)/(M+3)). So h is convex and ≥ 0; with E_Z t = 1, E_Z φ_M = e^{(M−1)D_M(X‖Z)} − 1
+    and E_Z φ_{1−M} = e^{(M−1)D_M(Z‖X)} − 1, so E (t − 1)⁴ ≤ (A + B)(e^{(M−1)r} − 1). The least
+    over a grid of M is returned (∞ when max_order ≤ 4)."""
+    return _fourth_moment_bound(float(radius), float(max_order))
+
+
+@functools.lru_cache(maxsize=4096)
+def _fourth_moment_bound(r: float, max_order: float) -> float:
+    if max_order <= 4.0:
+        return math.inf
+    m = np.linspace(max_order, 4.0, 65)[:-1]  # (4, max_order]
+    m = m[(m - 1.0) * r < 700.0]
+    if not m.size:
+        return math.inf
+    k = 12.0 / (m * (m - 1.0))
+    a = k * (2.0 / (m - 4.0)) ** 2 * ((m - 4.0) / (m - 2.0)) ** (m - 2.0)
+    b = k * (2.0 / (m + 3.0)) ** 2 * ((m + 1.0) / (m + 3.0)) ** (m + 1.0)
+    return float(np.min((a + b) * np.expm1((m - 1.0) * r)))
+
+
+def inverse_chi_square_bound(radius: float, max_order: float) -> float:
+    """A bound on E_Z (Z/P − 1)² when D↔_M(P ‖ Z) ≤ r for every M ≤ max_order (≥ 3).
+
+    With v = Z/P, E_Z v = e^{D_2(Z‖P)} ≥ 1, E_Z v^γ = e^{γ·D_{γ+1}(Z‖P)} and
+    E_Z v^{1−γ} = e^{(γ−2)·D_{γ−1}(P‖Z)}. γ = 2: E (v − 1)² ≤ E v² − 1 ≤ e^{2r} − 1 (order 3).
+    Real 3 ≤ M ≤ max_order − 1: :func:`chi_square_bound`'s pointwise inequality
+    (v − 1)² ≤ a·φ_M(v) + b·φ_{1−M}(v) and E v ≥ 1 give
+    E (v − 1)² ≤ a(e^{M r} − 1) + b(e^{(M−2) r} − 1 + (M − 1)(e^{r} − 1)). The least over a
+    grid of M is returned."""
+    return _inverse_chi_square_bound(float(radius), float(max_order))
+
+
+@functools.lru_cache(maxsize=4096)
+def _inverse_chi_square_bound(r: float, max_order: float) -> float:
+    if max_order < 3.0:
+        return math.inf
+    best = math.expm1(2.0 * r) if 2.0 * r < 700.0 else math.inf
+    if max_order - 1.0 >= 3.0:
+        m = np.linspace(3.0, max_order - 1.0, 64)
+        m = m[m * r < 700.0]
+        if m.size:
+            k = m * (m - 1.0) / 2.0
+            a = (m + 1.0) / ((2.0 * m - 1.0) * k)
+            b = (m - 2.0) / ((2.0 * m - 1.0) * k)
+            tail = np.expm1((m - 2.0) * r) + (m - 1.0) * math.expm1(r)
+            best = min(best, float(np.min(a * np.expm1(m * r) + b * tail)))
+    return best
+
+
+def log_second_moment_through_p0(radius: float, alpha: float) -> float:
+    """log of a bound on M₂ = Σ (X − Y)²/P' for X, Y and P' in the order-2α ball of radius ρ
+    (docs/sharp_edges.md, "PMixED per unit", step 8). With x, y, u the ratios to p₀ and
+    v = 1/u: (x − y)² ≤ 2(x − 1)² + 2(y − 1)², and
+    E_{p₀}(x − 1)²v = E(x − 1)² + E(x − 1)²(v − 1) ≤ χ² + √(E(x − 1)⁴ · E(v − 1)²)
+    (Cauchy–Schwarz), so M₂ ≤ 4(χ²(ρ) + √(m₄(ρ)·v₂(ρ))), every moment read against p₀ at
+    the ball's radius and order."""
+    order = ball_order(alpha)
+    m4 = fourth_moment_bound(radius, order)
+    v2 = inverse_chi_square_bound(radius, order)
+    bound = 4.0 * (chi_square_bound(radius, order) + math.sqrt(m4 * v2))
+    return math.log(bound) if 0.0 < bound < math.inf else (math.inf if bound > 0 else -math.inf)
+
+
 def check_lambda_cap(lambda_cap: float) -> float:
     """The largest mixing weight λ a member may take: in (0, 1] (1: the paper's rule)."""
     cap = float(lambda_cap)
@@ -221,11 +293,13 @@ def replacement_rdp(
     P' = (1−w)·A + w·Y (w of :func:`replacement_weight`; X, Y the old and new member, A the
     rest, all in the order-2α ball). The binomial expansion of E_{P'}[(P/P')^k] (the first
     order vanishes) bounds the j-th term by M_j = Σ |X − Y|^j P'^{1−j}, and each M_j by the
-    smaller of two bounds (docs/sharp_edges.md, "PMixED per unit")::
+    smallest of its bounds (docs/sharp_edges.md, "PMixED per unit")::
 
         through Z:  2^j [c·μ_j(ρ) + (1−c)·μ_j(d*)]       (convexity over P' = c·p₀ + (1−c)·Z,
                                                           c = (1−q)^N, and Minkowski)
         the floor:  2^j μ_j(ρ) / γ^{j−1}                (P' ≥ γ·p₀: :func:`public_floor`)
+        j = 2 only: 4(χ²(ρ) + √(m₄(ρ)·v₂(ρ)))           (P' in the ball, read against p₀:
+                                                          :func:`log_second_moment_through_p0`)
 
         ε_R(k) = log(1 + Σ_{j=2..k} C(k,j) w^j · min(…)) / (k−1)
 
@@ -256,7 +330,10 @@ def replacement_rdp(
         through_z = float(np.logaddexp(public, members))
         floor = against_p0 - (j - 1) * log_gamma if gamma > 0.0 else math.inf
         log_binom = math.lgamma(k + 1) - math.lgamma(j + 1) - math.lgamma(k - j + 1)
-        terms.append(log_binom + j * math.log(2.0 * w) + min(through_z, floor))
+        log_mj = j * math.log(2.0) + min(through_z, floor)
+        if j == 2:  # step 8: the second moment read against p₀ through Cauchy–Schwarz
+            log_mj = min(log_mj, log_second_moment_through_p0(radius, a))
+        terms.append(log_binom + j * math.log(w) + log_mj)
     top = max(terms)  # log Σ e^t, in plain floats (scipy's logsumexp costs 30× more here)
     log_sum = top + math.log(math.fsum(math.exp(t - top) for t in terms))
     expansion = (log_sum if log_sum > 700.0 else math.log1p(math.exp(log_sum))) / (k - 1)
