@@ -66,6 +66,15 @@ def test_a_saved_tagger_loads_and_predicts_as_its_saved_weights_say(tiny_tagger)
     assert detector.describe()["model"] == "tiny" and len(detector.detect(texts)) == 8
 
 
+def test_batches_by_length_answer_each_text_as_it_runs_alone(tiny_tagger):
+    """predict sorts texts by length into batches: each text's spans are those it gets
+    alone, in the order given."""
+    tagger, _, corpus = tiny_tagger
+    texts = [a.text for a in corpus[:10]] + ["Ann", "Patient Ann Lee lives in a long street name."]
+    texts = texts[::-1]
+    assert tagger.predict(texts, batch=4) == [tagger.predict([t])[0] for t in texts]
+
+
 @pytest.mark.fast
 def test_the_default_head_ships_in_the_package_from_the_recipe_it_names():
     """No training on first use: the default folder is the shipped head, of this recipe

@@ -180,16 +180,20 @@ class Tagger:
 
     @torch.no_grad()
     def predict(self, texts: Sequence[str], batch: int = 32) -> list[list[Span]]:
+        """Spans per text, in the order given. Texts run in batches of similar length (a
+        batch pads to its longest text, and padding is work): a text's features do not
+        depend on its batch (causal attention, padding on the right, masked)."""
         self.head.eval()
-        out: list[list[Span]] = []
-        for i in range(0, len(texts), batch):
-            chunk = list(texts[i : i + batch])
-            feats, offsets = self.featurizer(chunk)
+        out: list[list[Span]] = [[] for _ in texts]
+        by_length = sorted(range(len(texts)), key=lambda j: len(texts[j]))
+        for i in range(0, len(by_length), batch):
+            idx = by_length[i : i + batch]
+            feats, offsets = self.featurizer([texts[j] for j in idx])
             x, lengths = _pad(feats)
             labels = self.head(x, lengths).argmax(-1)
-            for j, text in enumerate(chunk):
-                n = int(lengths[j])
-                out.append(decode(text, offsets[j], labels[j, :n].tolist()))
+            for row, j in enumerate(idx):
+                n = int(lengths[row])
+                out[j] = decode(texts[j], offsets[row], labels[row, :n].tolist())
         return out
 
     def save(self, folder: str | Path, trained_on: dict[str, Any]) -> Path:

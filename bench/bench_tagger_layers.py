@@ -1,0 +1,99 @@
+"""Where `pii`'s time goes, and what a shallower tagger costs in recall.
+
+`pii` is `pii-fast` (regex + privlm's recognisers + Presidio) plus the learned tagger, whose
+features are SmolLM2-135M's hidden states after ``layer`` blocks (12 of 30 by default). For
+each layer asked, a head is trained by the default recipe at that layer (development
+families and value sources only; cached under the privlm cache, the shipped head for the
+default layer) and measured on the held-out families and value sources, as
+docs/results.md's detector table: full-span recall by type, over-redaction, and seconds per
+1,000 texts of `pii`, of the tagger alone and of `pii-fast`, in the same run, with the ratio
+`pii` / `pii-fast` the target reads (≤ 2).
+
+Usage: OMP_NUM_THREADS=1 python bench/bench_tagger_layers.py [--layers 12,6,4] [--n 1000]
+Writes bench/results/tagger_layers.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from privlm.detect import evaluate_pii, make_detector
+from privlm.detect.base import UnionDetector
+from privlm.detect.pii_families import family_corpus
+from privlm.detect.pii_families_heldout import HELDOUT_FAMILIES, HELDOUT_SOURCES
+from privlm.detect.pii_quality import PiiQuality
+from privlm.detect.tagger import TaggerConfig, TaggerDetector, default_folder, train_default_tagger
+from privlm.settings import cache_dir
+
+RESULTS = Path(__file__).parent / "results"
+TYPES = ("PERSON", "STREET_ADDRESS", "GPE", "ORGANIZATION")
+
+
+def head_for(layer: int, sentences: int) -> tuple[Path, float | None]:
+    """The head at ``layer``: the shipped one for the default layer, else trained by the
+    default recipe at that layer (cached); with its training seconds when trained now."""
+    if layer == TaggerConfig().layer:
+        return default_folder(), None
+    folder = cache_dir() / "bench" / f"tagger-layer-{layer}-{sentences}"
+    if (folder / "tagger.json").is_file():
+        return folder, None
+    t = time.perf_counter()
+    train_default_tagger(folder, TaggerConfig(layer=layer), sentences)
+    return folder, time.perf_counter() - t
+
+
+def row(q: PiiQuality) -> dict[str, Any]:
+    by_type = {t: q.recall_by_type[t].full for t in TYPES if t in q.recall_by_type}
+    return {"full_recall": q.full_recall, "by_type": by_type,
+            "over_redaction": q.over_redaction, "seconds_per_1000": q.seconds_per_1000}  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--layers", default="12,6,4", help="tagger layers, comma-separated")
+    ap.add_argument("--n", type=int, default=1000, help="held-out sentences")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--sentences", type=int, default=6000, help="training sentences per head")
+    ap.add_argument("--out", default="tagger_layers.json")
+    args = ap.parse_args()
+    sample = family_corpus(args.n, HELDOUT_FAMILIES, HELDOUT_SOURCES, args.seed)
+    fast = make_detector("pii-fast")
+    fast.detect([sample[0].text])  # load spaCy and Presidio before any timing
+    fast_row = row(evaluate_pii(fast, sample))
+    out: dict[str, Any] = {
+        "n": args.n, "seed": args.seed, "threads": torch.get_num_threads(),
+        "pii_fast": fast_row, "layers": {}, "command": " ".join(["python", *sys.argv]),
+    }  # fmt: skip
+    print(f"pii-fast: {fast_row['seconds_per_1000']:.1f} s / 1,000 texts", flush=True)
+    for layer in (int(x) for x in args.layers.split(",") if x):
+        folder, train_s = head_for(layer, args.sentences)
+        tagger = TaggerDetector(folder)
+        tagger.detect([sample[0].text])  # load the model before timing
+        alone = row(evaluate_pii(tagger, sample))
+        union = UnionDetector([*fast.detectors, tagger], bridge=True)
+        union.name = "pii"
+        pii = row(evaluate_pii(union, sample))
+        pii["over_pii_fast"] = pii["seconds_per_1000"] / fast_row["seconds_per_1000"]
+        out["layers"][str(layer)] = {"pii": pii, "tagger": alone, "train_seconds": train_s}
+        print(
+            f"layer {layer:>2}: pii {pii['seconds_per_1000']:.1f} s / 1,000 "
+            f"({pii['over_pii_fast']:.2f}x pii-fast), tagger alone "
+            f"{alone['seconds_per_1000']:.1f} s; full recall "
+            + ", ".join(f"{t} {v:.3f}" for t, v in pii["by_type"].items())
+            + f"; over-redaction {pii['over_redaction']:.1%}",
+            flush=True,
+        )
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / args.out).write_text(json.dumps(out, indent=2))
+    print(f"wrote {RESULTS / args.out}")
+
+
+if __name__ == "__main__":
+    main()
