@@ -256,8 +256,10 @@ def log_second_moment_through_p0(radius: float, alpha: float) -> float:
     order = ball_order(alpha)
     m4 = fourth_moment_bound(radius, order)
     v2 = inverse_chi_square_bound(radius, order)
+    if math.isinf(m4) or math.isinf(v2):  # no certificate at this order (α = 2): no bound
+        return math.inf
     bound = 4.0 * (chi_square_bound(radius, order) + math.sqrt(m4 * v2))
-    return math.log(bound) if 0.0 < bound < math.inf else (math.inf if bound > 0 else -math.inf)
+    return math.log(bound) if bound > 0.0 else -math.inf  # ρ = 0: every member is p₀
 
 
 def check_lambda_cap(lambda_cap: float) -> float:
