@@ -42,6 +42,7 @@ from pathlib import Path
 from statistics import median
 from types import SimpleNamespace
 from typing import Any
+from unittest.mock import patch
 
 import torch
 
@@ -233,11 +234,18 @@ def section_pmixed(model_name: str, args: argparse.Namespace) -> dict[str, Any]:
         ledger = PrivacyLedger(Path(tmp) / "l.db", "bench", Budget(8.0, 1e-5))
         pm = PMixED(engine, tok, ledger, cfg)
         pm.generate(text, max_new_tokens=2)  # warm-up
-        runs = settled(lambda: timed_generation(pm, text, args.tokens, device), args.rounds)
+        paths = {"block": lambda: timed_generation(pm, text, args.tokens, device)}
+        if args.compare_gather:
+            paths["gather"] = lambda: gathering(
+                lambda: timed_generation(pm, text, args.tokens, device)
+            )
+        by_path = alternating(paths, args.rounds)
+        runs = by_path["block"]
         # the prefill of every row, alone: a one-token generation
         first = median([r[0] for r in settled(lambda: timed_generation(pm, text, 1, device), 1)])
     per_token, n_tokens = median([r[0] for r in runs]), runs[0][1]
     decode = (per_token * n_tokens - first) / max(1, n_tokens - 1)
+    gather = median([r[0] for r in by_path["gather"]]) if "gather" in by_path else None
     return {
         "model": model_name, "adapters": args.adapters, "rank": args.rank, "q": args.q,
         "prompt_tokens": len(ids), "tokens": n_tokens,
@@ -247,8 +255,30 @@ def section_pmixed(model_name: str, args: argparse.Namespace) -> dict[str, Any]:
         "pmixed_over_public": per_token / public, "first_token_s": first,
         "pmixed_decode_per_token_s": decode, "decode_over_public": decode / public,
         "loop_over_pmixed": loop / per_token if loop else None,
+        "pmixed_gather_per_token_s": gather,
+        "pmixed_gather_runs_s": [r[0] for r in by_path.get("gather", [])],
+        "gather_over_block": gather / per_token if gather else None,
         "peak_memory_gib": peak_memory(device),
     }  # fmt: skip
+
+
+def gathering(measure: Any) -> Any:
+    """``measure()`` on the engine's general LoRA path, which gathers every adapter's A and B
+    and the batch rows at each projection: privlm's only path before the block layout
+    (:class:`privlm.predict.engine.AdapterBlock`), kept for any other row layout."""
+    with patch("privlm.predict.engine.adapter_block", return_value=None):
+        return measure()
+
+
+def alternating(measures: dict[str, Any], rounds: int) -> dict[str, list[Any]]:
+    """``rounds`` figures of each measure, taken in turn, after one warm-up round (dropped)."""
+    runs: dict[str, list[Any]] = {name: [] for name in measures}
+    for i in range(rounds + 1):
+        for name, measure in measures.items():
+            figure = measure()
+            if i:
+                runs[name].append(figure)
+    return runs
 
 
 def settled(measure: Any, rounds: int) -> list[Any]:
@@ -393,7 +423,8 @@ def section_submix(model_name: str, args: argparse.Namespace) -> dict[str, Any]:
     tok = WordTokenizer(model.config.vocab_size)
     text = prompt_text(args.prompt)
     ids = tok(text)["input_ids"]
-    public = public_per_token(model, ids, min(args.tokens, 64))
+    publics = settled(lambda: public_per_token(model, ids, args.tokens), args.rounds)
+    public = median(publics)
     adapters, spec = random_adapters(model, 2 * args.parts, args.rank)
     engine = EnsembleEngine(model, adapters, spec)
     del adapters
@@ -401,15 +432,13 @@ def section_submix(model_name: str, args: argparse.Namespace) -> dict[str, Any]:
         cfg = SubMixConfig(epsilon=1000.0, alpha=2.0, beta=2.0 / 1024)  # no STOP in the timing
         sm = SubMix(engine, tok, part_ledgers(Path(tmp) / "l.db", "b", args.parts, cfg), cfg)
         sm.generate(text, max_new_tokens=2)
-        sync(device)
-        t = time.perf_counter()
-        gen = sm.generate(text, max_new_tokens=args.tokens)
-        sync(device)
-        per_token = (time.perf_counter() - t) / len(gen.token_ids)
+        runs = settled(lambda: timed_generation(sm, text, args.tokens, device), args.rounds)
+    per_token = median([r[0] for r in runs])
     return {
         "model": model_name, "parts": args.parts, "adapters": 2 * args.parts, "rank": args.rank,
-        "prompt_tokens": len(ids), "tokens": len(gen.token_ids),
-        "public_per_token_s": public, "submix_per_token_s": per_token,
+        "prompt_tokens": len(ids), "tokens": runs[0][1], "rounds": args.rounds,
+        "public_per_token_s": public, "public_runs_s": publics, "submix_per_token_s": per_token,
+        "submix_runs_s": [r[0] for r in runs],
         "submix_over_public": per_token / public, "peak_memory_gib": peak_memory(device),
     }  # fmt: skip
 
@@ -610,6 +639,10 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--prompt", type=int, default=512)
     ap.add_argument("--loop-tokens", type=int, default=4, help="0: no PEFT-loop baseline.")
+    ap.add_argument(
+        "--compare-gather", action="store_true",
+        help="PMixED: also time the general LoRA path (gathers), alternating with the block path.",
+    )  # fmt: skip
     ap.add_argument("--parts", type=int, default=8, help="SubMix's k.")
     ap.add_argument("--batch", type=int, default=8, help="DP-SGD examples per step.")
     ap.add_argument("--length", type=int, default=512, help="DP-SGD tokens per example.")

@@ -6,9 +6,11 @@
 #   bench/gpu_run.sh            # on the GPU machine, from the repository root
 #
 # privlm runs from src/ (PYTHONPATH); wheels of what the machine's image lacks may be
-# carried in .whl/ and are installed into /tmp/site first. Environment: TEST_S, BENCH1_S and
-# BENCH8_S (seconds per stage, 0 skips it), SECTIONS1/SECTIONS8, and ARGS1/ARGS8 (extra
-# bench_gpu.py flags, e.g. ARGS1='--tokens 128').
+# carried in .whl/ and are installed into /tmp/site first. Environment: TEST_S, BENCH1_S,
+# PROFILE_S, BENCH8_S and LOOP8_S (seconds per stage, 0 skips it), SECTIONS1/SECTIONS8, and
+# ARGS1/ARGS8/ARGSP (extra bench_gpu.py or profile flags, e.g. ARGS1='--tokens 128').
+# Stages: the GPU tests; bench_gpu.py at 1B; the PMixED profile at 1B; bench_gpu.py at 8B;
+# the PEFT-loop baseline alone at 8B (PMixED's own figure there comes from the 8B stage).
 set -u
 OUT=${OUT:-bench/results/gpu-run}
 mkdir -p "$OUT"
@@ -46,5 +48,8 @@ stage test-gpu "${TEST_S:-150}" $PY -m pytest -q -m gpu tests/gpu -p no:cachepro
   -o addopts="-ra --strict-markers" --timeout 150
 stage bench-1b "${BENCH1_S:-220}" $PY bench/bench_gpu.py --models llama-3.2-1b \
   --sections "${SECTIONS1:-pmixed,submix,dpsgd,exposure,pate}" --out "$OUT/gpu-1b.json" ${ARGS1:-}
+stage profile-1b "${PROFILE_S:-0}" $PY bench/profile_pmixed_gpu.py --model llama-3.2-1b ${ARGSP:-}
 stage bench-8b "${BENCH8_S:-150}" $PY bench/bench_gpu.py --models llama-3.1-8b \
   --sections "${SECTIONS8:-dpsgd,pmixed}" --out "$OUT/gpu-8b.json" ${ARGS8:-}
+stage loop-8b "${LOOP8_S:-0}" $PY bench/bench_gpu.py --models llama-3.1-8b --sections pmixed \
+  --tokens 2 --rounds 1 --loop-tokens 1 --out "$OUT/gpu-8b-loop.json"

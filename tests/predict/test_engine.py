@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from unittest.mock import patch
+
 import pytest
 import torch
 from peft import PeftModel
 
 from privlm.errors import ModelLoadError
 from privlm.models import load_public_model
-from privlm.predict.engine import CachedDecoder, EnsembleEngine
+from privlm.predict.engine import AdapterBlock, CachedDecoder, EnsembleEngine, adapter_block
 
 
 def peft_log_probs(path, context):
@@ -94,3 +96,37 @@ def test_engines_on_one_base_may_be_called_from_threads(adapter_dirs):
         got = list(pool.map(lambda i: engines[i % 2].log_probs(context, [0, 1]), range(24)))
     for i, g in enumerate(got):
         assert torch.equal(g, expected[i % 2])
+
+
+@pytest.mark.parametrize(
+    ("rows", "block"),
+    [
+        ([-1, 0, 1, 2, 3], AdapterBlock(1, 0, 4)),
+        ([1, 2, -1], AdapterBlock(0, 1, 2)),
+        ([-1, -1, 2], AdapterBlock(2, 2, 1)),
+        ([-1, 0, 1, 2, 3, 2], None),  # a repeated adapter
+        ([0, -1, 1], None),  # not contiguous
+        ([1, 0], None),  # out of order
+        ([-1, -1], None),  # no adapter at all
+    ],
+)
+def test_adapter_block_is_read_only_from_the_layouts_it_covers(rows, block):
+    assert adapter_block(torch.tensor(rows)) == block
+
+
+@pytest.mark.parametrize("rows", [[-1, 0, 1, 2, 3], [-1, 1, 2], [2, 3, -1, -1]])
+def test_block_layout_gives_exactly_what_the_gathering_path_gives(engine, rows):
+    """Rows laid out as one block read slices of the stacks; any other layout gathers.
+    The arithmetic is the same, so the log-probs must be bitwise equal."""
+    eng, _ = engine
+    ctx = [5, 17, 300, 42, 7]
+    fast = eng.log_probs(ctx, rows)
+    with patch("privlm.predict.engine.adapter_block", return_value=None):
+        slow = eng.log_probs(ctx, rows)
+    assert adapter_block(torch.tensor(rows)) is not None
+    assert torch.equal(fast, slow)
+    dec_fast = CachedDecoder(eng, [1, 2, 3], rows)
+    with patch("privlm.predict.engine.adapter_block", return_value=None):
+        dec_slow = CachedDecoder(eng, [1, 2, 3], rows)
+        slow_next = dec_slow.advance(9)
+    assert torch.equal(dec_fast.advance(9), slow_next)

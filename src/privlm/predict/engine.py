@@ -47,12 +47,42 @@ class RowRouter:
         self.stack: int | None = None
         self.rows: torch.Tensor | None = None
         self.active: torch.Tensor | None = None
+        self.block: AdapterBlock | None = None
         self.lock = threading.RLock()
         self.stacks = 0  # how many engines have attached a stack
 
     def set(self, stack: int | None, rows: torch.Tensor | None) -> None:
+        """Route ``rows`` (one adapter index per batch row, −1: none) through ``stack``."""
         self.stack, self.rows = stack, rows
         self.active = None if rows is None else torch.nonzero(rows >= 0).flatten()
+        self.block = None if rows is None else adapter_block(rows)
+
+
+@dataclass(frozen=True)
+class AdapterBlock:
+    """Batch rows ``start … start+count−1`` use adapters ``first … first+count−1`` and every
+    other row uses none: the layout of an ensemble's rows [public, member 1, …, member N].
+    The LoRA delta then reads slices of the stacks and of the batch (views) instead of
+    gathering both at every projection of every forward pass."""
+
+    start: int
+    first: int
+    count: int
+
+
+def adapter_block(rows: torch.Tensor) -> AdapterBlock | None:
+    """The rows' :class:`AdapterBlock`, or None when they are not one (any other layout
+    takes the general, gathering path). Read on the host: ``rows`` is small."""
+    host = rows.tolist()
+    active = [i for i, r in enumerate(host) if r >= 0]
+    if not active:
+        return None
+    start, first, count = active[0], host[active[0]], len(active)
+    if active[-1] - start + 1 != count or host[start : start + count] != list(
+        range(first, first + count)
+    ):
+        return None
+    return AdapterBlock(start, first, count)
 
 
 def model_router(model: nn.Module) -> RowRouter:
@@ -86,10 +116,18 @@ class StackedLoRA(nn.Module):
         if stack is None or rows is None or active is None or active.numel() == 0:
             return y
         lora_a, lora_b, scaling = stack
+        block = self.router.block
+        y = y.clone() if y.requires_grad else y
+        if block is not None:  # views, no gathers: the same arithmetic on the same values
+            rows_of = slice(block.start, block.start + block.count)
+            adapters = slice(block.first, block.first + block.count)
+            a, b = lora_a[adapters], lora_b[adapters]
+            delta = torch.bmm(torch.bmm(x[rows_of], a.transpose(1, 2)), b.transpose(1, 2))
+            y[rows_of] += scaling * delta.to(y.dtype)
+            return y
         idx = rows[active]
         xa = x[active]  # (R, T, in)
         delta = torch.bmm(torch.bmm(xa, lora_a[idx].transpose(1, 2)), lora_b[idx].transpose(1, 2))
-        y = y.clone() if y.requires_grad else y
         y[active] += scaling * delta.to(y.dtype)
         return y
 
