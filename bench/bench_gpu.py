@@ -10,7 +10,9 @@ Sections, each in its own process (clean peak-memory figures, no state carried o
 
 - ``pmixed``: PMixED decoding, N adapters (rank 8, every projection), rate q, ``--tokens``
   tokens after a ``--prompt``-token prompt; per token against the public model alone and
-  against a sequential per-adapter PEFT loop (``--loop-tokens`` tokens of it).
+  against a sequential per-adapter PEFT loop (``--loop-tokens`` tokens of it);
+  ``--compare-gather`` also times the engine's general LoRA path (stacks gathered at every
+  projection), alternating with the block path that PMixED's row layout takes.
 - ``submix``: SubMix with k parts (2k adapters), against the public model alone.
 - ``dpsgd``: one DP-SGD LoRA step (Opacus hooks and ghost modes) against the same
   non-private step: seconds, tokens/s and peak GPU memory.
