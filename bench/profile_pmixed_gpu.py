@@ -14,7 +14,6 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
-from unittest.mock import patch
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -23,9 +22,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_gpu import (
     WordTokenizer,
     build_model,
+    gathering,
     prompt_text,
     public_per_token,
     random_adapters,
+    sync,
+    timed_generation,
 )  # fmt: skip
 
 
@@ -63,11 +65,7 @@ def main() -> None:
         parts = fixed_costs(pm, engine.n_adapters + 1, model.config.vocab_size, device)
         gathered = None
         if args.compare_gather:
-            with patch("privlm.predict.engine.adapter_block", return_value=None):
-                t = time.perf_counter()
-                pm.generate(text, max_new_tokens=32)
-                torch.cuda.synchronize() if device.type == "cuda" else None
-                gathered = (time.perf_counter() - t) / 32
+            gathered = gathering(lambda: timed_generation(pm, text, 32, device))[0]
     print(f"public {public * 1e3:.1f} ms/token, PMixED {mixed * 1e3:.1f} ms/token "
           f"(with its 512-token prefill)")  # fmt: skip
     if gathered is not None:
@@ -90,11 +88,11 @@ def fixed_costs(pm: Any, rows: int, vocab: int, device: torch.device, reps: int 
 
     def timed(fn: Any) -> float:
         fn()
-        torch.cuda.synchronize() if device.type == "cuda" else None
+        sync(device)
         t = time.perf_counter()
         for _ in range(reps):
             fn()
-        torch.cuda.synchronize() if device.type == "cuda" else None
+        sync(device)
         return (time.perf_counter() - t) / reps
 
     return {

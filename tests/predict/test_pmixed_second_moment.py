@@ -24,7 +24,7 @@ import pytest
 from scipy.optimize import minimize
 
 from privlm.accounting.analysis import pmixed as pm
-from tests.predict.exact import random_pmf
+from tests.predict.exact import random_pmf, sym
 from tests.predict.test_pmixed_per_unit import (
     ALPHA,
     DEFAULT_PER_QUERY,
@@ -184,10 +184,7 @@ def test_a_search_at_q_one_with_many_members_where_step_8_carries_the_charge(n, 
     def ratio(z: np.ndarray) -> float:
         _p0, a, x, y = _mollified_pmfs(z, vocab, 3, radius)
         before, after = ((n - 1) * a + x) / n, ((n - 1) * a + y) / n
-        return max(
-            max(_renyi40(before, after, k), _renyi40(after, before, k)) / curve[float(k)]
-            for k in range(2, alpha + 1)
-        )
+        return max(sym(before, after, k) / curve[float(k)] for k in range(2, alpha + 1))
 
     rng = np.random.default_rng(n)
     best = 0.0
@@ -196,11 +193,3 @@ def test_a_search_at_q_one_with_many_members_where_step_8_carries_the_charge(n, 
                        method="Nelder-Mead", options={"maxfev": 400})  # fmt: skip
         best = max(best, -res.fun)
     assert 0.0 < best <= 1.0, best
-
-
-def _renyi40(p: np.ndarray, q: np.ndarray, k: int) -> float:
-    with mpmath.workdps(40):
-        s = mpmath.fsum(
-            mpmath.mpf(a) ** k * mpmath.mpf(b) ** (1 - k) for a, b in zip(p, q, strict=True)
-        )
-        return float(mpmath.log(s) / (k - 1))

@@ -51,11 +51,20 @@ class RowRouter:
         self.lock = threading.RLock()
         self.stacks = 0  # how many engines have attached a stack
 
-    def set(self, stack: int | None, rows: torch.Tensor | None) -> None:
-        """Route ``rows`` (one adapter index per batch row, −1: none) through ``stack``."""
-        self.stack, self.rows = stack, rows
-        self.active = None if rows is None else torch.nonzero(rows >= 0).flatten()
+    def set(
+        self, stack: int | None, rows: torch.Tensor | None, device: torch.device | None = None
+    ) -> None:
+        """Route ``rows`` (one adapter index per batch row, −1: none) through ``stack``, on
+        ``device``. The block layout is read from ``rows`` where they are (the host, for the
+        engines); only another layout needs the active rows' indices on the device."""
+        self.stack = stack
         self.block = None if rows is None else adapter_block(rows)
+        self.rows = None if rows is None else rows.to(device)
+        self.active = (
+            None
+            if self.rows is None or self.block is not None
+            else torch.nonzero(self.rows >= 0).flatten()
+        )
 
 
 @dataclass(frozen=True)
@@ -111,12 +120,13 @@ class StackedLoRA(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y: torch.Tensor = self.base(x)
-        rows, active = self.router.rows, self.router.active
+        rows, active, block = self.router.rows, self.router.active, self.router.block
         stack = self.stacks.get(self.router.stack) if self.router.stack is not None else None
-        if stack is None or rows is None or active is None or active.numel() == 0:
+        if stack is None or rows is None:
             return y
+        if block is None and (active is None or active.numel() == 0):
+            return y  # no row uses an adapter
         lora_a, lora_b, scaling = stack
-        block = self.router.block
         y = y.clone() if y.requires_grad else y
         if block is not None:  # views, no gathers: the same arithmetic on the same values
             rows_of = slice(block.start, block.start + block.count)
@@ -249,7 +259,7 @@ class EnsembleEngine:
             raise ValueError(f"adapter indices must lie in [-1, {self.n_adapters - 1}]")
         device = self.device  # inputs may be built anywhere; they run where the model is
         with self.router.lock:  # engines sharing the base model take turns
-            self.router.set(self.key, rows.to(device))
+            self.router.set(self.key, rows, device)
             try:
                 out = self.model(
                     input_ids=input_ids.to(device),
