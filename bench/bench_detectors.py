@@ -92,8 +92,12 @@ def record(heldout: dict) -> None:
     from datetime import date
 
     command = " ".join(["python", *sys.argv])
+    from privlm.detect.tagger import feature_dtype
+
+    tagger = {"version": provenance.TAGGER_VERSION, "layer": provenance.TAGGER_LAYER,
+              "precision": str(feature_dtype()).removeprefix("torch.")}  # fmt: skip
     out = {"measured_on": f"{HELDOUT}, {heldout['texts']} texts, {date.today()}: {command}",
-           "detectors": detectors}  # fmt: skip
+           "tagger": tagger, "detectors": detectors}  # fmt: skip
     provenance.MEASURED.write_text(json.dumps(out, indent=2) + "\n")
     print(f"recorded the held-out figures in {provenance.MEASURED}")
 

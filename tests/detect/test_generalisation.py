@@ -84,7 +84,8 @@ def test_the_detector_record_states_the_measured_held_out_recall(monkeypatch, tm
 
     measured = tmp_path / "heldout_recall.json"
     measured.write_text(json.dumps({
-        "measured_on": "held-out families, seed 1", "detectors": {
+        "measured_on": "held-out families, seed 1",
+        "tagger": {"version": "2", "layer": 5, "precision": "bfloat16"}, "detectors": {
             "pii": {"full_span_recall": {"PERSON": 0.97, "STREET_ADDRESS": 0.93, "GPE": 0.91},
                     "over_redaction": 0.12}}}))  # fmt: skip
     monkeypatch.setattr(provenance, "MEASURED", measured)
@@ -93,6 +94,8 @@ def test_the_detector_record_states_the_measured_held_out_recall(monkeypatch, tm
         pii = type("D", (), {"name": "pii"})()
         rec = provenance.detector_record(pii)
         assert rec["heldout_recall"]["PERSON"] == 0.97 and "tagger" in rec["version"]
+        assert rec["tagger"]["precision"] == "bfloat16" and rec["tagger"]["layer"] == 5
+        assert rec["tagger"]["precision_here"] in ("float32", "bfloat16")
         assert "PERSON 0.97, STREET_ADDRESS 0.93, GPE 0.91" in provenance.recall_line(rec)
         other = provenance.detector_record(type("D", (), {"name": "mine"})())
         assert other["heldout_recall"] is None and "annotated" in other["note"]

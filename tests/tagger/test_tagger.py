@@ -158,3 +158,50 @@ def test_the_pii_detector_generalises_to_held_out_families_and_fresh_value_sourc
     for kind, target in targets.items():
         assert q.recall_by_type[kind].full >= target, (kind, q.recall_by_type[kind])
     assert q.over_redaction <= 0.20
+
+
+@pytest.mark.fast
+def test_the_tagger_reads_bfloat16_only_where_the_cpu_has_it_or_where_asked(monkeypatch):
+    import torch
+
+    from privlm.detect import tagger as tagger_module
+    from privlm.errors import PrivlmError
+
+    monkeypatch.delenv(tagger_module.PRECISION_ENV, raising=False)
+    monkeypatch.setattr(tagger_module, "native_bf16", lambda: False)
+    assert tagger_module.feature_dtype() == torch.float32
+    monkeypatch.setattr(tagger_module, "native_bf16", lambda: True)
+    assert tagger_module.feature_dtype() == torch.bfloat16
+    monkeypatch.setenv(tagger_module.PRECISION_ENV, "float32")
+    assert tagger_module.feature_dtype() == torch.float32
+    monkeypatch.setenv(tagger_module.PRECISION_ENV, "fp8")
+    with pytest.raises(PrivlmError, match="float32, bfloat16 or auto"):
+        tagger_module.feature_dtype()
+
+
+def test_a_head_trained_in_float32_runs_on_bfloat16_features(tiny_tagger, monkeypatch):
+    """Heads are trained on float32 features; a bfloat16 body feeds the head float32
+    features of the same shape, and ``describe`` says which precision ran."""
+    import torch
+
+    from privlm.detect.tagger import PRECISION_ENV, TaggerDetector, load_tagger
+
+    _, folder, corpus = tiny_tagger
+    monkeypatch.setenv(PRECISION_ENV, "bfloat16")
+    tagger = load_tagger(folder)
+    assert next(tagger.featurizer.body.parameters()).dtype == torch.bfloat16
+    feats, _ = tagger.featurizer([corpus[0].text])
+    assert feats[0].dtype == torch.float32
+    assert len(tagger.predict([a.text for a in corpus[:4]])) == 4
+    assert TaggerDetector(folder).describe()["precision"] == "bfloat16"
+
+
+@pytest.mark.fast
+def test_the_recorded_held_out_figures_are_of_the_shipped_head():
+    """``heldout_recall.json`` (what JFT states) names the recipe version and layer of the
+    head that ships: a new head without a new measurement fails here."""
+    from privlm.detect.provenance import MEASURED, TAGGER_LAYER, TAGGER_VERSION
+
+    measured = json.loads(MEASURED.read_text())["tagger"]
+    assert (measured["version"], measured["layer"]) == (TAGGER_VERSION, TAGGER_LAYER)
+    assert measured["precision"] in ("float32", "bfloat16")

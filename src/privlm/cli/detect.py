@@ -26,7 +26,7 @@ from privlm.detect import (
 from privlm.detect.annotated import annotated_from_conll
 from privlm.detect.pii_corpus import pii_corpus, write_corpus
 from privlm.detect.pii_quality import PiiQuality, evaluate_pii
-from privlm.detect.provenance import DEFAULT_SENTENCES
+from privlm.detect.provenance import DEFAULT_SENTENCES, TAGGER_LAYER
 from privlm.detect.registry import DEFAULT_DETECTOR
 from privlm.errors import PrivlmError
 
@@ -195,7 +195,9 @@ def train_tagger_command(
     n: int = typer.Option(
         DEFAULT_SENTENCES, help="Training sentences from the development families.", min=10
     ),
-    layer: int = typer.Option(12, help="Read the features after this many blocks.", min=1),
+    layer: int = typer.Option(
+        TAGGER_LAYER, help="Read the features after this many blocks.", min=1
+    ),
     epochs: int = typer.Option(6, min=1),
     seed: int = typer.Option(0),
 ) -> None:

@@ -83,7 +83,9 @@ def _close_bracket(text: str, s: Span) -> Span:
 
 class UnionDetector:
     """Sensitive wherever any of its detectors says so (``regex+low-entity``); with
-    ``bridge``, the punctuation between adjacent finds is flagged too (:func:`bridge_spans`)."""
+    ``bridge``, the punctuation between adjacent finds is flagged too (:func:`bridge_spans`),
+    and organisations take their legal form
+    (:func:`privlm.detect.legal_forms.complete_organisations`)."""
 
     def __init__(self, detectors: Sequence[Detector], bridge: bool = False) -> None:
         if not detectors:
@@ -98,5 +100,8 @@ class UnionDetector:
             for acc, spans in zip(found, d.detect(texts), strict=True):
                 acc.extend(spans)
         if self.bridge:
-            return [bridge_spans(t, s) for t, s in zip(texts, found, strict=True)]
+            from privlm.detect.legal_forms import complete_organisations
+
+            bridged = (bridge_spans(t, s) for t, s in zip(texts, found, strict=True))
+            return [complete_organisations(t, s) for t, s in zip(texts, bridged, strict=True)]
         return [merge_spans(s) for s in found]

@@ -18,7 +18,8 @@ from typing import Any
 from privlm.detect.base import Detector
 
 MEASURED = Path(__file__).parent / "heldout_recall.json"
-TAGGER_VERSION = "1"  # the default tagger's recipe (privlm.detect.tagger), cached by version
+TAGGER_VERSION = "2"  # the default tagger's recipe (privlm.detect.tagger), cached by version
+TAGGER_LAYER = 5  # the blocks it reads, chosen on development text (docs/results.md)
 DEFAULT_SENTENCES = 6000  # its training sentences: the recipe docs/results.md measured
 KEY_TYPES = ("PERSON", "STREET_ADDRESS", "GPE")
 
@@ -62,7 +63,19 @@ def detector_record(detector: Detector) -> dict[str, Any]:
     record["heldout_recall"] = measured["full_span_recall"]
     record["over_redaction"] = measured["over_redaction"]
     record["measured_on"] = _measured()["measured_on"]
+    if "tagger" in detector.name or detector.name == "pii":
+        record["tagger"] = tagger_record()
     return record
+
+
+def tagger_record() -> dict[str, Any]:
+    """The tagger the figures were measured with (recipe version, layer, precision), and
+    the precision it runs in here: bfloat16 where the CPU has it, else float32."""
+    from privlm.detect.tagger import feature_dtype
+
+    measured = dict(_measured().get("tagger", {}))
+    measured["precision_here"] = str(feature_dtype()).removeprefix("torch.")
+    return measured
 
 
 def recall_line(record: dict[str, Any]) -> str:
