@@ -29,8 +29,8 @@ ptyltd nl gmbh ag kg ohg gbr ug ev eg se kgaa gmbhcokg cokg gmbh&cokg ag&cokg &c
 slne sad sacv sadecv sab sabdecv srldecv ltda me epp eireli mei lda sgps bv nv vof cv cvba
 bvba comm ab hb kb oy oyj ky tmi as asa aps is ks ans da kft zrt nyrt bt kkt kht rt sro vos
 spzoo spj spk ska ood eood ad ead et doo dd dno kd sia uab ou tu mtu pt tbk ud bhd sdnbhd
-berhad pte kk yk gk ltdsti sti şti ltdşti tic san aş anonim ao oao zao ooo pao ip tov pp jsc ojsc cjsc
-pvtltd pvt opc lc gp cic cio scic bvi ehf hf sf ses sec pse ltée ltee senc
+berhad pte kk yk gk ltdsti sti şti ltdşti tic san aş anonim ao oao zao ooo pao ip tov pp jsc
+ojsc cjsc pvtltd pvt opc lc gp cic cio scic bvi ehf hf sf ses sec pse ltée ltee senc
 """
 _CONNECTORS = "and & + et und y e és och og en i a ve и"
 LEGAL_FORMS = frozenset(_FORMS.split())
@@ -94,7 +94,7 @@ def complete_organisations(text: str, spans: Sequence[Span]) -> list[Span]:
     out: list[Span] = []
     for s in extended:
         gap = text[out[-1].end : s.start] if out else ""
-        joined = out and _is_org(out[-1]) and _is_org(s)
+        joined = bool(out) and _is_org(out[-1]) and _is_org(s)
         if joined and gap.strip().lower() in CONNECTORS and gap == f" {gap.strip()} ":
             out[-1] = Span(out[-1].start, s.end, out[-1].label)
         else:
