@@ -342,7 +342,9 @@ def test_public_data_is_declared_by_its_checkbox_and_no_file_name_leaves(server,
     sent = b"".join(bodies)
     assert b"file=[file upload.txt] " in sent and b"name=forum posts" in sent
     assert b"public=true" in sent
-    assert b"wobblethorpe" not in sent.lower() and b"admission" not in sent.lower()
+    # "admission" alone may be a perturbed word (the page draws from GloVe's vocabulary);
+    # the made-up town and the file's name as a whole are not
+    assert b"wobblethorpe" not in sent.lower() and b"admission-notes" not in sent.lower()
     with server.client(key) as c:
         (ds,) = c.get("/v1/datasets").json()["data"]
     assert ds["kind"] == "public" and ds["budget"] is None and ds["name"] == "forum posts"
