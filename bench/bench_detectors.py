@@ -91,11 +91,11 @@ def record(heldout: dict) -> None:
     import sys
     from datetime import date
 
-    command = " ".join(["python", *sys.argv])
-    from privlm.detect.tagger import feature_dtype
+    from privlm.detect.tagger import feature_precision
 
+    command = " ".join(["python", *sys.argv])
     tagger = {"version": provenance.TAGGER_VERSION, "layer": provenance.TAGGER_LAYER,
-              "precision": str(feature_dtype()).removeprefix("torch.")}  # fmt: skip
+              "precision": feature_precision()}  # fmt: skip
     out = {"measured_on": f"{HELDOUT}, {heldout['texts']} texts, {date.today()}: {command}",
            "tagger": tagger, "detectors": detectors}  # fmt: skip
     provenance.MEASURED.write_text(json.dumps(out, indent=2) + "\n")

@@ -43,7 +43,7 @@ from privlm.detect.tagger import (
     TaggerConfig,
     TaggerDetector,
     default_folder,
-    feature_dtype,
+    feature_precision,
     train_default_tagger,
 )
 from privlm.settings import cache_dir
@@ -111,7 +111,7 @@ def main() -> None:
     fast_row = row(evaluate_pii(fast, sample))
     out: dict[str, Any] = {
         "n": args.n, "split": args.split, "seed": args.seed,
-        "precision": str(feature_dtype()).removeprefix("torch."), "threads": torch.get_num_threads(),
+        "precision": feature_precision(), "threads": torch.get_num_threads(),
         "pii_fast": fast_row, "layers": {}, "command": " ".join(["python", *sys.argv]),
     }  # fmt: skip
     print(f"pii-fast: {fast_row['seconds_per_1000']:.1f} s / 1,000 texts", flush=True)

@@ -25,6 +25,7 @@ merged into one span.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -86,8 +87,6 @@ def truncated_body(causal_lm: Any, layers: int) -> nn.Module:
     """The causal model's body cut after ``layers`` blocks, sharing its weights (a shallow
     copy with a shorter block list): the tagger reads that depth and no deeper, so the
     blocks above it are never run."""
-    import copy
-
     body = getattr(causal_lm, "model", causal_lm)
     blocks = getattr(body, "layers", None)
     if not isinstance(blocks, nn.ModuleList) or not 1 <= layers <= len(blocks):
@@ -125,6 +124,11 @@ def feature_dtype() -> torch.dtype:
     return torch.bfloat16 if asked == "bfloat16" else torch.float32
 
 
+def feature_precision() -> str:
+    """:func:`feature_dtype`'s name ("bfloat16", "float32"), as records state it."""
+    return str(feature_dtype()).removeprefix("torch.")
+
+
 class Featurizer:
     """The public model's hidden states after ``layer`` blocks (final norm applied), with
     each token's character offsets; the blocks run in ``dtype`` (a copy of them, when it is
@@ -134,8 +138,6 @@ class Featurizer:
         self, model: Any, tokenizer: Any, layer: int, max_tokens: int,
         dtype: torch.dtype | None = None,
     ) -> None:  # fmt: skip
-        import copy
-
         body = truncated_body(model, layer)
         if dtype is not None and next(body.parameters()).dtype != dtype:
             body = copy.deepcopy(body)
@@ -408,5 +410,5 @@ class TaggerDetector:
     def describe(self) -> dict[str, Any]:
         meta = json.loads((self.folder / "tagger.json").read_text())
         return {"name": self.name, "version": meta["version"], "model": meta["config"]["model"],
-                "layer": meta["config"]["layer"], "precision": str(feature_dtype()).removeprefix("torch."),
+                "layer": meta["config"]["layer"], "precision": feature_precision(),
                 "trained_on": meta["trained_on"]}  # fmt: skip
