@@ -8,13 +8,16 @@ Measured in one run, so every figure has its baseline beside it:
 - subset-only: the work before it stopped depending on the secret Poisson subset (only the
   sampled members evaluated and solved): what the subset-independent work costs against it;
 - loop: the same adapters evaluated one by one (PEFT ``set_adapter`` + a forward pass each,
-  each adapter with its own KV cache), the way reference implementations do it.
+  each adapter with its own KV cache), the way reference implementations do it;
+- in-context (``--in-context-only``): N members that are 256-token prompts, a request on a
+  fresh engine (which encodes every member prompt, as each request once did) against the
+  same request on an engine that kept the prompts' keys and values.
 
 Adapters are randomly initialised LoRA (rank 4, every projection): speed does not depend on
 what they learned. Each configuration decodes the same prompt for ``--tokens`` steps.
 
-Usage: python bench/bench_prediction.py [--tokens 16] [--loop-n 16]
-Writes bench/results/prediction.json.
+Usage: python bench/bench_prediction.py [--tokens 16] [--loop-n 16] [--in-context-only]
+Writes bench/results/prediction.json (prediction_in_context.json).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -190,6 +194,48 @@ def peak_rss_mb(n: int) -> float:
     return int(out.stdout.strip().splitlines()[-1]) / 1024
 
 
+def time_in_context(n: int, width: int, tokens: int, requests: int = 3) -> dict[str, Any]:
+    """PMixED requests over N in-context members of ``width`` prompt tokens each: the first on
+    a fresh engine (the prompts encoded inside it), then ``requests`` more on the same engine
+    (the prompts' keys and values kept): seconds per request, prefill and decoding."""
+    import tempfile
+
+    from privlm.predict.in_context import InContextEngine
+
+    lm = load_public_model(MODEL)
+    base = lm.tokenizer(PROMPT * 8, add_special_tokens=False).input_ids
+    prompts = [(base[i % 7 :] + base)[:width] for i in range(n)]  # content does not set speed
+    engine = InContextEngine(lm.model, prompts, pad_id=0)
+    seconds = []
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = PMixEDConfig(epsilon=8.0, delta=1e-5, alpha=3, queries=10_000, sample_rate=1.0)
+        ledger = PrivacyLedger(Path(tmp) / "l.db", "bench", Budget(8.0, 1e-5))
+        pm = PMixED(engine, lm.tokenizer, ledger, cfg, seed=0)
+        for _ in range(1 + requests):
+            t = time.perf_counter()
+            gen = pm.generate(PROMPT, max_new_tokens=tokens)
+            seconds.append(time.perf_counter() - t)
+    later = float(np.median(seconds[1:]))
+    return {"members": n, "prompt_tokens": width, "tokens": len(gen.token_ids),
+            "first_request_s": seconds[0], "later_requests_s": seconds[1:],
+            "later_request_median_s": later, "first_over_later": seconds[0] / later}  # fmt: skip
+
+
+def in_context_only(tokens: int) -> None:
+    """A request on a fresh in-context engine against one on a warm engine, one run."""
+    res = {"model": MODEL, "threads": torch.get_num_threads(),
+           "n80": time_in_context(80, 256, tokens)}  # fmt: skip
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "prediction_in_context.json").write_text(json.dumps(res, indent=2))
+    r = res["n80"]
+    print(
+        f"in-context PMixED N=80, 256-token member prompts, {r['tokens']} tokens: first request "
+        f"{r['first_request_s']:.1f} s (the prompts encoded), later requests "
+        f"{r['later_request_median_s']:.1f} s (median): {r['first_over_later']:.1f}× "
+    )
+    print(f"wrote {RESULTS / 'prediction_in_context.json'}")
+
+
 def screened_only(public: float, tokens: int) -> None:
     """Screened decoding per token against plain PMixED and the public model, one run."""
     pm = time_engine(80, 0.03, tokens)
@@ -220,8 +266,15 @@ def main() -> None:
         action="store_true",
         help="public, PMixED N=80 and screened PMixED N=80 only (no loop baselines)",
     )
+    ap.add_argument(
+        "--in-context-only", action="store_true",
+        help="in-context PMixED N=80: a fresh engine's request against a warm engine's",
+    )  # fmt: skip
     args = ap.parse_args()
     torch.set_num_threads(2)
+    if args.in_context_only:
+        in_context_only(args.tokens)
+        return
     adapters(80)
     public = time_public(args.tokens)
     if args.screened_only:

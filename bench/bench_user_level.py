@@ -13,6 +13,13 @@ On it, with SmolLM2-135M and LoRA rank 4:
   joined and clipped together (``DpSgdConfig.user_sampling = "joint"``);
 - the plain average of the N members (no privacy): the ensemble's ceiling.
 
+``--members in-context``: the N members are the public model prompted with the first
+``--prompt-tokens`` tokens of the users of their part (no training; docs/sharp_edges.md,
+"In-context members"), and their ceiling is read off PMixED's own forward pass.
+``--references FILE`` takes the fine-tuned and DP-SGD perplexities from an earlier run of
+this benchmark on the same split and blocks instead of training them again; the public
+model is scored again and must agree with the file's (the same tokens).
+
 The test text is one block of ``--block-size`` tokens from each of ``--blocks`` distinct
 articles of WikiText-2 test; every token is one query charged to PMixED's budget.
 Nothing is tuned on the test: settings are fixed in advance (listed in the JSON) or chosen
@@ -21,6 +28,7 @@ deployment's T), one run per N and per λ cap (``--caps 1,0.5,0.3``).
 
 Usage: python bench/bench_user_level.py [--users 300] [--per-user 4] [--n 40] [--blocks 40]
        [--caps 1,0.5] [--split valid --budget-queries 5080 --blocks 8]
+       [--members in-context --n 300 --references bench/results/user_level_valid_n80.json]
 Writes bench/results/user_level.json (or --out). Models are cached under the privlm cache.
 """
 
@@ -28,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import statistics
 import sys
@@ -36,8 +45,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
+
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_utility import DELTA, EPSILON, MODEL, parse_caps, q_sweep
+from bench_utility import DELTA, EPSILON, MODEL, SharedForward, parse_caps, q_sweep
 
 from privlm.data import corpora
 from privlm.data.records import Dataset, Record
@@ -102,7 +113,9 @@ def train_all(args: argparse.Namespace, data: Dataset, base: Path, root: Path) -
     lora = LoraTrainingConfig(epochs=1, block_size=128, batch_size=4, learning_rate=2e-3)
     times: dict[str, Any] = {}
     by_user = user_dataset(args.users, args.per_user, "user")
-    families = (("finetuned", 1, by_user, base), (f"pmixed-{args.n}", args.n, data, root))
+    families = [(f"pmixed-{args.n}", args.n, data, root)]
+    if not args.references:
+        families.insert(0, ("finetuned", 1, by_user, base))
     for name, parts, records, where in families:
         t = time.perf_counter()
         train_ensemble(MODEL, records, where / name, EnsembleConfig(parts=parts, training=lora))
@@ -111,6 +124,8 @@ def train_all(args: argparse.Namespace, data: Dataset, base: Path, root: Path) -
             "train_seconds": sum(a["seconds"] for a in stats.values()),
             "this_run_seconds": time.perf_counter() - t,
         }
+    if args.references:
+        return times
     dp_dir = root / f"dpsgd-{data.unit_kind}"
     if not (dp_dir / "privacy.json").is_file():
         t = time.perf_counter()
@@ -126,6 +141,56 @@ def train_all(args: argparse.Namespace, data: Dataset, base: Path, root: Path) -
         "privacy": json.loads((dp_dir / "privacy.json").read_text()),
     }
     return times
+
+
+def in_context_ensemble(args: argparse.Namespace, data: Dataset, root: Path) -> tuple[Path, float]:
+    """N in-context members, parts keyed by the data's unit (a fixed key: the same parts every
+    run), built by privlm; the directory and the seconds the build took."""
+    where = root / f"in-context-{args.n}-{args.prompt_tokens}"
+    cfg = EnsembleConfig(parts=args.n, members="in-context", prompt_tokens=args.prompt_tokens)
+    t = time.perf_counter()
+    train_ensemble(MODEL, data, where, cfg, progress=False, partition_key="00" * 32)
+    return where, time.perf_counter() - t
+
+
+class CeilingForward(SharedForward):
+    """PMixED's shared forward pass, which also scores the members' plain average (no
+    privacy: the ensemble's ceiling) on the block it was asked for, one position at a time
+    (a float64 log-softmax of every member at once would not fit here)."""
+
+    def __init__(self, engine: Any) -> None:
+        super().__init__(engine)
+        self.nll, self.tokens = 0.0, 0
+
+    def logits(self, ids: torch.Tensor, rows: torch.Tensor) -> Any:
+        fresh = (ids.numpy().tobytes(), rows.numpy().tobytes()) != self._key
+        out = super().logits(ids, rows)
+        if fresh:
+            members = (rows >= 0).nonzero().squeeze(1)
+            for t in range(ids.shape[1] - 1):
+                lp = torch.log_softmax(out[0][members, t].double(), dim=-1)[:, int(ids[0, t + 1])]
+                self.nll -= float(torch.logsumexp(lp, dim=0)) - math.log(len(members))
+                self.tokens += 1
+        return out
+
+    @property
+    def perplexity(self) -> float:
+        return math.exp(self.nll / self.tokens)
+
+
+def references(path: str, split: str, blocks: int, public: float) -> dict[str, float]:
+    """The fine-tuned and DP-SGD perplexities of an earlier run on the same split and blocks,
+    after checking that the public model's perplexity is the file's (the same tokens)."""
+    ref = json.loads(Path(path).read_text())
+    if ref["split"] != split or ref["test_blocks"] != blocks:
+        raise SystemExit(
+            f"{path} scored {ref['test_blocks']} {ref['split']} blocks, not {blocks} {split}"
+        )
+    if abs(ref["perplexity"]["public"] - public) > 1e-3 * public:
+        raise SystemExit(
+            f"{path}: public perplexity {ref['perplexity']['public']:.4f}, here {public:.4f}"
+        )
+    return {k: ref["perplexity"][k] for k in ("finetuned", "dpsgd-user")}
 
 
 def main() -> None:
@@ -157,6 +222,16 @@ def main() -> None:
         help="T each PMixED budget is planned for (default: the tokens scored); on valid, "
         "the test run's T (5,080), so the radius is the test deployment's",
     )  # fmt: skip
+    ap.add_argument(
+        "--members", default="lora", choices=("lora", "in-context"),
+        help="PMixED's members: LoRA adapters, or the public model prompted with its part",
+    )  # fmt: skip
+    ap.add_argument("--prompt-tokens", type=int, default=256, help="in-context prompt length")
+    ap.add_argument(
+        "--references", default="",
+        help="an earlier run's JSON (same split and blocks) to read the fine-tuned and DP-SGD "
+        "rows from instead of training them",
+    )  # fmt: skip
     ap.add_argument("--out", default=None, help="default: user_level.json or record_level.json")
     args = ap.parse_args()
     data = user_dataset(args.users, args.per_user, args.unit)
@@ -164,33 +239,46 @@ def main() -> None:
     root = base if args.unit == "user" else base / "record-level"
     suffix = "" if args.split == "test" else f"_{args.split}_n{args.n}"
     args.out = args.out or f"{args.unit}_level{suffix}.json"
-    times = train_all(args, data, base, root)
-
-    finetuned = load_ensemble(base / "finetuned")
-    tok = finetuned.model.tokenizer
+    if args.members == "in-context":
+        times: dict[str, Any] = {}
+        if not args.references:
+            times = train_all(args, data, base, root)  # the fine-tune and DP-SGD rows
+        ens_dir, times[f"in-context-{args.n}"] = in_context_ensemble(args, data, root)
+    else:
+        times = train_all(args, data, base, root)
+        ens_dir = root / f"pmixed-{args.n}"
+    ens = load_ensemble(ens_dir)
+    tok = ens.model.tokenizer
     blocks = test_blocks(tok, args.blocks, args.block_size, args.split)
     queries = sum(len(b) - 1 for b in blocks)
-    ppl = {
-        m: evaluate(build_predictor(plain_config(m), finetuned), blocks).perplexity
-        for m in ("public", "finetuned")
-    }
-    dp = load_adapter(root / "dpsgd-user", MODEL)
-    ppl["dpsgd-user"] = evaluate(
-        build_predictor(PlainConfig(members="adapter"), dp), blocks
-    ).perplexity
-    ens = load_ensemble(root / f"pmixed-{args.n}")
-    ppl["ensemble"] = evaluate(
-        build_predictor(PlainConfig(members="ensemble"), ens), blocks
-    ).perplexity
+    ppl = {"public": evaluate(build_predictor(plain_config("public"), ens), blocks).perplexity}
+    if args.references:
+        ppl.update(references(args.references, args.split, len(blocks), ppl["public"]))
+    else:
+        finetuned = load_ensemble(base / "finetuned")
+        ppl["finetuned"] = evaluate(
+            build_predictor(plain_config("finetuned"), finetuned), blocks
+        ).perplexity
+        dp = load_adapter(root / "dpsgd-user", MODEL)
+        ppl["dpsgd-user"] = evaluate(
+            build_predictor(PlainConfig(members="adapter"), dp), blocks
+        ).perplexity
+    if args.members == "lora":
+        ppl["ensemble"] = evaluate(
+            build_predictor(PlainConfig(members="ensemble"), ens), blocks
+        ).perplexity
     gap = ppl["public"] - ppl["finetuned"]
     print({k: round(v, 3) for k, v in ppl.items()}, flush=True)
     t = time.perf_counter()
+    shared = CeilingForward(ens.engine)
     with tempfile.TemporaryDirectory() as tmp:
         rows = q_sweep(
-            ens.engine, tok, blocks, [1.0], args.runs, Path(tmp), args.caps,
+            shared, tok, blocks, [1.0], args.runs, Path(tmp), args.caps,
             budget_queries=args.budget_queries or queries,
         )  # fmt: skip
     score_seconds = time.perf_counter() - t
+    if args.members == "in-context":
+        ppl["ensemble"] = shared.perplexity  # read off PMixED's own forward passes
     for r in rows:
         r["gap_closed_runs"] = [(ppl["public"] - p) / gap for p in r["perplexities"]]
         r["gap_closed_mean"] = statistics.fmean(r["gap_closed_runs"])
@@ -201,6 +289,8 @@ def main() -> None:
         "unit": "user (a WikiText-2 article)" if args.unit == "user" else "record (a paragraph)",
         "users": args.users,
         "per_user": args.per_user, "records": len(data), "n": args.n, "q": 1.0,
+        "members": args.members, "prompt_tokens": args.prompt_tokens,
+        "references": args.references or None,
         "test_blocks": len(blocks), "test_tokens": queries,
         "budget_queries": args.budget_queries or queries, "epsilon": EPSILON, "delta": DELTA,
         "perplexity": ppl,

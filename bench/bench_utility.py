@@ -150,7 +150,9 @@ class SharedForward:
     def logits(self, ids: torch.Tensor, rows: torch.Tensor) -> Any:
         key = (ids.numpy().tobytes(), rows.numpy().tobytes())
         if key != self._key:
-            self._key, self._out = key, self.engine.logits(ids, rows)
+            self._key, self._out = None, None  # the last block's logits go before the next's
+            self._out = self.engine.logits(ids, rows)
+            self._key = key
         return self._out
 
     def __getattr__(self, name: str) -> Any:

@@ -150,3 +150,20 @@ def test_a_model_directory_of_another_family_trains_and_serves_privately(arch, t
         PMixEDConfig(epsilon=8.0, delta=1e-5, alpha=3, queries=8, sample_rate=1.0),
     ).generate("note", max_new_tokens=3)
     assert ledger.count() == len(gen.token_ids) >= 1
+
+
+def test_in_context_members_match_their_prompt_decoded_alone(family):
+    """The in-context engine encodes the member prompts once and keeps their keys and values;
+    every family's cache takes them (gemma's and mistral's attention included)."""
+    from privlm.predict.in_context import InContextEngine
+
+    _, config, state, _, _, _ = family
+    model = fresh(config, state)
+    prompts = [[9, 8, 7, 6], [4]]
+    engine = InContextEngine(model, prompts, pad_id=0)
+    for _ in range(2):  # the second pass reads the kept prompt states
+        lp = engine.log_probs(CTX, [-1, 0, 1])
+        with torch.no_grad():
+            for row, prompt in zip(lp, [[], *prompts], strict=True):
+                alone = model(torch.tensor([prompt + CTX])).logits[0, -1].double()
+                torch.testing.assert_close(row, torch.log_softmax(alone, -1), atol=1e-5, rtol=0)

@@ -184,3 +184,31 @@ def test_an_in_context_ensemble_serves_pmixed_and_submix_with_their_ledgers(tmp_
         name="sm", seed=1,
     )  # fmt: skip
     assert sm.generate("note", max_new_tokens=3).token_ids
+
+
+def test_the_prompts_are_encoded_once_whichever_rows_come_first(lm):
+    calls = []
+    hook = lm.model.register_forward_pre_hook(
+        lambda _m, args, kwargs: calls.append(kwargs["input_ids"].shape), with_kwargs=True
+    )
+    try:
+        fresh = InContextEngine(lm.model, PROMPTS, pad_id=0)
+        first = fresh.log_probs([2, 9, 4], [3])  # one member first
+        every = fresh.log_probs([2, 9, 4], ROWS)
+    finally:
+        hook.remove()
+    width = max(len(p) for p in PROMPTS)
+    assert calls == [(len(PROMPTS) + 1, width), (1, 3), (len(ROWS), 3)]
+    assert torch.allclose(first, reference(lm, [3], [2, 9, 4]), atol=1e-5)
+    assert torch.allclose(every, reference(lm, ROWS, [2, 9, 4]), atol=1e-5)
+
+
+def test_scoring_many_rows_runs_them_in_chunks_with_the_same_logits(lm, engine, monkeypatch):
+    from privlm.predict import in_context
+
+    ids = torch.tensor([[2, 9, 4, 7]] * len(ROWS))
+    whole, _ = engine.logits(ids, torch.tensor(ROWS))
+    monkeypatch.setattr(in_context, "SCORE_ROWS", 2)
+    chunked, cache = engine.logits(ids, torch.tensor(ROWS))
+    assert cache is None and chunked.shape == whole.shape
+    torch.testing.assert_close(chunked, whole, atol=1e-5, rtol=0)
