@@ -13,12 +13,21 @@ On it, with SmolLM2-135M and LoRA rank 4:
   joined and clipped together (``DpSgdConfig.user_sampling = "joint"``);
 - the plain average of the N members (no privacy): the ensemble's ceiling.
 
+``--deployment K`` (K ≥ 1) is one more independent deployment: its own members (a fresh
+keyed-hash partition, trained again) and its own user-level DP-SGD run (fresh sampling and
+noise), cached under ``deployment-K/``; the public model and the fine-tuned reference are
+shared. At q = 1 scoring has no randomness of its own, so the spread the benchmark reports is
+over deployments: ``--summarise FILE...`` reads their JSON files and writes the mean ± sd of
+each row's share of the gap (``user_level_deployments.json``).
+
 ``--members in-context``: the N members are the public model prompted with the first
 ``--prompt-tokens`` tokens of the users of their part (no training; docs/sharp_edges.md,
 "In-context members"), and their ceiling is read off PMixED's own forward pass.
 ``--references FILE`` takes the fine-tuned and DP-SGD perplexities from an earlier run of
 this benchmark on the same split and blocks instead of training them again; the public
 model is scored again and must agree with the file's (the same tokens).
+``--finetuned-from FILE`` takes only the fine-tuned reference from such a file (the top of
+the gap, not private), so that a further deployment trains its members and DP-SGD alone.
 
 The test text is one block of ``--block-size`` tokens from each of ``--blocks`` distinct
 articles of WikiText-2 test; every token is one query charged to PMixED's budget.
@@ -29,6 +38,7 @@ deployment's T), one run per N and per λ cap (``--caps 1,0.5,0.3``).
 Usage: python bench/bench_user_level.py [--users 300] [--per-user 4] [--n 40] [--blocks 40]
        [--caps 1,0.5] [--split valid --budget-queries 5080 --blocks 8]
        [--members in-context --n 300 --references bench/results/user_level_valid_n80.json]
+       [--deployment 2]   |   --summarise bench/results/user_level_n80.json ...
 Writes bench/results/user_level.json (or --out). Models are cached under the privlm cache.
 """
 
@@ -114,7 +124,7 @@ def train_all(args: argparse.Namespace, data: Dataset, base: Path, root: Path) -
     times: dict[str, Any] = {}
     by_user = user_dataset(args.users, args.per_user, "user")
     families = [(f"pmixed-{args.n}", args.n, data, root)]
-    if not args.references:
+    if not (args.references or args.finetuned_from):
         families.insert(0, ("finetuned", 1, by_user, base))
     for name, parts, records, where in families:
         t = time.perf_counter()
@@ -178,19 +188,61 @@ class CeilingForward(SharedForward):
         return math.exp(self.nll / self.tokens)
 
 
-def references(path: str, split: str, blocks: int, public: float) -> dict[str, float]:
-    """The fine-tuned and DP-SGD perplexities of an earlier run on the same split and blocks,
-    after checking that the public model's perplexity is the file's (the same tokens)."""
+def references(
+    path: str, split: str, blocks: int, public: float,
+    names: tuple[str, ...] = ("finetuned", "dpsgd-user"),
+) -> dict[str, float]:  # fmt: skip
+    """The perplexities ``names`` of an earlier run on the same split and blocks, after
+    checking that the public model's perplexity is the file's (the same tokens)."""
     ref = json.loads(Path(path).read_text())
-    if ref["split"] != split or ref["test_blocks"] != blocks:
+    ref_split = ref.get("split", "test")  # the first runs' files predate "split"
+    if ref_split != split or ref["test_blocks"] != blocks:
         raise SystemExit(
-            f"{path} scored {ref['test_blocks']} {ref['split']} blocks, not {blocks} {split}"
+            f"{path} scored {ref['test_blocks']} {ref_split} blocks, not {blocks} {split}"
         )
     if abs(ref["perplexity"]["public"] - public) > 1e-3 * public:
         raise SystemExit(
             f"{path}: public perplexity {ref['perplexity']['public']:.4f}, here {public:.4f}"
         )
-    return {k: ref["perplexity"][k] for k in ("finetuned", "dpsgd-user")}
+    return {k: ref["perplexity"][k] for k in names}
+
+
+def summarise(paths: list[str], out_name: str) -> None:
+    """Each row's share of the public → fine-tuned gap over independent deployments (each
+    scored against its own public and fine-tuned perplexities): mean, sd and the runs; and
+    whether PMixED's lead over DP-SGD exceeds both standard deviations (the issue's test)."""
+    runs = [json.loads(Path(p).read_text()) for p in paths]
+    keys = {
+        (r.get("split", "test"), r["test_blocks"], r["unit"], r["n"], r.get("members", "lora"))
+        for r in runs
+    }  # the first runs' files predate "split" and "members": test text, LoRA members
+    if len(keys) != 1:
+        raise SystemExit(f"these runs differ in split, blocks, unit, N or members: {keys}")
+    shares: dict[str, list[float]] = {"pmixed": [r["pmixed"]["gap_closed_mean"] for r in runs]}
+    for name in ("dpsgd-user", "ensemble"):
+        shares[name] = [r["gap_closed"][name] for r in runs]
+    rows = {
+        name: {
+            "runs": v, "mean": statistics.fmean(v),
+            "sd": statistics.stdev(v) if len(v) > 1 else None,
+        }
+        for name, v in shares.items()
+    }  # fmt: skip
+    lead = rows["pmixed"]["mean"] - rows["dpsgd-user"]["mean"]
+    spreads = [rows[k]["sd"] for k in ("pmixed", "dpsgd-user")]
+    out = {
+        "deployments": len(runs), "files": paths, "n": runs[0]["n"], "unit": runs[0]["unit"],
+        "test_tokens": runs[0]["test_tokens"], "gap_closed": rows,
+        "pmixed_lead_over_dpsgd": lead,
+        "lead_exceeds_both_sds": None if None in spreads else lead > max(spreads),
+        "radius": sorted({r["pmixed"]["radius"] for r in runs}),
+    }  # fmt: skip
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / out_name).write_text(json.dumps(out, indent=2))
+    for name, row in rows.items():
+        sd = "n/a" if row["sd"] is None else f"{row['sd']:.1%}"
+        print(f"{name:<12} gap closed {row['mean']:6.1%} ± {sd} over {len(runs)} deployments")
+    print(f"PMixED − DP-SGD: {lead:+.1%}; wrote {RESULTS / out_name}")
 
 
 def main() -> None:
@@ -232,12 +284,33 @@ def main() -> None:
         help="an earlier run's JSON (same split and blocks) to read the fine-tuned and DP-SGD "
         "rows from instead of training them",
     )  # fmt: skip
+    ap.add_argument(
+        "--deployment", type=int, default=0,
+        help="K ≥ 1: an independent deployment with its own members (a fresh partition) and "
+        "its own DP-SGD run, cached under deployment-K/ (0: the first run's models)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--summarise", nargs="+", default=None, metavar="FILE",
+        help="only summarise these deployments' JSON files: each row's share of the gap, "
+        "mean ± sd over them (→ user_level_deployments.json, or --out)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--finetuned-from", default="",
+        help="an earlier run's JSON (same split and blocks) to read only the fine-tuned "
+        "reference from (not private): a further deployment then trains members and DP-SGD",
+    )  # fmt: skip
     ap.add_argument("--out", default=None, help="default: user_level.json or record_level.json")
     args = ap.parse_args()
+    if args.summarise:
+        summarise(args.summarise, args.out or "user_level_deployments.json")
+        return
     data = user_dataset(args.users, args.per_user, args.unit)
     base = cache_dir() / "bench" / f"user-level-{args.users}x{args.per_user}"
     root = base if args.unit == "user" else base / "record-level"
+    if args.deployment:
+        root = root / f"deployment-{args.deployment}"
     suffix = "" if args.split == "test" else f"_{args.split}_n{args.n}"
+    suffix += f"_d{args.deployment}" if args.deployment else ""
     args.out = args.out or f"{args.unit}_level{suffix}.json"
     if args.members == "in-context":
         times: dict[str, Any] = {}
@@ -255,17 +328,18 @@ def main() -> None:
     if args.references:
         ppl.update(references(args.references, args.split, len(blocks), ppl["public"]))
     else:
-        finetuned = load_ensemble(base / "finetuned")
-        ppl["finetuned"] = evaluate(
-            build_predictor(plain_config("finetuned"), finetuned), blocks
-        ).perplexity
+        if args.finetuned_from:
+            ppl.update(references(
+                args.finetuned_from, args.split, len(blocks), ppl["public"], ("finetuned",)
+            ))  # fmt: skip
+        else:
+            finetuned = load_ensemble(base / "finetuned")
+            ppl["finetuned"] = evaluate(
+                build_predictor(plain_config("finetuned"), finetuned), blocks
+            ).perplexity
         dp = load_adapter(root / "dpsgd-user", MODEL)
         ppl["dpsgd-user"] = evaluate(
             build_predictor(PlainConfig(members="adapter"), dp), blocks
-        ).perplexity
-    if args.members == "lora":
-        ppl["ensemble"] = evaluate(
-            build_predictor(PlainConfig(members="ensemble"), ens), blocks
         ).perplexity
     gap = ppl["public"] - ppl["finetuned"]
     print({k: round(v, 3) for k, v in ppl.items()}, flush=True)
@@ -277,8 +351,7 @@ def main() -> None:
             budget_queries=args.budget_queries or queries,
         )  # fmt: skip
     score_seconds = time.perf_counter() - t
-    if args.members == "in-context":
-        ppl["ensemble"] = shared.perplexity  # read off PMixED's own forward passes
+    ppl["ensemble"] = shared.perplexity  # the members' plain average, off PMixED's passes
     for r in rows:
         r["gap_closed_runs"] = [(ppl["public"] - p) / gap for p in r["perplexities"]]
         r["gap_closed_mean"] = statistics.fmean(r["gap_closed_runs"])
@@ -291,6 +364,7 @@ def main() -> None:
         "per_user": args.per_user, "records": len(data), "n": args.n, "q": 1.0,
         "members": args.members, "prompt_tokens": args.prompt_tokens,
         "references": args.references or None,
+        "finetuned_from": args.finetuned_from or None,
         "test_blocks": len(blocks), "test_tokens": queries,
         "budget_queries": args.budget_queries or queries, "epsilon": EPSILON, "delta": DELTA,
         "perplexity": ppl,
@@ -305,6 +379,7 @@ def main() -> None:
                       "lr": args.dpsgd_lr, "user_sampling": "joint", "clip": 1.0},
         },
         "training": times,
+        "deployment": args.deployment,
         "command": " ".join(["python", *sys.argv]),
     }  # fmt: skip
     RESULTS.mkdir(parents=True, exist_ok=True)
