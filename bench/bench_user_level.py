@@ -155,11 +155,13 @@ def train_all(args: argparse.Namespace, data: Dataset, base: Path, root: Path) -
 
 def in_context_ensemble(args: argparse.Namespace, data: Dataset, root: Path) -> tuple[Path, float]:
     """N in-context members, parts keyed by the data's unit (a fixed key: the same parts every
-    run), built by privlm; the directory and the seconds the build took."""
+    run; a further ``--deployment`` draws its own), built by privlm; the directory and the
+    seconds the build took."""
     where = root / f"in-context-{args.n}-{args.prompt_tokens}"
     cfg = EnsembleConfig(parts=args.n, members="in-context", prompt_tokens=args.prompt_tokens)
     t = time.perf_counter()
-    train_ensemble(MODEL, data, where, cfg, progress=False, partition_key="00" * 32)
+    key = None if args.deployment else "00" * 32  # None: a fresh key, kept in the cache
+    train_ensemble(MODEL, data, where, cfg, progress=False, partition_key=key)
     return where, time.perf_counter() - t
 
 
