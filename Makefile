@@ -58,8 +58,10 @@ postgres:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql >/dev/null; \
 	fi
 
+# Two workers (pytest-xdist), one per core; a file's tests stay on one worker, so its module
+# fixtures are built once. Every cache the tests share is written under a file lock.
 unit: setup browser postgres
-	$(VENV)/bin/pytest -q -m "not slow" --durations=25
+	$(VENV)/bin/pytest -q -m "not slow" --durations=25 -n 2 --dist loadfile
 
 # The fast loop: every test marked fast (no model, no training, no server: a guard installed
 # when pytest starts fails one that does; tests/fastguard), the package's doctests among them,

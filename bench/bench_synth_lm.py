@@ -11,7 +11,8 @@ settings, so both sides see the same data:
   record (privlm's ``train_dpsgd``);
 - references: the public model alone, and a non-private LoRA on the real records.
 
-Each side's learning rate is chosen on validation text (real test texts that
+Every generator the source ran is trained on (privlm's PMixED, DClip and, where run, the
+screen). Each side's learning rate is chosen on validation text (real test texts that
 ``bench_synth.py`` used for MAUVE, never the held-out ones); the held-out figure is then
 read once. Perplexity is per token over the held-out texts packed in blocks.
 
@@ -101,10 +102,42 @@ def spread(values: list[float]) -> dict[str, float]:
             "std": statistics.stdev(values) if len(values) > 1 else 0.0}  # fmt: skip
 
 
+def resumed(before: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
+    """The rows of an earlier run of the same settings (``--resume``), to be kept."""
+    keys = ("source_settings", "validation_texts", "heldout_texts", "block")
+    same = all(before.get(k) == report[k] for k in keys)
+    grids = ("seeds", "lr_grid", "dp_lr_grid", "epochs", "real_epochs", "dp_epochs", "dp_batch")
+    same = same and all(before["settings"].get(k) == report["settings"][k] for k in grids)
+    if not same:
+        raise SystemExit("--resume: the earlier run's settings differ; rerun without it")
+    return dict(before["rows"])
+
+
+SAME_DATA = ("task", "count", "batch", "max_tokens", "prompt_tokens", "real", "test", "seed")
+
+
+def merged(paths: list[Path]) -> dict[str, Any]:
+    """One source from several ``bench_synth.py`` outputs of the same task and seed (the same
+    private records and split): their generators' texts side by side per ε."""
+    first = json.loads(paths[0].read_text())
+    for path in paths[1:]:
+        more = json.loads(path.read_text())
+        for key in SAME_DATA:
+            if more["settings"].get(key) != first["settings"].get(key):
+                raise SystemExit(f"{path}: {key} differs from {paths[0]}; not the same data")
+        for eps, row in more["runs"].items():
+            first["runs"].setdefault(eps, {}).update(
+                {k: v for k, v in row.items() if isinstance(v, dict)}
+            )
+    return first
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--task", default="trec", help="sst2, trec or agnews")
-    ap.add_argument("--source", type=Path, default=None, help="default results/synth-TASK.json")
+    ap.add_argument("--source", type=lambda v: [Path(x) for x in v.split(",")], default=None,
+                    help="default results/synth-TASK.json; several files (comma-separated) "
+                    "of one task and seed are merged, e.g. privlm's and invink's runs")  # fmt: skip
     ap.add_argument("--seeds", default="0", help="training seeds (comma-separated)")
     ap.add_argument("--lr-grid", default="5e-4,2e-3", help="LoRA learning rates (synthetic)")
     ap.add_argument("--dp-lr-grid", default="2e-3,8e-3", help="DP-SGD learning rates")
@@ -114,8 +147,10 @@ def main() -> None:
     ap.add_argument("--eps", default=None, help="which of the source's ε (default: all)")
     ap.add_argument("--dp-batch", type=int, default=64, help="DP-SGD expected batch")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the rows --out already holds (same settings) and run the rest")  # fmt: skip
     args = ap.parse_args()
-    source = json.loads((args.source or RESULTS / f"synth-{args.task}.json").read_text())
+    source = merged(args.source or [RESULTS / f"synth-{args.task}.json"])
     out = args.out or RESULTS / f"synth-lm-{args.task}.json"
     s = source["settings"]
     t = task(args.task)
@@ -136,6 +171,8 @@ def main() -> None:
         "public_heldout_ppl": ppl_of(lm, None, held), "rows": {},
     }  # fmt: skip
     print(f"public model: held-out perplexity {report['public_heldout_ppl']:.2f}", flush=True)
+    if args.resume and out.exists():
+        report["rows"] = resumed(json.loads(out.read_text()), report)
     sets: dict[str, tuple[Any, list[float]]] = {}
     real = [r.text for r in private]
     sets["real records, non-private LoRA"] = (
@@ -149,11 +186,14 @@ def main() -> None:
             continue
         sets[f"ε={eps} DP-SGD on the real records"] = (
             lambda lr, o, sd, e=e: dpsgd_on(private, e, lr, args, o, sd), dp_grid)  # fmt: skip
-        for name in ("privlm-pmixed", "privlm-dclip", "invink"):
+        for name in [k for k, v in row.items() if isinstance(v, dict) and "all_texts" in v]:
             texts = row[name]["all_texts"]
             sets[f"ε={eps} {name} synthetic"] = (
                 lambda lr, o, sd, x=texts: lora_on(x, lr, args, o, sd), grid)  # fmt: skip
     for label, (train, lrs) in sets.items():
+        if label in report["rows"]:
+            print(f"{label}: kept from {out}", flush=True)
+            continue
         runs = []
         start = time.perf_counter()
         for seed in seeds:

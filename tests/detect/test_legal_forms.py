@@ -53,9 +53,53 @@ def test_two_organisation_pieces_join_across_one_connector_word():
     assert _completed(text, "Ann Lee", "Bo Li", label="PERSON") == ["Ann Lee", "Bo Li"]
 
 
-def test_other_types_are_not_extended():
-    assert _completed("to Ann AB today", "Ann", label="PERSON") == ["Ann"]
+@pytest.mark.parametrize(
+    ("text", "found", "label", "completed"),
+    [
+        ("to Junasová a.s. now", "Junasová", "PERSON", "Junasová a.s."),
+        ("at Alves Tavares Lda. and", "Alves Tavares Lda", "GPE", "Alves Tavares Lda."),
+        ("to Ann AB today", "Ann", "PERSON", "Ann AB"),
+        ("at Torfs CommV now", "Torfs", "NRP", "Torfs CommV"),
+        ("to Barros e Filhos on", "Barros", "PERSON", "Barros e Filhos"),
+        ("per Rakovan v.o.s.'s records", "Rakovan", "PERSON", "Rakovan v.o.s."),
+    ],
+)
+def test_a_name_with_a_legal_form_after_it_is_an_organisation(text, found, label, completed):
+    """Company names are mostly family names: a person's or a place's span that a form
+    follows takes it, and is an organisation."""
+    start = text.index(found)
+    (got,) = complete_organisations(text, [Span(start, start + len(found), label)])
+    assert (text[got.start : got.end], got.label) == (completed, "ORGANIZATION")
+
+
+@pytest.mark.parametrize(
+    ("text", "found"),
+    [
+        ("tell Ann As soon as", "Ann"),  # a capitalised English word, two letters
+        ("tell Ann Me too", "Ann"),
+        ("Ann and sons left", "Ann"),  # lower case: prose, not a form
+        ("Ann et al. wrote", "Ann"),
+        ("Ann Lee", "Ann Lee"),
+    ],
+)
+def test_after_a_name_a_form_must_be_written_as_one_more_strictly(text, found):
+    start = text.index(found)
+    (got,) = complete_organisations(text, [Span(start, start + len(found), "PERSON")])
+    assert (text[got.start : got.end], got.label) == (found, "PERSON")
+
+
+def test_other_types_keep_their_spans_and_labels():
     text = "Ann Lee at Acme AB"
     spans = [Span(0, 7, "PERSON"), Span(11, 15, "ORGANIZATION")]
     got = complete_organisations(text, spans)
     assert got == [Span(0, 7, "PERSON"), Span(11, 18, "ORGANIZATION")]
+    assert complete_organisations("id 123 AB", [Span(3, 6, "ID")]) == [Span(3, 6, "ID")]
+
+
+def test_name_pieces_join_when_the_second_ends_with_its_form():
+    text = "for Aerts, Loos en Verhaegen NV now"
+    spans = [Span(4, 15, "STREET_ADDRESS"), Span(19, 31, "GPE")]
+    (got,) = complete_organisations(text, spans)
+    assert (text[got.start : got.end], got.label) == ("Aerts, Loos en Verhaegen NV", "ORGANIZATION")
+    text = "Ann Lee and Bo Li met"  # no form: two persons stay two
+    assert _completed(text, "Ann Lee", "Bo Li", label="PERSON") == ["Ann Lee", "Bo Li"]

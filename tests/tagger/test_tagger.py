@@ -5,6 +5,7 @@ value sources. Not in the fast loop: these load models."""
 from __future__ import annotations
 
 import json
+import warnings
 
 import pytest
 
@@ -174,6 +175,13 @@ def test_the_tagger_reads_bfloat16_only_where_the_cpu_has_it_or_where_asked(monk
     assert tagger_module.feature_dtype() == torch.bfloat16
     monkeypatch.setenv(tagger_module.PRECISION_ENV, "float32")
     assert tagger_module.feature_dtype() == torch.float32
+    monkeypatch.setenv(tagger_module.PRECISION_ENV, "bfloat16")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # asked for, and native here: no warning
+        assert tagger_module.feature_dtype() == torch.bfloat16
+    monkeypatch.setattr(tagger_module, "native_bf16", lambda: False)
+    with pytest.warns(RuntimeWarning, match="without native bfloat16"):
+        assert tagger_module.feature_dtype() == torch.bfloat16
     monkeypatch.setenv(tagger_module.PRECISION_ENV, "fp8")
     with pytest.raises(PrivlmError, match="float32, bfloat16 or auto"):
         tagger_module.feature_dtype()

@@ -50,6 +50,26 @@ def merge_spans(spans: Sequence[Span]) -> list[Span]:
 
 BRIDGEABLE = frozenset(" \t,/-.#:()")
 
+# the types of span that name someone or something (a person, a place, an address, a body)
+NAME_TYPES = frozenset({"PERSON", "GPE", "LOCATION", "NRP", "STREET_ADDRESS", "ORGANIZATION"})
+
+
+def whole_words(text: str, spans: Sequence[Span]) -> list[Span]:
+    """Merged spans, each name span that cuts a word widened to the whole word: a tagger
+    that misses a name's first sub-word token finds "ayer" in "BayerVB", and the letters
+    left in the text are half the name. Other types (an ID inside a longer token) are kept
+    as found."""
+    out: list[Span] = []
+    for s in spans:
+        start, end = s.start, s.end
+        if not NAME_TYPES.isdisjoint(s.label.split("|")):
+            while start > 0 and text[start - 1].isalnum() and text[start].isalnum():
+                start -= 1
+            while end < len(text) and text[end].isalnum() and text[end - 1].isalnum():
+                end += 1
+        out.append(Span(start, end, s.label))
+    return merge_spans(out)
+
 
 def bridge_spans(text: str, spans: Sequence[Span], max_gap: int = 3) -> list[Span]:
     """Merged spans, with the punctuation between and around them flagged too: two spans
@@ -102,6 +122,8 @@ class UnionDetector:
         if self.bridge:
             from privlm.detect.legal_forms import complete_organisations
 
-            bridged = (bridge_spans(t, s) for t, s in zip(texts, found, strict=True))
+            bridged = (
+                bridge_spans(t, whole_words(t, s)) for t, s in zip(texts, found, strict=True)
+            )
             return [complete_organisations(t, s) for t, s in zip(texts, bridged, strict=True)]
         return [merge_spans(s) for s in found]

@@ -30,6 +30,7 @@ import json
 import math
 import os
 import random
+import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -39,7 +40,7 @@ import torch
 from torch import nn
 
 from privlm.detect.annotated import AnnotatedText
-from privlm.detect.base import Span
+from privlm.detect.base import Span, whole_words
 from privlm.detect.legal_forms import complete_organisations
 from privlm.detect.provenance import DEFAULT_SENTENCES, TAGGER_LAYER, TAGGER_VERSION
 from privlm.errors import PrivlmError
@@ -121,6 +122,14 @@ def feature_dtype() -> torch.dtype:
         raise PrivlmError(f"{PRECISION_ENV} is float32, bfloat16 or auto, not {asked!r}")
     if asked == "auto":
         return torch.bfloat16 if native_bf16() else torch.float32
+    if asked == "bfloat16" and not native_bf16():
+        warnings.warn(
+            f"{PRECISION_ENV}=bfloat16 on a CPU without native bfloat16 (AVX512-BF16 or AMX): "
+            "the tagger runs emulated, slower than in float32; unset it to use "
+            "float32 here",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     return torch.bfloat16 if asked == "bfloat16" else torch.float32
 
 
@@ -405,7 +414,9 @@ class TaggerDetector:
 
     def detect(self, texts: Sequence[str]) -> list[list[Span]]:
         found = self.tagger.predict(texts)
-        return [complete_organisations(t, s) for t, s in zip(texts, found, strict=True)]
+        return [
+            complete_organisations(t, whole_words(t, s)) for t, s in zip(texts, found, strict=True)
+        ]
 
     def describe(self) -> dict[str, Any]:
         meta = json.loads((self.folder / "tagger.json").read_text())
