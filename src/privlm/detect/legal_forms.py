@@ -33,8 +33,8 @@ inc incorporated corp corporation co company cos ltd limited llc llp lp lllp plc
 ptyltd nl gmbh ag kg ohg gbr ug ev eg se kgaa gmbhcokg cokg gmbh&cokg ag&cokg &co &cokg &cie
 &cia &sons sa sas sasu sarl eurl sca snc scs sc scop scp srl srls spa sapa sccl sl slu sll
 slne sad sacv sadecv sab sabdecv srldecv ltda me epp eireli mei lda sgps bv nv vof cv cvba
-bvba comm ab hb kb oy oyj ky tmi as asa aps is ks ans da kft zrt nyrt bt kkt kht rt sro vos commv commva
-spzoo spj spk ska ood eood ad ead et doo dd dno kd sia uab ou tu mtu pt tbk ud bhd sdnbhd
+bvba comm ab hb kb oy oyj ky tmi as asa aps is ks ans da kft zrt nyrt bt kkt kht rt sro vos
+commv commva spzoo spj spk ska ood eood ad ead et doo dd dno kd sia uab ou tu mtu pt tbk ud bhd sdnbhd
 berhad pte kk yk gk ltdsti sti şti ltdşti tic san aş anonim ao oao zao ooo pao ip tov pp jsc
 ojsc cjsc pvtltd pvt opc lc gp cic cio scic bvi ehf hf sf ses sec pse ltée ltee senc
 andsons efilhos &filhos yhijos &hijos efigli &figli etfils &fils undsöhne &söhne enzonen
@@ -48,9 +48,6 @@ CONNECTORS = frozenset(_CONNECTORS.split())
 _DOTTED_TAIL = re.compile(r"(?:\.[^\W\d_]{1,3})*\.")  # ".o.s." after "v", "." after "Zrt"
 _NEXT_WORD = re.compile(r"[ \t]*,?[ \t]+((?:[^\W\d_]|&)[^\s,;:()]*)")
 
-
-# the types whose span may be the name of a company (a family name, a place, a street)
-NAMES = NAME_TYPES
 
 Written = Callable[[str], bool]
 
@@ -66,7 +63,7 @@ def _written_as_form(word: str) -> bool:
 def _written_as_form_after_a_name(word: str) -> bool:
     """Stricter, after a person's or a place's name: a dot, two capitals, or a last word of
     three letters or more with a capital ("AB", "Lda", "e Filhos"; not "As", "Me")."""
-    last = word.split()[-1] if " " in word else re.split(r"[&]", word)[-1]
+    last = word.split()[-1] if " " in word else word.split("&")[-1]
     letters = [c for c in last if c.isalpha()]
     return (
         "." in word
@@ -118,7 +115,7 @@ def _is_org(span: Span) -> bool:
 
 
 def _is_name(span: Span) -> bool:
-    return not NAMES.isdisjoint(span.label.split("|"))
+    return not NAME_TYPES.isdisjoint(span.label.split("|"))
 
 
 def _extend(text: str, span: Span) -> Span:
