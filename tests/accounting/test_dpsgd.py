@@ -102,6 +102,23 @@ def test_calibration_round_trip_never_overshoots(accountant, target, q, steps):
     assert below > target
 
 
+@pytest.mark.parametrize(
+    ("target", "q", "steps"), [(8.0, 0.04, 2250), (3.0, 0.1, 30), (0.5, 0.001, 10000)]
+)
+def test_calibration_decides_each_sigma_as_the_whole_grid_does(target, q, steps):
+    """The calibration computes only the fractional orders that could fit (a lower bound from
+    the integer order below each): on a sweep of σ across the target, its yes or no equals
+    the whole grid's ε ≤ target, and a σ smaller by the tolerance does not fit."""
+    from privlm.accounting.dpsgd import _rdp_fits
+
+    cal = calibrate_noise_multiplier(target, 1e-5, q, steps)
+    for sigma in cal.noise_multiplier * np.geomspace(0.5, 2.0, 15):
+        whole = dpsgd_epsilon(sigma, q, steps, 1e-5).epsilon <= target
+        assert _rdp_fits(float(sigma), q, steps, 1e-5, target) == whole, sigma
+    below = cal.noise_multiplier * (1 - 1e-4)
+    assert dpsgd_epsilon(below, q, steps, 1e-5).epsilon > target >= cal.epsilon
+
+
 def test_calibration_agrees_with_opacus_get_noise_multiplier():
     from opacus.accountants.utils import get_noise_multiplier
 

@@ -39,3 +39,21 @@ def test_unreachable_hub_suggests_a_local_path(monkeypatch):
     msg = str(err.value)
     assert "could not fetch 'some-org/some-model-that-is-not-cached'" in msg
     assert "local directory" in msg and "smollm2-135m" in msg
+
+
+def test_the_tokenizer_is_read_once_per_process_and_again_when_its_file_changes():
+    """Every load by name shares one tokenizer (its 3.5 MB file is read once per process);
+    a tokenizer file written again since is read again."""
+    import os
+
+    from privlm.models.gguf_package import tokenizer_dir
+    from privlm.models.registry import DEFAULT_MODEL, KNOWN_MODELS
+
+    first = load_public_model("tiny").tokenizer
+    assert load_public_model("tiny").tokenizer is first
+    assert loading.load_tokenizer("tiny") is first
+    saved = tokenizer_dir(KNOWN_MODELS[DEFAULT_MODEL]) / "tokenizer.json"
+    stat = saved.stat()
+    os.utime(saved, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000))
+    again = loading.load_tokenizer("tiny")
+    assert again is not first and again("a b")["input_ids"] == first("a b")["input_ids"]

@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from typing import Any, Literal
 
-from privlm.accounting.analysis.conversion import check_delta
+import numpy as np
+
+from privlm.accounting.analysis.conversion import balle_epsilon, check_delta
 from privlm.accounting.analysis.gaussian import subsampled_gaussian_rdp
 from privlm.accounting.curves import RdpCurve
 from privlm.accounting.events import MechanismEvent, pld_epsilon
@@ -118,6 +121,7 @@ class Calibration:
         return asdict(self)
 
 
+@lru_cache(maxsize=512)  # the same settings are calibrated again by each run and statement
 def calibrate_noise_multiplier(
     target_epsilon: float,
     delta: float,
@@ -141,29 +145,63 @@ def calibrate_noise_multiplier(
     def eps(sigma: float) -> float:
         return dpsgd_epsilon(sigma, sample_rate, steps, d, accountant).epsilon
 
+    def fits(sigma: float) -> bool:
+        """ε(σ) ≤ target (for RDP, on the fewest orders that decide it)."""
+        if accountant == "rdp":
+            return _rdp_fits(sigma, sample_rate, steps, d, target_epsilon)
+        return eps(sigma) <= target_epsilon
+
     hi = 1.0
-    eps_hi = eps(hi)
-    while eps_hi > target_epsilon:
+    while not fits(hi):
         hi *= 2.0
         if hi > max_sigma:
             raise AccountingError(
                 f"no noise multiplier up to {max_sigma:g} reaches ε ≤ {target_epsilon} at "
                 f"δ = {d} with q = {sample_rate} over {steps} steps"
             )
-        eps_hi = eps(hi)
     lo = hi / 2.0
-    while eps(lo) <= target_epsilon:
+    while fits(lo):
         hi, lo = lo, lo / 2.0
         if lo < 1e-6:
             break
-    eps_hi = eps(hi)
     while (hi - lo) / hi > rel_tol:
         mid = 0.5 * (lo + hi)
-        eps_mid = eps(mid)
-        if eps_mid <= target_epsilon:
-            hi, eps_hi = mid, eps_mid
+        if fits(mid):
+            hi = mid
         else:
             lo = mid
     return Calibration(
-        hi, eps_hi, float(target_epsilon), d, float(sample_rate), int(steps), accountant
+        hi, eps(hi), float(target_epsilon), d, float(sample_rate), int(steps), accountant
     )
+
+
+_INTEGER_ORDERS = tuple(a for a in DEFAULT_ORDERS if float(a).is_integer())
+_FRACTIONAL_ORDERS = tuple(a for a in DEFAULT_ORDERS if not float(a).is_integer())
+
+
+def _rdp_fits(
+    sigma: float, sample_rate: float, steps: int, delta: float, target_epsilon: float
+) -> bool:
+    """Whether the RDP curve on :data:`DEFAULT_ORDERS` converts to ε ≤ target at δ, computing
+    as few fractional orders as that question needs.
+
+    Integer orders have a closed-form sum (Mironov et al. 2019); a fractional order runs
+    Opacus's slow series. The conversion takes the best order, so the answer is yes as soon
+    as any sub-grid fits. A fractional order α is only computed when it could fit: RDP is
+    non-decreasing in the order (Rényi divergences are), so ρ(α) ≥ ρ(⌊α⌋) and Theorem C.3 at
+    α with ρ(⌊α⌋) in place of ρ(α) is a lower bound on its ε; an order whose lower bound
+    exceeds the target cannot fit. Leaving an order out can only make the answer no, a
+    larger σ: never a σ whose ε exceeds the target.
+    """
+    ints = subsampled_gaussian_rdp(sample_rate, sigma, _INTEGER_ORDERS, steps=int(steps))
+    if balle_epsilon(_INTEGER_ORDERS, ints, delta).epsilon <= target_epsilon:
+        return True
+    at_int = dict(zip(_INTEGER_ORDERS, ints.tolist(), strict=True))
+    frac = np.asarray(_FRACTIONAL_ORDERS)
+    floor_rdp = np.asarray([at_int.get(float(math.floor(a)), 0.0) for a in _FRACTIONAL_ORDERS])
+    lower = floor_rdp + np.log1p(-1.0 / frac) - (math.log(delta) + np.log(frac)) / (frac - 1.0)
+    candidates = tuple(float(a) for a in frac[lower <= target_epsilon])
+    if not candidates:
+        return False
+    values = subsampled_gaussian_rdp(sample_rate, sigma, candidates, steps=int(steps))
+    return balle_epsilon(candidates, values, delta).epsilon <= target_epsilon

@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
@@ -42,5 +44,18 @@ def subsampled_gaussian_rdp(
         raise AccountingError(f"steps must be a positive integer, got {steps!r}")
     s = _check_sigma(noise_multiplier)
     a = as_orders(orders)
-    values = opacus_rdp.compute_rdp(q=q, noise_multiplier=s, steps=int(steps), orders=a.tolist())
-    return np.asarray(values, dtype=np.float64)
+    return np.asarray(_one_step_rdp(q, s, tuple(a.tolist())), dtype=np.float64) * int(steps)
+
+
+@lru_cache(maxsize=8192)
+def _one_step_rdp(
+    q: float, noise_multiplier: float, orders: tuple[float, ...]
+) -> tuple[float, ...]:
+    """One step's RDP at each order, remembered: Opacus's series for a fractional order is a
+    Python loop (about 5 ms an order), and a plan's curve is asked for again by the ledger,
+    the statement and every calibration of the same settings. ``compute_rdp`` scales one
+    step's curve by ``steps``, as the caller does, so the values are the same."""
+    values = opacus_rdp.compute_rdp(
+        q=q, noise_multiplier=noise_multiplier, steps=1, orders=list(orders)
+    )
+    return tuple(float(v) for v in np.asarray(values, dtype=np.float64))
