@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from privlm.accounting.analysis.conversion import balle_epsilon, check_delta
+from privlm.accounting.analysis.conversion import balle_epsilon, balle_per_order, check_delta
 from privlm.accounting.analysis.gaussian import subsampled_gaussian_rdp
 from privlm.accounting.curves import RdpCurve
 from privlm.accounting.events import MechanismEvent, pld_epsilon
@@ -199,7 +199,7 @@ def _rdp_fits(
     at_int = dict(zip(_INTEGER_ORDERS, ints.tolist(), strict=True))
     frac = np.asarray(_FRACTIONAL_ORDERS)
     floor_rdp = np.asarray([at_int.get(float(math.floor(a)), 0.0) for a in _FRACTIONAL_ORDERS])
-    lower = floor_rdp + np.log1p(-1.0 / frac) - (math.log(delta) + np.log(frac)) / (frac - 1.0)
+    lower = balle_per_order(frac, floor_rdp, delta)
     candidates = tuple(float(a) for a in frac[lower <= target_epsilon])
     if not candidates:
         return False

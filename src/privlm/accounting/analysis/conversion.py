@@ -63,7 +63,10 @@ def _best(
     return DpConversion(max(float(eps[i]), 0.0), d, float(a[i]), method)
 
 
-def _balle(a: NDArray[np.float64], r: NDArray[np.float64], d: float) -> NDArray[np.float64]:
+def balle_per_order(
+    a: NDArray[np.float64], r: NDArray[np.float64], d: float
+) -> NDArray[np.float64]:
+    """Theorem C.3's ε at each order ``a`` for RDP ``r`` (the best order is their minimum)."""
     out: NDArray[np.float64] = r + np.log1p(-1.0 / a) - (np.log(d) + np.log(a)) / (a - 1.0)
     return out
 
@@ -75,7 +78,7 @@ def _classic(a: NDArray[np.float64], r: NDArray[np.float64], d: float) -> NDArra
 
 def balle_epsilon(orders: ArrayLike, rdp: ArrayLike, delta: float) -> DpConversion:
     """ε at δ by Theorem C.3 of the PMixED paper (Balle et al. 2020), best order."""
-    return _best(orders, rdp, delta, "balle2020", _balle)
+    return _best(orders, rdp, delta, "balle2020", balle_per_order)
 
 
 def classic_epsilon(orders: ArrayLike, rdp: ArrayLike, delta: float) -> DpConversion:
