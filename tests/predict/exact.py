@@ -35,6 +35,47 @@ def random_pmf(rng, v, concentration):
     return p / p.sum()
 
 
+def _integer_power(t: np.ndarray, k: int) -> np.ndarray:
+    """t**k by repeated squaring, the multiplications in privlm's order (bit for bit)."""
+    out, base = None, t
+    while k:
+        if k & 1:
+            out = base if out is None else out * base
+        k >>= 1
+        if k:
+            base = base * base
+    return out
+
+
+def ball_lambdas(models, p0, order, radius, tol=1e-13, cap=1.0) -> np.ndarray:
+    """Eq. 5 of the PMixED paper in numpy, for the adversarial searches (a search evaluates
+    it tens of thousands of times; privlm's torch solver pays a launch per operation).
+
+    The same definition as privlm's: the largest λ ∈ [0, 1] with both Rényi divergences of
+    order ``order`` between λp + (1 − λ)p₀ and p₀ at most ``radius`` (less a relative margin
+    of 1e-12 on the power sums), from below, by a bisection of ⌈log₂(1/tol)⌉ halvings; then
+    capped. Checked equal to privlm's pmixed_lambdas in test_pmixed_per_unit."""
+    r = np.asarray(models, dtype=np.float64) / p0
+    bound = math.exp(radius * (order - 1.0)) * (1.0 - 1e-12)
+    k = int(order)
+    assert k == order and 1 <= k <= 64, "integer orders only (privlm calls it with 2α)"
+
+    def inside(lam: np.ndarray) -> np.ndarray:
+        t = (1.0 - lam)[:, None] + lam[:, None] * r
+        t_m = _integer_power(t, k)
+        forward, reverse = t_m @ p0, (t / t_m) @ p0
+        return (forward <= bound) & (reverse <= bound)  # False for NaN
+
+    lo, hi = np.zeros(len(r)), np.ones(len(r))
+    with np.errstate(all="ignore"):  # an overflow can only reject, as in privlm
+        ok_at_one = inside(hi)
+        for _ in range(math.ceil(math.log2(1.0 / tol))):
+            mid = 0.5 * (lo + hi)
+            ok = inside(mid)
+            lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
+    return np.minimum(np.where(ok_at_one, 1.0, lo), cap)
+
+
 def pmixed_output(models, p0, alpha, radius, lambda_cap=1.0):
     """The released pmf for a fixed set of models (no subsampling)."""
     lp = torch.log(torch.from_numpy(np.array(models))) if models else torch.zeros(0, len(p0))
@@ -84,6 +125,7 @@ def rows(x):
 
 
 __all__ = [
+    "ball_lambdas",
     "math",
     "pmixed_output",
     "pmixed_poisson_output",

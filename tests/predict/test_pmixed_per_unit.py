@@ -8,7 +8,8 @@ Checked against independent computations (docs/sharp_edges.md, "PMixED per unit"
   at every order the charge reads, both directions, never above the charge;
 - the audit's case, where the paper's per-part charge is exceeded 1.41×;
 - a hill-climbing search over p₀, the members and the replacement, at N ∈ {1, 2, 5, 10}
-  and q ∈ {0.03, 0.1, 0.5, 1}: ratio ≤ 1 everywhere;
+  and q ∈ {0.03, 0.1, 0.5, 1}: ratio ≤ 1 everywhere (the searches solve Eq. 5 in numpy,
+  checked equal to privlm's solver, and confirm their best point through privlm's code);
 - T composed queries of a worst pair found, composed exactly by their privacy-loss
   distribution (dp-accounting), at most the ε the ledger states;
 - the central-moment inequalities the bound rests on, pointwise on a grid.
@@ -29,7 +30,7 @@ from privlm.accounting.analysis import pmixed as pm
 from privlm.errors import AccountingError
 from privlm.predict.mollifier import pmixed_lambdas
 from privlm.predict.pmixed import PMixED, PMixEDConfig, rdp_budget_for
-from tests.predict.exact import pmixed_poisson_output, random_pmf, renyi
+from tests.predict.exact import ball_lambdas, pmixed_poisson_output, random_pmf, renyi
 
 pytestmark = [pytest.mark.fast, pytest.mark.proof]  # exact enumerations
 
@@ -69,18 +70,30 @@ def test_the_audit_case_exceeds_the_per_part_charge_and_not_the_per_unit_one():
 def mollified(
     models: list[np.ndarray], p0: np.ndarray, radius: float, cap: float = 1.0
 ) -> np.ndarray:
-    lam = (
-        pmixed_lambdas(
+    """The members mollified to the order-2α ball (Eq. 5), λ capped at ``cap``: numpy's
+    solver for speed in the searches, equal to privlm's (checked below)."""
+    lam = ball_lambdas(models, p0, pm.ball_order(ALPHA), radius, cap=cap)
+    return lam[:, None] * np.array(models) + (1 - lam[:, None]) * p0
+
+
+@pytest.mark.parametrize("vocab", [2, 3, 8])
+def test_the_searches_lambdas_are_privlms(vocab):
+    """The numpy λ the searches use against privlm's pmixed_lambdas: random and peaked
+    members (logits up to ±10, as the searches draw them), radii from tiny to large, caps."""
+    rng = np.random.default_rng(vocab)
+    for radius, cap in [(1e-3, 1.0), (0.05, 1.0), (0.3, 0.5), (0.741, 1.0), (2.0, 0.8)]:
+        p0, *models = _pmfs(rng.uniform(-10, 10, 13 * vocab), vocab, 13)
+        models += [random_pmf(rng, vocab, c) for c in (0.05, 0.3, 2.0)]
+        ours = ball_lambdas(models, p0, pm.ball_order(ALPHA), radius, cap=cap)
+        privlms = pmixed_lambdas(
             torch.log(torch.from_numpy(np.array(models))),
             torch.log(torch.from_numpy(p0)),
             pm.ball_order(ALPHA),
             radius,
             tol=1e-13,
-        )
-        .clamp(max=cap)
-        .numpy()
-    )
-    return lam[:, None] * np.array(models) + (1 - lam[:, None]) * p0
+        ).clamp(max=cap)
+        assert ours.min() > 0.0 and ours.max() <= cap
+        np.testing.assert_allclose(ours, privlms.numpy(), rtol=0, atol=1e-9)
 
 
 @pytest.mark.parametrize(("n", "q"), [(1, 0.3), (2, 0.1), (3, 0.5), (4, 1.0)])

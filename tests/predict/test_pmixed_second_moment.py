@@ -79,7 +79,7 @@ def _exact_moments(x: np.ndarray, p0: np.ndarray) -> tuple[float, float]:
 
 @pytest.mark.parametrize("radius", [0.01, 0.1, 0.4, 1.0])
 def test_the_moment_bounds_against_ball_members(radius):
-    """Members mollified to the ball (privlm's own λ) from random, peaked models: their
+    """Members mollified to the ball (Eq. 5's λ, equal to privlm's) from random, peaked models: their
     exact fourth central moment and inverse χ² never exceed the bounds."""
     rng = np.random.default_rng(int(radius * 1000))
     m4_bound = pm.fourth_moment_bound(radius, ORDER)
