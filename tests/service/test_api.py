@@ -188,3 +188,38 @@ def test_validation_errors_do_not_echo_the_body(service):
         "/v1/jobs", headers=service.auth("acme"), json={"kind": 5, "dataset_id": secret}
     )
     assert r.status_code == 400 and secret not in r.text
+
+
+def test_a_busy_database_answers_503_with_retry_after_and_the_service_recovers(service, monkeypatch):
+    """The pool's checkout timing out (every connection held by other requests) or SQLite's
+    lock held past its busy timeout is the service's load: 503 with Retry-After, as for
+    generation. Any other database failure stays a 500. Once the database answers again,
+    so does the service, and the budget is untouched."""
+    from sqlalchemy.exc import OperationalError
+    from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+
+    ds = service.upload("acme", budget_epsilon=4).json()
+    pool = service.state.engine.pool
+    failures = {
+        503: [
+            PoolTimeoutError("QueuePool limit of size 5 overflow 10 reached, timeout 30.00"),
+            OperationalError("BEGIN IMMEDIATE", {}, Exception("database is locked")),
+        ],
+        500: [OperationalError("SELECT 1", {}, Exception("disk I/O error"))],
+    }
+    for status, errors in failures.items():
+        for error in errors:
+
+            def fail(error=error):
+                raise error
+
+            with monkeypatch.context() as m:
+                m.setattr(pool, "connect", fail)
+                r = service.client.get(f"/v1/datasets/{ds['id']}", headers=service.auth("acme"))
+            assert r.status_code == status, r.text
+            if status == 503:
+                assert r.json()["error"]["type"] == "overloaded"
+                assert r.headers["Retry-After"] == "5" and "busy" in r.json()["error"]["message"]
+            assert "QueuePool" not in r.text and "disk I/O" not in r.text
+    r = service.client.get(f"/v1/datasets/{ds['id']}", headers=service.auth("acme"))
+    assert r.status_code == 200 and r.json()["budget"]["remaining"] == {"epsilon": 4.0}

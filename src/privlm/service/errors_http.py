@@ -8,6 +8,8 @@ import logging
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from privlm.errors import PrivlmError
@@ -52,6 +54,35 @@ async def _privlm(_: Request, exc: Exception) -> JSONResponse:
     return _error("invalid_request", str(exc), 400)
 
 
+DATABASE_RETRY_AFTER_S = 5
+
+
+def _database_busy() -> JSONResponse:
+    """The database could not be reached in time: everyone's load, not the request's fault,
+    so 503 with Retry-After. Nothing leaves before its charge commits, so the failure
+    releases nothing unpaid for."""
+    message = "the service's database is busy; retry after the Retry-After seconds"
+    return SafeJSONResponse(
+        {"error": {"type": "overloaded", "message": message}},
+        503,
+        headers={"Retry-After": str(DATABASE_RETRY_AFTER_S)},
+    )
+
+
+async def _pool_timeout(_: Request, exc: Exception) -> JSONResponse:
+    log.warning("database connection pool timed out")
+    return _database_busy()
+
+
+async def _operational(request: Request, exc: Exception) -> JSONResponse:
+    """SQLite's lock held past its busy timeout is load too; any other database failure is
+    an internal error."""
+    if "database is locked" in str(exc):
+        log.warning("database locked past its busy timeout")
+        return _database_busy()
+    return await _internal(request, exc)
+
+
 async def _internal(_: Request, exc: Exception) -> JSONResponse:
     log.error("internal error: %s", type(exc).__name__)
     return JSONResponse({"error": {"type": "internal_error", "message": type(exc).__name__}}, 500)
@@ -64,4 +95,6 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(UnicodeError, _unencodable)
     app.add_exception_handler(RequestValidationError, _invalid)
     app.add_exception_handler(PrivlmError, _privlm)
+    app.add_exception_handler(PoolTimeoutError, _pool_timeout)
+    app.add_exception_handler(OperationalError, _operational)
     app.add_exception_handler(Exception, _internal)
