@@ -190,7 +190,9 @@ def test_validation_errors_do_not_echo_the_body(service):
     assert r.status_code == 400 and secret not in r.text
 
 
-def test_a_busy_database_answers_503_with_retry_after_and_the_service_recovers(service, monkeypatch):
+def test_a_busy_database_answers_503_with_retry_after_and_the_service_recovers(
+    service, monkeypatch
+):
     """The pool's checkout timing out (every connection held by other requests) or SQLite's
     lock held past its busy timeout is the service's load: 503 with Retry-After, as for
     generation. Any other database failure stays a 500. Once the database answers again,
