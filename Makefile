@@ -7,7 +7,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.privlm-installed
 
 # (node, for the JavaScript test vectors, is on the machine)
-.PHONY: lock setup browser postgres demo test test-gpu lint typecheck unit fast proof bench bench-gpu bench-accounting bench-prediction bench-utility bench-screening bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft bench-jft-dialogue bench-prompting bench-service bench-randomness bench-cli-help bench-synth clean
+.PHONY: lock setup browser postgres demo test test-gpu lint typecheck unit fast proof bench bench-gpu bench-accounting bench-prediction bench-ball-solve bench-utility bench-screening bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft bench-jft-dialogue bench-prompting bench-service bench-randomness bench-cli-help bench-synth clean
 
 setup: $(STAMP)
 
@@ -85,7 +85,7 @@ test: lint
 test-gpu: setup
 	$(VENV)/bin/pytest -q -m gpu tests/gpu
 
-bench: bench-cli-help bench-accounting bench-prediction bench-utility bench-screening bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft bench-jft-dialogue bench-prompting bench-service bench-randomness bench-synth
+bench: bench-cli-help bench-accounting bench-prediction bench-ball-solve bench-utility bench-screening bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft bench-jft-dialogue bench-prompting bench-service bench-randomness bench-synth
 
 bench-cli-help: setup
 	$(PY) bench/bench_cli_help.py --repeats 5
@@ -95,6 +95,9 @@ bench-accounting: setup
 
 bench-prediction: setup
 	$(PY) bench/bench_prediction.py --tokens 16
+
+bench-ball-solve: setup
+	$(PY) bench/bench_ball_solve.py
 
 bench-utility: setup
 	$(PY) bench/bench_utility.py --records 1200 --n 80 --q 0.03 --k 8 --blocks 8 --dpsgd-epochs 1

@@ -13,8 +13,11 @@ sum of two non-negative terms, each exact to a rounding: written as 1 + λ(r −
 when r is tiny and λ near 1, and a member could then be accepted just outside the ball
 (docs/sharp_edges.md, "What must stay secret beside the output"). An overflow, an underflow
 or a NaN can only make a constraint look violated, which lowers λ; the power sums are
-compared with the radius less a relative margin of ``BALL_MARGIN`` (far above their
-rounding error).
+compared with the radius less a relative margin that covers their rounding error for
+the vocabulary's size (:func:`ball_margin`: at least ``BALL_MARGIN``).
+
+**On the CPU with many members** the same bisection runs fused, one pass over the vocabulary
+per step (:mod:`privlm.predict.ball_kernel`, compiled by numba): the same λ to rounding.
 
 **The same work for every input.** The number of bisection steps is fixed by the tolerance
 alone (every row's bracket halves at every step), and every step does the same arithmetic
@@ -29,8 +32,11 @@ from collections.abc import Callable
 
 import torch
 
+from privlm.predict import ball_kernel
+
 LAMBDA_TOL = 1e-4  # the returned λ is within this of the largest feasible λ, and below it
-BALL_MARGIN = 1e-12  # relative: exp(radius·(M − 1)) is enforced as exp(…)·(1 − BALL_MARGIN)
+BALL_MARGIN = 1e-12  # relative: exp(radius·(M − 1)) is enforced as exp(…)·(1 − margin), at least
+UNIT_ROUNDOFF = 2.0**-53  # float64's
 ROW_CHUNK = 8  # rows solved together: keeps the float64 working set in the CPU's cache
 
 
@@ -106,11 +112,30 @@ def _weighted_sum(x: torch.Tensor, p0: torch.Tensor) -> torch.Tensor:
     return x @ p0 if p0.dim() == 1 else (x * p0).sum(dim=-1)
 
 
+def ball_margin(vocab: int) -> float:
+    """The relative margin under exp(radius·(M − 1)) for power sums over ``vocab`` tokens.
+
+    Each sum adds ``vocab`` non-negative float64 terms, so in any order of addition its
+    computed value is within a relative (vocab − 1)·u of the exact sum of the computed terms
+    (u = 2⁻⁵³). Each term carries an error of its own, about (M·(|log p| + |log p₀|) + 10)·u
+    (the ratio is the exponential of a difference of log-probabilities, then the power and the
+    product): under 4,096·u for orders M ≤ 16 and log-probabilities above −100 (the range of a
+    float32 softmax). 4·(vocab + 1024)·u covers both: 1.1e-11 at SmolLM2's 49,152 tokens,
+    never less than ``BALL_MARGIN``."""
+    return max(BALL_MARGIN, 4.0 * (vocab + 1024) * UNIT_ROUNDOFF)
+
+
+def ball_bound(order: float, radius: float, vocab: int) -> float:
+    """What Σ p₀ t^M and Σ p₀ t^{1−M} over ``vocab`` tokens are compared with:
+    exp(radius·(M − 1)) less the margin (:func:`ball_margin`)."""
+    return math.exp(radius * (order - 1.0)) * (1.0 - ball_margin(vocab))
+
+
 def _ball_lambdas(
     r: torch.Tensor, p0: torch.Tensor, order: float, radius: float, tol: float
 ) -> torch.Tensor:
     """Eq. 5 on the likelihood ratios ``r`` (m, V) against ``p0``: see the module docstring."""
-    bound = math.exp(radius * (order - 1.0)) * (1.0 - BALL_MARGIN)
+    bound = ball_bound(order, radius, r.shape[-1])
     t, t_m, scratch = torch.empty_like(r), torch.empty_like(r), torch.empty_like(r)
 
     def inside(lam: torch.Tensor) -> torch.Tensor:
@@ -143,6 +168,9 @@ def pmixed_lambdas(
     """
     x0 = log_p0.double()
     p0 = x0.exp()
+    if ball_kernel.applies(log_p, order):  # many rows on the CPU: one fused pass per step
+        bound, steps = ball_bound(order, radius, log_p.shape[-1]), bisection_steps(tol)
+        return ball_kernel.fused_ball_lambdas(log_p, x0, p0, order, bound, steps)
     chunks = []
     # On a GPU every row at once (one launch per bisection step); on the CPU a few rows at a
     # time, to keep the float64 working set in cache.
