@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import functools
 import hashlib
 import json
 import math
@@ -179,8 +180,17 @@ def return_freed_memory() -> None:
     elsewhere). Scoring frees two float64 vocabulary vectors per token from several
     threads' heaps, and without a trim the process grew by about 100 MB a block until the
     out-of-memory killer stopped a 40-block run (docs/results.md, "At the user level")."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Any:
+    """glibc's ``malloc_trim``, loaded once (None without glibc)."""
     with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    return None
 
 
 def score_together(
