@@ -7,7 +7,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.privlm-installed
 
 # (node, for the JavaScript test vectors, is on the machine)
-.PHONY: lock setup browser postgres demo test test-gpu lint typecheck unit fast proof bench bench-gpu bench-accounting bench-prediction bench-ball-solve bench-utility bench-screening bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft bench-jft-dialogue bench-prompting bench-service bench-randomness bench-cli-help bench-synth clean
+.PHONY: lock setup browser postgres demo test test-gpu lint typecheck unit fast proof bench bench-gpu bench-accounting bench-prediction bench-ball-solve bench-utility bench-screening bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft bench-jft-dialogue bench-prompting bench-service bench-service-memory bench-randomness bench-cli-help bench-synth clean
 
 setup: $(STAMP)
 
@@ -85,7 +85,7 @@ test: lint
 test-gpu: setup
 	$(VENV)/bin/pytest -q -m gpu tests/gpu
 
-bench: bench-cli-help bench-accounting bench-prediction bench-ball-solve bench-utility bench-screening bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft bench-jft-dialogue bench-prompting bench-service bench-randomness bench-synth
+bench: bench-cli-help bench-accounting bench-prediction bench-ball-solve bench-utility bench-screening bench-extraction bench-dpsgd bench-exposure bench-detectors bench-jft bench-jft-dialogue bench-prompting bench-service bench-service-memory bench-randomness bench-synth
 
 bench-cli-help: setup
 	$(PY) bench/bench_cli_help.py --repeats 5
@@ -148,6 +148,9 @@ bench-prompting: setup
 
 bench-service: setup browser
 	PYTHONPATH=. $(PY) bench/bench_service.py --parts 4 --tokens 16 --per-client 2
+
+bench-service-memory: setup
+	PYTHONPATH=. OMP_NUM_THREADS=1 $(PY) bench/bench_service_memory.py --parts 64 --requests 40 --tokens 32
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
