@@ -13,8 +13,8 @@ tokens fitted (least squares) over the second half of the completions, where a s
 fragmentation shows and the warm-up does not.
 
 Usage (from the repository root, which holds tests/service/live.py):
-    PYTHONPATH=. python bench/bench_service_memory.py [--parts 64] [--requests 60] [--tokens 32]
-Writes bench/results/service_memory.json.
+    PYTHONPATH=. python bench/bench_service_memory.py [--parts 64] [--requests 60] [--tokens 32] [--out F]
+Writes bench/results/service_memory.json (or ``--out``).
 """
 
 from __future__ import annotations
@@ -107,6 +107,7 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=400, help="WikiText-2 train records")
     ap.add_argument("--requests", type=int, default=60)
     ap.add_argument("--tokens", type=int, default=32, help="tokens per completion")
+    ap.add_argument("--out", default="service_memory.json", help="under bench/results/")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="privlm-bench-service-memory-"))
     key, dep = build(root, args)
@@ -122,7 +123,7 @@ def main() -> None:
           f"after {sum(run['tokens'])} tokens ({out['last_vs_baseline']:.2f}× the first); "
           f"second half: {out['growth_mb_per_1000_tokens']:+.1f} MB per 1,000 tokens")  # fmt: skip
     RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / "service_memory.json"
+    path = RESULTS / args.out
     path.write_text(json.dumps(out, indent=2))
     print(f"wrote {path}")
 
