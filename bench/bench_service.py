@@ -36,7 +36,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from tests.service.live import LiveServer, wait_for_job
+from tests.service.live import LiveServer, deploy_ensemble
 
 from privlm.data import corpora
 from privlm.predict import PMixEDConfig, build_predictor
@@ -55,25 +55,11 @@ def train(
     """The ensemble job and a PMixED deployment of it: (deployment id, job id)."""
     text = "\n".join(r.text for r in corpora.wikitext2("train").records[: args.records])
     with srv.client(key, timeout=3600) as c:
-        ds = c.post(
-            "/v1/datasets", files={"file": ("wiki.txt", text.encode())},
-            data={"budget_epsilon": "1000"},
-        ).json()["id"]  # fmt: skip
-        t = time.perf_counter()
-        job = c.post(
-            "/v1/jobs",
-            json={"kind": "ensemble", "dataset_id": ds,
-                  "params": {"parts": args.parts, "block_size": 64, "max_blocks": 8}},
-        ).json()["id"]  # fmt: skip
-        done = wait_for_job(c, job, timeout=3600)
-        assert done["status"] == "succeeded", done
-        out["ensemble_job_seconds"] = time.perf_counter() - t
-        r = c.post(
-            "/v1/deployments",
-            json={"job_id": job, "mechanism": "pmixed", "epsilon": 100, "queries": QUERIES},
-        )
-        assert r.status_code == 201, r.text
-        return str(r.json()["id"]), str(job)
+        dep, job, out["ensemble_job_seconds"] = deploy_ensemble(
+            c, text, {"parts": args.parts, "block_size": 64, "max_blocks": 8},
+            {"mechanism": "pmixed", "epsilon": 100, "queries": QUERIES},
+        )  # fmt: skip
+        return dep, job
 
 
 class HealthProbe:

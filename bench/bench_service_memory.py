@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tests.service.live import LiveServer, wait_for_job
+from tests.service.live import LiveServer, deploy_ensemble
 
 from privlm.data import corpora
 
@@ -49,24 +49,14 @@ def build(root: Path, args: argparse.Namespace) -> tuple[str, str]:
     try:
         key = srv.tenant("bench")
         text = "\n".join(r.text for r in corpora.wikitext2("train").records[: args.records])
+        params = {"parts": args.parts, "members": "in-context", "prompt_tokens": args.prompt}
         with srv.client(key, timeout=3600) as c:
-            ds = c.post(
-                "/v1/datasets", files={"file": ("wiki.txt", text.encode())},
-                data={"budget_epsilon": "1000"},
-            ).json()["id"]  # fmt: skip
-            params = {"parts": args.parts, "members": "in-context", "prompt_tokens": args.prompt}
-            job = c.post(
-                "/v1/jobs", json={"kind": "ensemble", "dataset_id": ds, "params": params}
-            ).json()["id"]
-            done = wait_for_job(c, job, timeout=3600)
-            assert done["status"] == "succeeded", done
-            r = c.post(
-                "/v1/deployments",
-                json={"job_id": job, "mechanism": "pmixed", "epsilon": 1000,
-                      "queries": args.requests * args.tokens + 64, "sample_rate": 1.0},
+            dep, _, _ = deploy_ensemble(
+                c, text, params,
+                {"mechanism": "pmixed", "epsilon": 1000,
+                 "queries": args.requests * args.tokens + 64, "sample_rate": 1.0},
             )  # fmt: skip
-            assert r.status_code == 201, r.text
-            return key, str(r.json()["id"])
+            return key, dep
     finally:
         srv.stop()
 

@@ -92,3 +92,25 @@ def wait_for_job(c: httpx.Client, job_id: str, timeout: float = 300) -> dict:
             return j
         time.sleep(0.5)
     raise TimeoutError(f"job {job_id} still {j['status']}")
+
+
+def deploy_ensemble(
+    c: httpx.Client, text: str, job_params: dict, deployment: dict, timeout: float = 3600
+) -> tuple[str, str, float]:
+    """Upload ``text`` as a dataset, run an ensemble job on it with ``job_params`` and deploy
+    the result with ``deployment`` (mechanism, ε, queries, ...): (deployment id, job id, the
+    job's seconds)."""
+    ds = c.post(
+        "/v1/datasets", files={"file": ("data.txt", text.encode())},
+        data={"budget_epsilon": "1000"},
+    ).json()["id"]  # fmt: skip
+    t = time.perf_counter()
+    job = c.post(
+        "/v1/jobs", json={"kind": "ensemble", "dataset_id": ds, "params": job_params}
+    ).json()["id"]
+    done = wait_for_job(c, job, timeout=timeout)
+    assert done["status"] == "succeeded", done
+    seconds = time.perf_counter() - t
+    r = c.post("/v1/deployments", json={"job_id": job, **deployment})
+    assert r.status_code == 201, r.text
+    return str(r.json()["id"]), str(job), seconds
