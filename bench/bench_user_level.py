@@ -33,7 +33,9 @@ The test text is one block of ``--block-size`` tokens from each of ``--blocks`` 
 articles of WikiText-2 test; every token is one query charged to PMixED's budget.
 Nothing is tuned on the test: settings are fixed in advance (listed in the JSON) or chosen
 on WikiText-2 valid with ``--split valid --budget-queries 5080`` (the same radius as the test
-deployment's T), one run per N and per λ cap (``--caps 1,0.5,0.3``).
+deployment's T), one run per N, per λ cap (``--caps 1,0.5,0.3``) and per member training
+(``--member-epochs 2``: its own members, cached as ``pmixed-N-e2``). DP-SGD's side of the
+grid is ``bench/bench_dpsgd_grid.py``.
 
 Usage: python bench/bench_user_level.py [--users 300] [--per-user 4] [--n 40] [--blocks 40]
        [--caps 1,0.5] [--split valid --budget-queries 5080 --blocks 8]
@@ -45,6 +47,7 @@ Writes bench/results/user_level.json (or --out). Models are cached under the pri
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import re
@@ -116,19 +119,28 @@ def test_blocks(tokenizer: Any, n: int, size: int, split: str = "test") -> list[
     raise SystemExit(f"only {len(blocks)} {split} articles have {size} tokens")
 
 
+def lora_members_name(args: argparse.Namespace) -> str:
+    """The LoRA ensemble's cache directory: ``pmixed-N`` (one epoch, the first runs' name) or
+    ``pmixed-N-eK`` for ``--member-epochs K``."""
+    suffix = "" if args.member_epochs == 1 else f"-e{args.member_epochs}"
+    return f"pmixed-{args.n}{suffix}"
+
+
 def train_all(args: argparse.Namespace, data: Dataset, base: Path, root: Path) -> dict[str, Any]:
     """The fine-tuned reference (under ``base``, on the records keyed by user: the same model
     for either unit), the N-member ensemble and DP-SGD at the data's unit (under ``root``);
     each cached."""
     lora = LoraTrainingConfig(epochs=1, block_size=128, batch_size=4, learning_rate=2e-3)
+    member_lora = dataclasses.replace(lora, epochs=args.member_epochs)
     times: dict[str, Any] = {}
     by_user = user_dataset(args.users, args.per_user, "user")
-    families = [(f"pmixed-{args.n}", args.n, data, root)]
+    families = [(lora_members_name(args), args.n, data, root, member_lora)]
     if not (args.references or args.finetuned_from):
-        families.insert(0, ("finetuned", 1, by_user, base))
-    for name, parts, records, where in families:
+        families.insert(0, ("finetuned", 1, by_user, base, lora))
+    for name, parts, records, where, training in families:
         t = time.perf_counter()
-        train_ensemble(MODEL, records, where / name, EnsembleConfig(parts=parts, training=lora))
+        cfg = EnsembleConfig(parts=parts, training=training)
+        train_ensemble(MODEL, records, where / name, cfg)
         stats = ensemble_statistics(where / name)["adapters"]
         times[name] = {
             "train_seconds": sum(a["seconds"] for a in stats.values()),
@@ -280,6 +292,10 @@ def main() -> None:
         "--members", default="lora", choices=("lora", "in-context"),
         help="PMixED's members: LoRA adapters, or the public model prompted with its part",
     )  # fmt: skip
+    ap.add_argument(
+        "--member-epochs", type=int, default=1,
+        help="epochs each LoRA member trains for (PMixED's tuning grid, on --split valid)",
+    )  # fmt: skip
     ap.add_argument("--prompt-tokens", type=int, default=256, help="in-context prompt length")
     ap.add_argument(
         "--references", default="",
@@ -321,7 +337,7 @@ def main() -> None:
         ens_dir, times[f"in-context-{args.n}"] = in_context_ensemble(args, data, root)
     else:
         times = train_all(args, data, base, root)
-        ens_dir = root / f"pmixed-{args.n}"
+        ens_dir = root / lora_members_name(args)
     ens = load_ensemble(ens_dir)
     tok = ens.model.tokenizer
     blocks = test_blocks(tok, args.blocks, args.block_size, args.split)
@@ -376,7 +392,7 @@ def main() -> None:
         "pmixed_by_cap": rows,
         "fixed_settings": {
             "pmixed": {"alpha": 3, "q": 1.0, "n": args.n, "caps": list(args.caps),
-                       "member_epochs": 1, "lr": 2e-3},
+                       "member_epochs": args.member_epochs, "lr": 2e-3},
             "dpsgd": {"batch_units": args.dpsgd_batch, "epochs": args.dpsgd_epochs,
                       "lr": args.dpsgd_lr, "user_sampling": "joint", "clip": 1.0},
         },
