@@ -5,8 +5,8 @@ epoch, learning rate 2e-3) were fixed in advance. This benchmark trains DP-SGD o
 data (the first ``--users`` WikiText-2 train articles, ε = 8, δ = 1e-5 per ``--unit``) at each
 setting of ``--settings`` and scores it on WikiText-2 *valid*, never on the test, so that the
 test rows can use the best setting. Each setting is one training run: DP-SGD's own sampling
-and noise move a score by about a point of the gap between runs of one setting (1.3 points
-over the three test deployments), so a difference smaller than that is not a choice.
+and noise move a score by about a point of the gap between runs of one setting (sd 1.0
+points over the five test deployments), so a difference smaller than that is not a choice.
 
 Every setting is trained from scratch (cached under the privlm cache, ``dpsgd-grid/``), with
 the σ that meets ε at its batch and epochs. The public model is scored here; the fine-tuned
@@ -25,12 +25,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_user_level import RESULTS, references, test_blocks, user_dataset
+from bench_user_level import (
+    RESULTS,
+    references,
+    test_blocks,
+    train_dpsgd_cached,
+    user_dataset,
+)  # fmt: skip
 from bench_utility import DELTA, EPSILON, MODEL
 
 from privlm.models.loading import load_tokenizer
@@ -39,7 +43,6 @@ from privlm.predict.evaluate import evaluate
 from privlm.predict.factory import build_predictor, plain_config
 from privlm.predict.loading import load_adapter
 from privlm.settings import cache_dir
-from privlm.training.dpsgd import DpSgdConfig, train_dpsgd
 
 
 def parse_settings(text: str) -> list[tuple[int, int, float]]:
@@ -54,22 +57,6 @@ def parse_settings(text: str) -> list[tuple[int, int, float]]:
             raise argparse.ArgumentTypeError(f"{item!r}: batch, epochs ≥ 1 and 0 < rate ≤ 1")
         out.append((batch, epochs, lr))
     return out
-
-
-def train_setting(data: Any, where: Path, batch: int, epochs: int, lr: float) -> dict[str, Any]:
-    """DP-SGD at one setting (cached): its seconds and its privacy statement."""
-    if not (where / "privacy.json").is_file():
-        t = time.perf_counter()
-        cfg = DpSgdConfig(
-            target_epsilon=EPSILON, delta=DELTA, epochs=epochs, batch_size=batch,
-            physical_batch_size=8, block_size=128, learning_rate=lr,
-        )  # fmt: skip
-        train_dpsgd(MODEL, data, where, cfg)
-        (where / "seconds.json").write_text(json.dumps(time.perf_counter() - t))
-    return {
-        "train_seconds": json.loads((where / "seconds.json").read_text()),
-        "privacy": json.loads((where / "privacy.json").read_text()),
-    }
 
 
 def main() -> None:
@@ -91,7 +78,7 @@ def main() -> None:
     root = cache_dir() / "bench" / f"user-level-{args.users}x{args.per_user}" / "dpsgd-grid"
     for batch, epochs, lr in args.settings:
         name = f"{args.unit}-b{batch}-e{epochs}-lr{lr:g}"
-        trained = train_setting(data, root / name, batch, epochs, lr)
+        trained = train_dpsgd_cached(data, root / name, batch, epochs, lr)
         dp = load_adapter(root / name, MODEL)
         if not ppl:  # the public model through the first adapter's engine, then the file's check
             ppl["public"] = evaluate(build_predictor(plain_config("public"), dp), blocks).perplexity
