@@ -187,10 +187,12 @@ def loop_per_token(model: Any, n: int, rank: int, ids: list[int], tokens: int) -
         r=rank, lora_alpha=2 * rank, target_modules=discover_lora_targets(model),
         init_lora_weights=False,
     )  # fmt: skip
+    t0 = time.perf_counter()
     peft = get_peft_model(model, cfg, adapter_name="a0")
     for i in range(1, n):
         peft.add_adapter(f"a{i}", cfg)
     peft.eval()
+    print(f"loop: {n} PEFT adapters attached in {time.perf_counter() - t0:.1f} s", flush=True)
     device = next(model.parameters()).device
     caches = [DynamicCache() for _ in range(n + 1)]
 
@@ -201,8 +203,10 @@ def loop_per_token(model: Any, n: int, rank: int, ids: list[int], tokens: int) -
             peft.set_adapter(f"a{i}")
             peft(input_ids=inp, past_key_values=caches[i + 1], use_cache=True)
 
+    t0 = time.perf_counter()
     step(torch.tensor([ids], device=device))
     sync(device)
+    print(f"loop: prefill of {n + 1} caches in {time.perf_counter() - t0:.1f} s", flush=True)
     t = time.perf_counter()
     for _ in range(tokens):
         step(torch.tensor([[7]], device=device))
