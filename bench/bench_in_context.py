@@ -18,9 +18,17 @@ says which).
 With ``--private 200``, also private: PMixED at ε = 8 over an in-context ensemble of 200
 members built by privlm (``ensemble train --members in-context``), ``--runs`` deployments
 per sampling rate in ``--rates``, each with its own budget, on the same tokens.
+``--budget-queries T`` plans each budget for T queries (default: the tokens scored), so a
+slice of text measures a deployment budgeted for far more tokens (the 10^5-token row).
+``--head-per-position`` keeps the members' last hidden states and applies the output layer
+one position at a time, for ensembles whose block of logits does not fit in memory (1,201
+rows × 127 positions × 49,152 float32 logits are 30 GB). ``--references FILE`` reads the
+fine-tuned model's perplexity on the same tokens from an earlier run, after checking that
+the public model's agrees, for machines without bench_utility's cached models.
 
 Usage: python bench/bench_in_context.py [--records 1200] [--per-member 1,15] [--sample 64]
-       [--private 200 --rates 1 --runs 3]
+       [--private 200 --rates 1 --runs 3] [--budget-queries 100000] [--head-per-position]
+       [--references bench/results/in_context.json]
 Writes bench/results/in_context.json (or --out).
 """
 
@@ -112,6 +120,66 @@ def ceiling(
     }
 
 
+class HeadPerPosition:
+    """A block's logits (rows, T, V) held as the last hidden states (rows, T, H): the output
+    layer runs on one position when PMixED's teacher-forced score reads ``logits[:, t]``.
+    The same arithmetic per position as the whole block's output layer, to its rounding."""
+
+    def __init__(self, hidden: torch.Tensor, head: torch.nn.Module) -> None:
+        self.hidden, self.head = hidden, head
+        self.shape = (*hidden.shape[:-1], head.weight.shape[0])
+
+    @torch.no_grad()
+    def __getitem__(self, index: Any) -> torch.Tensor:
+        return self.head(self.hidden[index])
+
+
+class HiddenStatesEngine:
+    """An in-context engine whose ``logits`` return :class:`HeadPerPosition`: the model's
+    output layer is swapped for the identity during the pass (so the engine's own row
+    chunking and prompt states run unchanged) and applied per position afterwards."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine, self.head = engine, engine.model.lm_head
+
+    def logits(self, *args: Any, **kwargs: Any) -> tuple[HeadPerPosition, Any]:
+        model = self.engine.model
+        model.lm_head = torch.nn.Identity()
+        try:
+            hidden, cache = self.engine.logits(*args, **kwargs)
+        finally:
+            model.lm_head = self.head
+        return HeadPerPosition(hidden, self.head), cache
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.engine, name)
+
+
+@torch.no_grad()
+def public_perplexity(model: Any, blocks: list[list[int]]) -> float:
+    """The public model's teacher-forced perplexity over ``blocks`` (each block's first
+    token context only, as everywhere in the benchmarks)."""
+    nll, count = 0.0, 0
+    for block in blocks:
+        logits = model(input_ids=torch.tensor([block])).logits[0, :-1].double()
+        lp = torch.log_softmax(logits, -1).gather(-1, torch.tensor(block[1:])[:, None])
+        nll -= float(lp.sum())
+        count += len(block) - 1
+    return math.exp(nll / count)
+
+
+def read_references(path: Path, public: float) -> dict[str, float]:
+    """An earlier run's perplexities on the same tokens, once its public model's agrees
+    with this run's (else the tokens or the model differ, and its gap would not apply)."""
+    earlier = json.loads(path.read_text())["perplexity"]
+    if not math.isclose(earlier["public"], public, rel_tol=1e-4):
+        raise SystemExit(
+            f"{path}: its public perplexity {earlier['public']:.4f} is not this run's "
+            f"{public:.4f}: not the same tokens or model"
+        )
+    return {k: float(v) for k, v in earlier.items()}
+
+
 def private_run(
     records: list[Any], members: int, args: argparse.Namespace, blocks: list[list[int]]
 ) -> dict[str, Any]:
@@ -127,13 +195,19 @@ def private_run(
     train_ensemble(MODEL, data, out, cfg, progress=False, partition_key=KEY)
     built = time.perf_counter() - t
     loaded = load_ensemble(out, device="cpu")
+    engine = HiddenStatesEngine(loaded.engine) if args.head_per_position else loaded.engine
     rates = [float(x) for x in args.rates.split(",")]
+    t = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         sweep = q_sweep(
-            loaded.engine, loaded.model.tokenizer, blocks, rates, args.runs, Path(tmp),
-            parse_caps(args.caps),
+            engine, loaded.model.tokenizer, blocks, rates, args.runs, Path(tmp),
+            parse_caps(args.caps), budget_queries=args.budget_queries,
         )  # fmt: skip
-    return {"members": members, "build_seconds": built, "q_sweep": sweep}
+    return {
+        "members": members, "build_seconds": built, "score_seconds": time.perf_counter() - t,
+        "budget_queries": args.budget_queries or sum(len(b) - 1 for b in blocks),
+        "head_per_position": args.head_per_position, "q_sweep": sweep,
+    }  # fmt: skip
 
 
 def main() -> None:
@@ -152,6 +226,18 @@ def main() -> None:
     ap.add_argument("--rates", default="1", help="PMixED sampling rates of the private runs")
     ap.add_argument("--runs", type=int, default=3, help="deployments per rate (own budgets)")
     ap.add_argument("--caps", default="1", help="PMixED λ caps of the private runs, e.g. 1,0.5")
+    ap.add_argument(
+        "--budget-queries", type=int, default=None,
+        help="T each private budget is planned for (default: the tokens scored)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--head-per-position", action="store_true",
+        help="apply the output layer per position (ensembles whose logits do not fit)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--references", type=Path, default=None,
+        help="an earlier run's JSON on the same tokens: its fine-tuned perplexity",
+    )  # fmt: skip
     ap.add_argument("--out", default="in_context.json")
     args = ap.parse_args()
     records = corpora.wikitext2("train").records[: args.records]
@@ -172,6 +258,10 @@ def main() -> None:
             loaded = load_ensemble(directory)
             rep = evaluate(build_predictor(PlainConfig(members=members), loaded), blocks)
             ppl[name] = rep.perplexity
+    if "public" not in ppl:  # no cached bench_utility models on this machine
+        ppl["public"] = public_perplexity(lm.model, blocks)
+    if args.references is not None:
+        ppl = {**read_references(args.references, ppl["public"]), **ppl}
     rows = []
     for per_member in (int(x) for x in args.per_member.split(",") if x):  # '': none
         prompts = member_prompts(records, per_member, tok, args.prefix_tokens)
