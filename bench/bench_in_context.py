@@ -38,6 +38,7 @@ import argparse
 import json
 import math
 import random
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -46,10 +47,13 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_user_level import agreeing_perplexities
+
 from privlm.data import Dataset, corpora
 from privlm.data.partition import assign_parts, record_identities
 from privlm.models import load_public_model
-from privlm.models.perplexity import token_blocks
+from privlm.models.perplexity import block_perplexity, token_blocks
 from privlm.predict.config import PlainConfig
 from privlm.predict.evaluate import evaluate
 from privlm.predict.factory import build_predictor
@@ -155,29 +159,11 @@ class HiddenStatesEngine:
         return getattr(self.engine, name)
 
 
-@torch.no_grad()
-def public_perplexity(model: Any, blocks: list[list[int]]) -> float:
-    """The public model's teacher-forced perplexity over ``blocks`` (each block's first
-    token context only, as everywhere in the benchmarks)."""
-    nll, count = 0.0, 0
-    for block in blocks:
-        logits = model(input_ids=torch.tensor([block])).logits[0, :-1].double()
-        lp = torch.log_softmax(logits, -1).gather(-1, torch.tensor(block[1:])[:, None])
-        nll -= float(lp.sum())
-        count += len(block) - 1
-    return math.exp(nll / count)
-
-
 def read_references(path: Path, public: float) -> dict[str, float]:
-    """An earlier run's perplexities on the same tokens, once its public model's agrees
-    with this run's (else the tokens or the model differ, and its gap would not apply)."""
+    """Every perplexity of an earlier run on the same tokens, once its public model's agrees
+    with this run's (bench_user_level's check)."""
     earlier = json.loads(path.read_text())["perplexity"]
-    if not math.isclose(earlier["public"], public, rel_tol=1e-4):
-        raise SystemExit(
-            f"{path}: its public perplexity {earlier['public']:.4f} is not this run's "
-            f"{public:.4f}: not the same tokens or model"
-        )
-    return {k: float(v) for k, v in earlier.items()}
+    return agreeing_perplexities(path, earlier, public, tuple(earlier))
 
 
 def private_run(
@@ -259,7 +245,7 @@ def main() -> None:
             rep = evaluate(build_predictor(PlainConfig(members=members), loaded), blocks)
             ppl[name] = rep.perplexity
     if "public" not in ppl:  # no cached bench_utility models on this machine
-        ppl["public"] = public_perplexity(lm.model, blocks)
+        ppl["public"] = block_perplexity(lm.model, torch.tensor(blocks), progress=False).perplexity
     if args.references is not None:
         ppl = {**read_references(args.references, ppl["public"]), **ppl}
     rows = []

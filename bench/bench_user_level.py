@@ -222,11 +222,20 @@ def references(
         raise SystemExit(
             f"{path} scored {ref['test_blocks']} {ref_split} blocks, not {blocks} {split}"
         )
-    if abs(ref["perplexity"]["public"] - public) > 1e-3 * public:
+    return agreeing_perplexities(path, ref["perplexity"], public, names)
+
+
+def agreeing_perplexities(
+    path: str | Path, perplexity: dict[str, float], public: float, names: tuple[str, ...]
+) -> dict[str, float]:
+    """``names`` of an earlier run's perplexities, once its public model's agrees with this
+    run's (else the tokens or the model differ, and its gap would not apply)."""
+    if abs(perplexity["public"] - public) > 1e-3 * public:
         raise SystemExit(
-            f"{path}: public perplexity {ref['perplexity']['public']:.4f}, here {public:.4f}"
+            f"{path}: public perplexity {perplexity['public']:.4f}, here {public:.4f}: "
+            "not the same tokens or model"
         )
-    return {k: ref["perplexity"][k] for k in names}
+    return {k: float(perplexity[k]) for k in names}
 
 
 def summarise(paths: list[str], out_name: str) -> None:
