@@ -27,6 +27,7 @@ def _completed(text: str, *pieces: str, label: str = "ORGANIZATION") -> list[str
         ("at Kowalski Sp. z o.o. in", "Kowalski", "Kowalski Sp. z o.o."),
         ("at Rossi S.p.A.. and", "Rossi S", "Rossi S.p.A."),
         ("at Acme GmbH & Co. KG today", "Acme", "Acme GmbH & Co. KG"),
+        ("works for Stojnić j.d.o.o. and", "Stojnić j.d.o.o", "Stojnić j.d.o.o."),
     ],
 )
 def test_an_organisation_takes_the_legal_form_after_it(text, found, completed):
@@ -103,3 +104,22 @@ def test_name_pieces_join_when_the_second_ends_with_its_form():
     assert (text[got.start : got.end], got.label) == ("Aerts, Loos en Verhaegen NV", "ORGANIZATION")
     text = "Ann Lee and Bo Li met"  # no form: two persons stay two
     assert _completed(text, "Ann Lee", "Bo Li", label="PERSON") == ["Ann Lee", "Bo Li"]
+
+
+def test_a_firm_named_by_its_partners_is_one_organisation():
+    """A list of single names whose last two a connector joins: "Waweru, Wasonga and
+    Gichuki"; two names alone (no list) stay two."""
+    text = "led by Doreen Akoth of Waweru, Wasonga and Gichuki."
+    spans = [Span(7, 19, "PERSON"), Span(23, 38, "PERSON"), Span(43, 50, "PERSON")]
+    got = complete_organisations(text, spans)
+    assert [(text[g.start : g.end], g.label) for g in got] == [
+        ("Doreen Akoth", "PERSON"),
+        ("Waweru, Wasonga and Gichuki", "ORGANIZATION"),
+    ]
+    text = "to Zariņa, Kļaviņš un Skuja"  # not a connector this list knows: left alone
+    assert _completed(text, "Zariņa, Kļaviņš", "Skuja", label="PERSON") == [
+        "Zariņa, Kļaviņš",
+        "Skuja",
+    ]
+    text = "to Ann, Bo Li and Cy"  # a piece of two words is not a list of single names
+    assert _completed(text, "Ann, Bo Li", "Cy", label="PERSON") == ["Ann, Bo Li", "Cy"]

@@ -104,8 +104,10 @@ def _close_bracket(text: str, s: Span) -> Span:
 class UnionDetector:
     """Sensitive wherever any of its detectors says so (``regex+low-entity``); with
     ``bridge``, the punctuation between adjacent finds is flagged too (:func:`bridge_spans`),
-    and organisations take their legal form
-    (:func:`privlm.detect.legal_forms.complete_organisations`)."""
+    organisations take their legal form
+    (:func:`privlm.detect.legal_forms.complete_organisations`), names run on over the
+    capitalised words beside them and acronyms count as organisations
+    (:func:`privlm.detect.name_runs.complete_names`)."""
 
     def __init__(self, detectors: Sequence[Detector], bridge: bool = False) -> None:
         if not detectors:
@@ -121,9 +123,13 @@ class UnionDetector:
                 acc.extend(spans)
         if self.bridge:
             from privlm.detect.legal_forms import complete_organisations
+            from privlm.detect.name_runs import complete_names
 
             bridged = (
                 bridge_spans(t, whole_words(t, s)) for t, s in zip(texts, found, strict=True)
             )
-            return [complete_organisations(t, s) for t, s in zip(texts, bridged, strict=True)]
+            return [
+                complete_names(t, complete_organisations(t, s))
+                for t, s in zip(texts, bridged, strict=True)
+            ]
         return [merge_spans(s) for s in found]

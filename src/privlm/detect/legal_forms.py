@@ -7,8 +7,9 @@ extended over a legal form that follows it, read from a list of the common compa
 some fifty jurisdictions and the family-firm endings ("e Filhos", "& Söhne"; general
 knowledge of company law, in the spirit of ISO 20275's entity legal forms; not drawn from any
 test text), and two name pieces with one short connector word between them ("De Vos en
-Heylen") become one span when the second ends the organisation's name with its form, or both
-are organisations.
+Heylen") become one span when the second ends the organisation's name with its form, when both
+are organisations, or when the first is a list of single names that the second ends (a firm
+named by its partners: "Waweru, Wasonga and Gichuki").
 
 Most company names are family names, so a tagger often reads the name before the form as a
 person or a place ("Junasová" in "Junasová a.s."): a person's, place's or address's span
@@ -34,7 +35,7 @@ ptyltd nl gmbh ag kg ohg gbr ug ev eg se kgaa gmbhcokg cokg gmbh&cokg ag&cokg &c
 &cia &sons sa sas sasu sarl eurl sca snc scs sc scop scp srl srls spa sapa sccl sl slu sll
 slne sad sacv sadecv sab sabdecv srldecv ltda me epp eireli mei lda sgps bv nv vof cv cvba
 bvba comm ab hb kb oy oyj ky tmi as asa aps is ks ans da kft zrt nyrt bt kkt kht rt sro vos
-commv commva spzoo spj spk ska ood eood ad ead et doo dd dno kd sia uab ou tu mtu pt tbk ud bhd sdnbhd
+commv commva spzoo spj spk ska ood eood ad ead et doo jdoo dd dno kd sia uab ou tu mtu pt tbk ud bhd sdnbhd
 berhad pte kk yk gk ltdsti sti şti ltdşti tic san aş anonim ao oao zao ooo pao ip tov pp jsc
 ojsc cjsc pvtltd pvt opc lc gp cic cio scic bvi ehf hf sf ses sec pse ltée ltee senc
 andsons efilhos &filhos yhijos &hijos efigli &figli etfils &fils undsöhne &söhne enzonen
@@ -46,6 +47,7 @@ LEGAL_FORMS = frozenset(_FORMS.split())
 CONNECTORS = frozenset(_CONNECTORS.split())
 
 _DOTTED_TAIL = re.compile(r"(?:\.[^\W\d_]{1,3})*\.")  # ".o.s." after "v", "." after "Zrt"
+_LIST_NAME = re.compile(r"[^\W\d_][\w'’-]*")  # one capitalised name: "Kļaviņš", "O'Neil"
 _NEXT_WORD = re.compile(r"[ \t]*,?[ \t]+((?:[^\W\d_]|&)[^\s,;:()]*)")
 
 
@@ -132,15 +134,30 @@ def _extend(text: str, span: Span) -> Span:
     return Span(span.start, end, label)
 
 
+def _ends_a_list_of_names(text: str, first: Span, second: Span) -> bool:
+    """ "Waweru, Wasonga" + " and " + "Gichuki": a firm named by its partners, a list of
+    single names whose last two a connector joins."""
+    listed = text[first.start : first.end].split(", ")
+    return (
+        len(listed) >= 2
+        and all(_LIST_NAME.fullmatch(w) and w[0].isupper() for w in listed[1:])
+        and _LIST_NAME.fullmatch(last := text[second.start : second.end]) is not None
+        and last[0].isupper()
+    )
+
+
 def _one_name(text: str, first: Span, second: Span) -> bool:
     """Two pieces of one organisation's name: one connector word between spaces, both
-    names, and either both organisations or the second ending with its legal form."""
+    names, and either both organisations, the second ending with its legal form, or the
+    first a list of single names the second ends ("Waweru, Wasonga and Gichuki")."""
     gap = text[first.end : second.start]
     if gap.strip().lower() not in CONNECTORS or gap != f" {gap.strip()} ":
         return False
     if _is_org(first) and _is_org(second):
         return True
-    return _is_name(first) and _is_name(second) and _ends_with_form(text, second)
+    if not (_is_name(first) and _is_name(second)):
+        return False
+    return _ends_with_form(text, second) or _ends_a_list_of_names(text, first, second)
 
 
 def complete_organisations(text: str, spans: Sequence[Span]) -> list[Span]:
