@@ -47,7 +47,7 @@ LEGAL_FORMS = frozenset(_FORMS.split())
 CONNECTORS = frozenset(_CONNECTORS.split())
 
 _DOTTED_TAIL = re.compile(r"(?:\.[^\W\d_]{1,3})*\.")  # ".o.s." after "v", "." after "Zrt"
-_LIST_NAME = re.compile(r"[^\W\d_][\w'’-]*")  # one capitalised name: "Kļaviņš", "O'Neil"
+_LIST_NAME = re.compile(r"[^\W\d_][\w'’-]*")  # one name word: "Kļaviņš", "O'Neil"
 _NEXT_WORD = re.compile(r"[ \t]*,?[ \t]+((?:[^\W\d_]|&)[^\s,;:()]*)")
 
 

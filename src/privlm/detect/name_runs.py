@@ -57,6 +57,7 @@ _SENTENCE_END = re.compile(r"(?:^|[.!?\n]\s*|[\"“]\s*)$")
 _ACRONYM = re.compile(r"(?<![\w&.-])[A-Z][A-Z&]{1,7}(?![\w&]|\.\w)")
 _ROMAN = re.compile(r"^[IVXLCDM]+$")
 _WORD = re.compile(r"[^\W\d_]{2,}")
+_WINDOW = 64  # characters looked back for a word or a sentence's end: long texts stay linear
 
 
 def _capitalised(word: str) -> bool:
@@ -69,8 +70,8 @@ def _widened(text: str, s: Span) -> Span:
     start, end = s.start, s.end
     while (m := _NEXT.match(text, end)) and _capitalised(m.group(1)):
         end = m.end()
-    while (m := _PREV.search(text, 0, start)) and _capitalised(m.group(1)):
-        if _SENTENCE_END.search(text, 0, m.start(1)):
+    while (m := _PREV.search(text, max(0, start - _WINDOW), start)) and _capitalised(m.group(1)):
+        if _SENTENCE_END.search(text, max(0, m.start(1) - _WINDOW), m.start(1)):
             break  # the first word of a sentence: its capital says nothing
         start = m.start(1)
     return Span(start, end, s.label)
