@@ -25,8 +25,7 @@ import re
 from collections.abc import Sequence
 
 from privlm.detect.base import NAME_TYPES, Span, merge_spans
-
-ORG = "ORGANIZATION"
+from privlm.detect.legal_forms import ORG
 
 _NOT_NAMES = """
 a an the in on at of for to from by with and or but nor as is are was were be been this that
