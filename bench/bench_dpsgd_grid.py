@@ -14,10 +14,17 @@ reference (the top of the gap, not private) is read from ``--finetuned-from``, a
 ``bench_user_level.py --split valid`` run on the same blocks, after checking that the public
 model's perplexity agrees with the file's (the same tokens).
 
+``--test FILE`` then scores the setting that is best on valid, and only that one, on the
+test blocks of FILE (a ``bench_user_level.py`` test run on the same data and unit, whose
+public and fine-tuned perplexities give the test gap): the test figure of tuned DP-SGD, read
+once, after the choice.
+
 Usage: python bench/bench_dpsgd_grid.py --settings 16:1:5e-3[,64:3:5e-3...] [--unit user]
        [--blocks 8] [--finetuned-from bench/results/user_level_valid_n80.json]
-Each setting is batch:epochs:learning-rate. Results are merged into
-bench/results/dpsgd_grid_{unit}.json (one row per setting; a rerun of a setting replaces it).
+       [--test bench/results/user_level_n80.json]
+Each setting is batch:epochs:learning-rate (``--settings ""``: none trained now, for
+``--test`` alone). Results are merged into bench/results/dpsgd_grid_{unit}.json (one row per
+setting; a rerun of a setting replaces it; the test score under "test").
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_user_level import (
@@ -48,7 +56,7 @@ from privlm.settings import cache_dir
 def parse_settings(text: str) -> list[tuple[int, int, float]]:
     """``"16:1:5e-3,64:3:5e-3"`` → [(16, 1, 0.005), (64, 3, 0.005)]: batch, epochs, rate."""
     out = []
-    for item in text.split(","):
+    for item in filter(None, (x.strip() for x in text.split(","))):
         parts = item.strip().split(":")
         if len(parts) != 3:
             raise argparse.ArgumentTypeError(f"{item!r} is not batch:epochs:learning-rate")
@@ -69,6 +77,8 @@ def main() -> None:
     ap.add_argument("--blocks", type=int, default=8, help="WikiText-2 valid articles scored")
     ap.add_argument("--block-size", type=int, default=128)
     ap.add_argument("--finetuned-from", default="bench/results/user_level_valid_n80.json")
+    ap.add_argument("--test", default="", help="a bench_user_level.py test run (same data and "
+                    "unit): score the best setting on valid once on its test blocks")  # fmt: skip
     args = ap.parse_args()
     data = user_dataset(args.users, args.per_user, args.unit)
     blocks = test_blocks(load_tokenizer(MODEL), args.blocks, args.block_size, "valid")
@@ -104,6 +114,35 @@ def main() -> None:
         out_path.write_text(json.dumps(saved, indent=2))
     best = max(saved["rows"], key=lambda r: r["gap_closed"])
     print(f"best on valid so far: {best['setting']} ({best['gap_closed']:.1%}); wrote {out_path}")
+    if args.test:
+        saved["test"] = score_on_test(best, root / best["setting"], args.test)
+        out_path.write_text(json.dumps(saved, indent=2))
+        t = saved["test"]
+        print(f"{best['setting']} on the test ({t['test_tokens']} tokens): perplexity "
+              f"{t['perplexity']:.3f}, gap closed {t['gap_closed']:.1%}; wrote {out_path}")  # fmt: skip
+
+
+def score_on_test(best: dict[str, Any], where: Path, run_file: str) -> dict[str, Any]:
+    """The chosen setting's adapter scored on the test blocks of ``run_file`` (a
+    ``bench_user_level.py`` test run), against that run's public and fine-tuned perplexities
+    (checked to agree on the public model: the same tokens)."""
+    run = json.loads(Path(run_file).read_text())
+    if run.get("split", "test") != "test":
+        raise SystemExit(f"{run_file} is a {run['split']} run, not a test run")
+    blocks = test_blocks(load_tokenizer(MODEL), run["test_blocks"], 128, "test")
+    if sum(len(b) - 1 for b in blocks) != run["test_tokens"]:
+        raise SystemExit(f"{run_file} scored {run['test_tokens']} tokens, not 128-token blocks")
+    dp = load_adapter(where, MODEL)
+    public = evaluate(build_predictor(plain_config("public"), dp), blocks).perplexity
+    ref = references(run_file, "test", len(blocks), public, ("finetuned",))
+    p = evaluate(build_predictor(PlainConfig(members="adapter"), dp), blocks).perplexity
+    return {
+        "setting": best["setting"], "chosen_on": "valid", "valid_gap_closed": best["gap_closed"],
+        "test_run": run_file, "test_blocks": len(blocks),
+        "test_tokens": sum(len(b) - 1 for b in blocks), "public": public,
+        "finetuned": ref["finetuned"], "perplexity": p,
+        "gap_closed": (public - p) / (public - ref["finetuned"]),
+    }  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -61,7 +61,15 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_utility import DELTA, EPSILON, MODEL, SharedForward, parse_caps, q_sweep
+from bench_utility import (
+    DELTA,
+    EPSILON,
+    MODEL,
+    SharedForward,
+    parse_alphas,
+    parse_caps,
+    q_sweep,
+)
 
 from privlm.data import corpora
 from privlm.data.records import Dataset, Record
@@ -250,7 +258,8 @@ def summarise(paths: list[str], out_name: str) -> None:
     if len(keys) != 1:
         raise SystemExit(f"these runs differ in split, blocks, unit, N or members: {keys}")
     shares: dict[str, list[float]] = {"pmixed": [r["pmixed"]["gap_closed_mean"] for r in runs]}
-    for name in ("dpsgd-user", "ensemble"):
+    dpsgd = next(k for k in runs[0]["gap_closed"] if k.startswith("dpsgd-"))  # the data's unit
+    for name in (dpsgd, "ensemble"):
         shares[name] = [r["gap_closed"][name] for r in runs]
     rows = {
         name: {
@@ -259,8 +268,8 @@ def summarise(paths: list[str], out_name: str) -> None:
         }
         for name, v in shares.items()
     }  # fmt: skip
-    lead = rows["pmixed"]["mean"] - rows["dpsgd-user"]["mean"]
-    spreads = [rows[k]["sd"] for k in ("pmixed", "dpsgd-user")]
+    lead = rows["pmixed"]["mean"] - rows[dpsgd]["mean"]
+    spreads = [rows[k]["sd"] for k in ("pmixed", dpsgd)]
     out = {
         "deployments": len(runs), "files": paths, "n": runs[0]["n"], "unit": runs[0]["unit"],
         "test_tokens": runs[0]["test_tokens"], "gap_closed": rows,
@@ -295,6 +304,11 @@ def main() -> None:
     ap.add_argument(
         "--caps", type=parse_caps, default=(1.0,),
         help="λ caps to score PMixED at, comma-separated (each its own budget)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--alphas", type=parse_alphas, default=(3,),
+        help="Rényi orders α to score PMixED at, comma-separated (each its own budget; "
+        "PMixED's grid, on --split valid)",
     )  # fmt: skip
     ap.add_argument(
         "--split", default="test", choices=("test", "valid"),
@@ -360,8 +374,11 @@ def main() -> None:
     blocks = test_blocks(tok, args.blocks, args.block_size, args.split)
     queries = sum(len(b) - 1 for b in blocks)
     ppl = {"public": evaluate(build_predictor(plain_config("public"), ens), blocks).perplexity}
+    dpsgd_name = f"dpsgd-{data.unit_kind}"  # DP-SGD at the data's unit
     if args.references:
-        ppl.update(references(args.references, args.split, len(blocks), ppl["public"]))
+        ppl.update(references(
+            args.references, args.split, len(blocks), ppl["public"], ("finetuned", dpsgd_name)
+        ))  # fmt: skip
     else:
         if args.finetuned_from:
             ppl.update(references(
@@ -372,8 +389,8 @@ def main() -> None:
             ppl["finetuned"] = evaluate(
                 build_predictor(plain_config("finetuned"), finetuned), blocks
             ).perplexity
-        dp = load_adapter(root / "dpsgd-user", MODEL)
-        ppl["dpsgd-user"] = evaluate(
+        dp = load_adapter(root / dpsgd_name, MODEL)
+        ppl[dpsgd_name] = evaluate(
             build_predictor(PlainConfig(members="adapter"), dp), blocks
         ).perplexity
     gap = ppl["public"] - ppl["finetuned"]
@@ -383,7 +400,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         rows = q_sweep(
             shared, tok, blocks, [1.0], args.runs, Path(tmp), args.caps,
-            budget_queries=args.budget_queries or queries,
+            budget_queries=args.budget_queries or queries, alphas=args.alphas,
         )  # fmt: skip
     score_seconds = time.perf_counter() - t
     ppl["ensemble"] = shared.perplexity  # the members' plain average, off PMixED's passes
@@ -408,7 +425,7 @@ def main() -> None:
         "pmixed": {**row, "score_seconds": score_seconds},
         "pmixed_by_cap": rows,
         "fixed_settings": {
-            "pmixed": {"alpha": 3, "q": 1.0, "n": args.n, "caps": list(args.caps),
+            "pmixed": {"alphas": list(args.alphas), "q": 1.0, "n": args.n, "caps": list(args.caps),
                        "member_epochs": args.member_epochs, "lr": 2e-3},
             "dpsgd": {"batch_units": args.dpsgd_batch, "epochs": args.dpsgd_epochs,
                       "lr": args.dpsgd_lr, "user_sampling": "joint", "clip": 1.0},
@@ -423,7 +440,8 @@ def main() -> None:
         print(f"{k:<12} perplexity {v:8.3f}   gap closed {out['gap_closed'][k]:6.1%}")
     for r in rows:
         print(
-            f"PMixED N={args.n} q=1 λ cap {r['lambda_cap']} per {args.unit} ({args.split}): "
+            f"PMixED N={args.n} q=1 α {r['alpha']} λ cap {r['lambda_cap']} per {args.unit} "
+            f"({args.split}): "
             f"perplexity {r['mean']:.3f} ± {r['sd']:.3f} ({args.runs} runs), gap closed "
             f"{r['gap_closed_mean']:.1%} ± {r['gap_closed_sd']:.1%}, radius {r['radius']:.3f}, "
             f"median λ {r['median_lambda']:.4f}"

@@ -163,13 +163,14 @@ class SharedForward:
 
 
 def pmixed_predictor(
-    engine: Any, tokenizer: Any, ledger: Path, q: float, queries: int, cap: float = 1.0
-) -> LambdaRecordingPMixED:
-    """PMixED (ε = 8, δ = 1e-5, α = 3) under the per-unit bound, with its own budget and
-    fresh subsets, λ capped at ``cap``."""
+    engine: Any, tokenizer: Any, ledger: Path, q: float, queries: int, cap: float = 1.0,
+    alpha: int = 3,
+) -> LambdaRecordingPMixED:  # fmt: skip
+    """PMixED (ε = 8, δ = 1e-5, order ``alpha``, 3 unless a grid asks) under the per-unit
+    bound, with its own budget and fresh subsets, λ capped at ``cap``."""
     led = PrivacyLedger(ledger, "pm", Budget(EPSILON, DELTA))
     cfg = PMixEDConfig(
-        epsilon=EPSILON, delta=DELTA, alpha=3, queries=queries, sample_rate=q,
+        epsilon=EPSILON, delta=DELTA, alpha=alpha, queries=queries, sample_rate=q,
         bound=PER_UNIT_BOUNDS[0], lambda_cap=cap,
     )  # fmt: skip
     return LambdaRecordingPMixED(engine, tokenizer, led, cfg)
@@ -224,34 +225,33 @@ def score_together(
 def q_sweep(
     engine: EnsembleEngine, tokenizer: Any, blocks: list[list[int]], rates: list[float],
     runs: int, tmp: Path, caps: tuple[float, ...] = (1.0,), budget_queries: int | None = None,
+    alphas: tuple[int, ...] = (3,),
 ) -> list[dict[str, Any]]:  # fmt: skip
-    """PMixED under the per-unit bound at each sampling rate q and λ cap, ``runs``
-    deployments each (each with its own budget and fresh subsets), scored on one shared
-    forward pass per block: the perplexity's mean and standard deviation, the radius and
-    the median λ. (Time per token is bench_prediction's: the work per query is the same at
-    every q, every member being solved while the subset is secret.) ``budget_queries``: the T
-    each budget is planned for (default: the tokens scored), so that settings chosen on a
-    shorter validation text see the test deployment's radius."""
+    """PMixED under the per-unit bound at each sampling rate q, λ cap and Rényi order α,
+    ``runs`` deployments each (each with its own budget and fresh subsets), scored on one
+    shared forward pass per block: the perplexity's mean and standard deviation, the radius
+    and the median λ. (Time per token is bench_prediction's: the work per query is the same
+    at every q, every member being solved while the subset is secret.) ``budget_queries``:
+    the T each budget is planned for (default: the tokens scored), so that settings chosen on
+    a shorter validation text see the test deployment's radius."""
     shared, queries = SharedForward(engine), sum(len(b) - 1 for b in blocks)
     planned = budget_queries or queries
-    settings = [(q, cap) for q in rates for cap in caps]
+    settings = [(q, cap, a) for q in rates for cap in caps for a in alphas]
     predictors = {
-        (q, cap, run): pmixed_predictor(
-            shared, tokenizer, tmp / f"q{q}-c{cap}-{run}.db", q, planned, cap
+        f"{q}/{cap}/{a}/{run}": pmixed_predictor(
+            shared, tokenizer, tmp / f"q{q}-c{cap}-a{a}-{run}.db", q, planned, cap, a
         )
-        for q, cap in settings
+        for q, cap, a in settings
         for run in range(runs)
     }  # fmt: skip
     with SharedLambdas():
-        scored = score_together(
-            {f"{q}/{cap}/{run}": pm for (q, cap, run), pm in predictors.items()}, blocks
-        )
+        scored = score_together(predictors, blocks)
     out = []
-    for q, cap in settings:
-        rows = [scored[f"{q}/{cap}/{run}"] for run in range(runs)]
+    for q, cap, a in settings:
+        rows = [scored[f"{q}/{cap}/{a}/{run}"] for run in range(runs)]
         ppls = [r["perplexity"] for r in rows]
         out.append({
-            "q": q, "lambda_cap": cap, "runs": runs, "perplexities": ppls,
+            "q": q, "lambda_cap": cap, "alpha": a, "runs": runs, "perplexities": ppls,
             "mean": statistics.fmean(ppls), "sd": statistics.stdev(ppls) if runs > 1 else 0.0,
             "radius": rows[0]["radius"],
             "median_lambda": statistics.fmean(r["median_lambda"] for r in rows),
@@ -259,6 +259,14 @@ def q_sweep(
             "mix_seconds_per_token": statistics.fmean(r["seconds"] for r in rows) / queries,
         })  # fmt: skip
     return out
+
+
+def parse_alphas(text: str) -> tuple[int, ...]:
+    """``--alphas 3,4`` → (3, 4): Rényi orders, each at least 2."""
+    alphas = tuple(int(x) for x in text.split(",") if x) or (3,)
+    if min(alphas) < 2:
+        raise argparse.ArgumentTypeError(f"Rényi orders are integers ≥ 2, not {text!r}")
+    return alphas
 
 
 def parse_caps(text: str) -> tuple[float, ...]:
