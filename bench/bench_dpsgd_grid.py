@@ -57,7 +57,7 @@ def parse_settings(text: str) -> list[tuple[int, int, float]]:
     """``"16:1:5e-3,64:3:5e-3"`` → [(16, 1, 0.005), (64, 3, 0.005)]: batch, epochs, rate."""
     out = []
     for item in filter(None, (x.strip() for x in text.split(","))):
-        parts = item.strip().split(":")
+        parts = item.split(":")
         if len(parts) != 3:
             raise argparse.ArgumentTypeError(f"{item!r} is not batch:epochs:learning-rate")
         batch, epochs, lr = int(parts[0]), int(parts[1]), float(parts[2])
@@ -130,7 +130,8 @@ def score_on_test(best: dict[str, Any], where: Path, run_file: str) -> dict[str,
     if run.get("split", "test") != "test":
         raise SystemExit(f"{run_file} is a {run['split']} run, not a test run")
     blocks = test_blocks(load_tokenizer(MODEL), run["test_blocks"], 128, "test")
-    if sum(len(b) - 1 for b in blocks) != run["test_tokens"]:
+    tokens = sum(len(b) - 1 for b in blocks)
+    if tokens != run["test_tokens"]:
         raise SystemExit(f"{run_file} scored {run['test_tokens']} tokens, not 128-token blocks")
     dp = load_adapter(where, MODEL)
     public = evaluate(build_predictor(plain_config("public"), dp), blocks).perplexity
@@ -139,7 +140,7 @@ def score_on_test(best: dict[str, Any], where: Path, run_file: str) -> dict[str,
     return {
         "setting": best["setting"], "chosen_on": "valid", "valid_gap_closed": best["gap_closed"],
         "test_run": run_file, "test_blocks": len(blocks),
-        "test_tokens": sum(len(b) - 1 for b in blocks), "public": public,
+        "test_tokens": tokens, "public": public,
         "finetuned": ref["finetuned"], "perplexity": p,
         "gap_closed": (public - p) / (public - ref["finetuned"]),
     }  # fmt: skip

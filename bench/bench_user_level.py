@@ -219,8 +219,7 @@ class CeilingForward(SharedForward):
 
 
 def references(
-    path: str, split: str, blocks: int, public: float,
-    names: tuple[str, ...] = ("finetuned", "dpsgd-user"),
+    path: str, split: str, blocks: int, public: float, names: tuple[str, ...]
 ) -> dict[str, float]:  # fmt: skip
     """The perplexities ``names`` of an earlier run on the same split and blocks, after
     checking that the public model's perplexity is the file's (the same tokens)."""
