@@ -4,9 +4,11 @@ The settings of ``bench/bench_user_level.py``'s DP-SGD row (16 expected units pe
 epoch, learning rate 2e-3) were fixed in advance. This benchmark trains DP-SGD on the same
 data (the first ``--users`` WikiText-2 train articles, ε = 8, δ = 1e-5 per ``--unit``) at each
 setting of ``--settings`` and scores it on WikiText-2 *valid*, never on the test, so that the
-test rows can use the best setting. Each setting is one training run: DP-SGD's own sampling
-and noise move a score by about a point of the gap between runs of one setting (sd 1.0
-points over the five test deployments), so a difference smaller than that is not a choice.
+test rows can use the best setting. DP-SGD's own sampling and noise move a score by about a
+point of the gap between runs of one setting (sd 1.0 points over the five test deployments),
+so a difference smaller than that is not a choice; ``--repeat K`` trains a further,
+independent run of each setting (its noise and batches from fresh OS entropy), and a
+setting's figure is the mean over its runs.
 
 Every setting is trained from scratch (cached under the privlm cache, ``dpsgd-grid/``), with
 the σ that meets ε at its batch and epochs. The public model is scored here; the fine-tuned
@@ -14,23 +16,24 @@ reference (the top of the gap, not private) is read from ``--finetuned-from``, a
 ``bench_user_level.py --split valid`` run on the same blocks, after checking that the public
 model's perplexity agrees with the file's (the same tokens).
 
-``--test FILE`` then scores the setting that is best on valid, and only that one, on the
-test blocks of FILE (a ``bench_user_level.py`` test run on the same data and unit, whose
-public and fine-tuned perplexities give the test gap): the test figure of tuned DP-SGD, read
-once, after the choice.
+``--test FILE`` then scores the setting that is best on valid (by its mean over runs), and
+only that one, on the test blocks of FILE (a ``bench_user_level.py`` test run on the same
+data and unit, whose public and fine-tuned perplexities give the test gap): every run of it,
+then their mean ± sd, the test figure of tuned DP-SGD, read after the choice.
 
 Usage: python bench/bench_dpsgd_grid.py --settings 16:1:5e-3[,64:3:5e-3...] [--unit user]
-       [--blocks 8] [--finetuned-from bench/results/user_level_valid_n80.json]
+       [--repeat 1] [--blocks 8] [--finetuned-from bench/results/user_level_valid_n80.json]
        [--test bench/results/user_level_n80.json]
 Each setting is batch:epochs:learning-rate (``--settings ""``: none trained now, for
 ``--test`` alone). Results are merged into bench/results/dpsgd_grid_{unit}.json (one row per
-setting; a rerun of a setting replaces it; the test score under "test").
+run of a setting; a rerun of a setting's run replaces it; the test scores under "test").
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -72,6 +75,8 @@ def main() -> None:
     ap.add_argument("--settings", type=parse_settings, required=True,
                     help="batch:epochs:learning-rate, comma-separated")  # fmt: skip
     ap.add_argument("--unit", default="user", choices=("user", "record"))
+    ap.add_argument("--repeat", type=int, default=1, help="which independent run of each "
+                    "setting to train (1: the first; K > 1: a further run, its own cache)")  # fmt: skip
     ap.add_argument("--users", type=int, default=300)
     ap.add_argument("--per-user", type=int, default=4)
     ap.add_argument("--blocks", type=int, default=8, help="WikiText-2 valid articles scored")
@@ -86,10 +91,13 @@ def main() -> None:
     out_path = RESULTS / f"dpsgd_grid_{args.unit}.json"
     saved = json.loads(out_path.read_text()) if out_path.is_file() else {"rows": []}
     root = cache_dir() / "bench" / f"user-level-{args.users}x{args.per_user}" / "dpsgd-grid"
+    if args.repeat < 1:
+        raise SystemExit("--repeat counts runs from 1")
     for batch, epochs, lr in args.settings:
         name = f"{args.unit}-b{batch}-e{epochs}-lr{lr:g}"
-        trained = train_dpsgd_cached(data, root / name, batch, epochs, lr)
-        dp = load_adapter(root / name, MODEL)
+        where = root / run_folder(name, args.repeat)
+        trained = train_dpsgd_cached(data, where, batch, epochs, lr)
+        dp = load_adapter(where, MODEL)
         if not ppl:  # the public model through the first adapter's engine, then the file's check
             ppl["public"] = evaluate(build_predictor(plain_config("public"), dp), blocks).perplexity
             ppl.update(references(
@@ -98,13 +106,14 @@ def main() -> None:
         gap = ppl["public"] - ppl["finetuned"]
         p = evaluate(build_predictor(PlainConfig(members="adapter"), dp), blocks).perplexity
         row = {
-            "setting": name, "batch_units": batch, "epochs": epochs, "lr": lr,
+            "setting": name, "repeat": args.repeat, "batch_units": batch, "epochs": epochs,
+            "lr": lr,
             "perplexity": p, "gap_closed": (ppl["public"] - p) / gap, **trained,
             "command": " ".join(["python", *sys.argv]),
         }  # fmt: skip
-        saved["rows"] = [r for r in saved["rows"] if r["setting"] != name] + [row]
-        print(f"{name}: valid perplexity {p:.3f}, gap closed {row['gap_closed']:.1%}, "
-              f"{trained['train_seconds']:.0f} s", flush=True)  # fmt: skip
+        saved["rows"] = [r for r in saved["rows"] if run_key(r) != run_key(row)] + [row]
+        print(f"{name}, run {args.repeat}: valid perplexity {p:.3f}, gap closed "
+              f"{row['gap_closed']:.1%}, {trained['train_seconds']:.0f} s", flush=True)  # fmt: skip
         saved.update({
             "model": MODEL, "unit": args.unit, "users": args.users, "split": "valid",
             "blocks": len(blocks), "epsilon": EPSILON, "delta": DELTA, "perplexity": ppl,
@@ -112,18 +121,55 @@ def main() -> None:
         })  # fmt: skip
         RESULTS.mkdir(parents=True, exist_ok=True)
         out_path.write_text(json.dumps(saved, indent=2))
-    best = max(saved["rows"], key=lambda r: r["gap_closed"])
-    print(f"best on valid so far: {best['setting']} ({best['gap_closed']:.1%}); wrote {out_path}")
+    best, runs = best_setting(saved["rows"])
+    print(f"best on valid so far: {best} ({mean_sd([r['gap_closed'] for r in runs])} over "
+          f"{len(runs)} run(s)); wrote {out_path}")  # fmt: skip
     if args.test:
-        saved["test"] = score_on_test(best, root / best["setting"], args.test)
+        scores = [score_on_test(r, root / run_folder(best, run_key(r)[1]), args.test) for r in runs]
+        gaps = [t["gap_closed"] for t in scores]
+        saved["test"] = {
+            "setting": best, "chosen_on": "valid", "runs": scores,
+            "gap_closed_mean": statistics.fmean(gaps),
+            "gap_closed_sd": statistics.stdev(gaps) if len(gaps) > 1 else None,
+        }  # fmt: skip
         out_path.write_text(json.dumps(saved, indent=2))
-        t = saved["test"]
-        print(f"{best['setting']} on the test ({t['test_tokens']} tokens): perplexity "
-              f"{t['perplexity']:.3f}, gap closed {t['gap_closed']:.1%}; wrote {out_path}")  # fmt: skip
+        for t in scores:
+            print(
+                f"{best}, run {t['repeat']}, on the test ({t['test_tokens']} tokens): "
+                f"perplexity {t['perplexity']:.3f}, gap closed {t['gap_closed']:.1%}"
+            )
+        print(f"{best} on the test: gap closed {mean_sd(gaps)}; wrote {out_path}")
+
+
+def run_folder(setting: str, repeat: int) -> str:
+    """A run's cache folder: the setting's name for the first run (as before ``--repeat``),
+    ``-r2``, ``-r3``, … after it for further runs."""
+    return setting if repeat == 1 else f"{setting}-r{repeat}"
+
+
+def run_key(row: dict[str, Any]) -> tuple[str, int]:
+    """(setting, run) of a grid row; rows written before ``--repeat`` are run 1."""
+    return row["setting"], int(row.get("repeat", 1))
+
+
+def best_setting(rows: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    """The setting with the highest mean valid gap closed over its runs, and those runs."""
+    by_setting: dict[str, list[dict[str, Any]]] = {}
+    for r in sorted(rows, key=run_key):
+        by_setting.setdefault(r["setting"], []).append(r)
+    best = max(by_setting, key=lambda s: statistics.fmean(r["gap_closed"] for r in by_setting[s]))
+    return best, by_setting[best]
+
+
+def mean_sd(values: list[float]) -> str:
+    """``"42.3 %"`` for one value, ``"43.0 % ± 1.0"`` (percentage points) for several."""
+    if len(values) == 1:
+        return f"{values[0]:.1%}"
+    return f"{statistics.fmean(values):.1%} ± {100 * statistics.stdev(values):.1f}"
 
 
 def score_on_test(best: dict[str, Any], where: Path, run_file: str) -> dict[str, Any]:
-    """The chosen setting's adapter scored on the test blocks of ``run_file`` (a
+    """One run of the chosen setting (its grid row ``best``): its adapter scored on the test blocks of ``run_file`` (a
     ``bench_user_level.py`` test run), against that run's public and fine-tuned perplexities
     (checked to agree on the public model: the same tokens)."""
     run = json.loads(Path(run_file).read_text())
@@ -138,7 +184,8 @@ def score_on_test(best: dict[str, Any], where: Path, run_file: str) -> dict[str,
     ref = references(run_file, "test", len(blocks), public, ("finetuned",))
     p = evaluate(build_predictor(PlainConfig(members="adapter"), dp), blocks).perplexity
     return {
-        "setting": best["setting"], "chosen_on": "valid", "valid_gap_closed": best["gap_closed"],
+        "setting": best["setting"], "repeat": run_key(best)[1], "chosen_on": "valid",
+        "valid_gap_closed": best["gap_closed"],
         "test_run": run_file, "test_blocks": len(blocks),
         "test_tokens": tokens, "public": public,
         "finetuned": ref["finetuned"], "perplexity": p,
