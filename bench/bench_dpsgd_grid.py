@@ -25,8 +25,9 @@ Usage: python bench/bench_dpsgd_grid.py --settings 16:1:5e-3[,64:3:5e-3...] [--u
        [--repeat 1] [--blocks 8] [--finetuned-from bench/results/user_level_valid_n80.json]
        [--test bench/results/user_level_n80.json]
 Each setting is batch:epochs:learning-rate (``--settings ""``: none trained now, for
-``--test`` alone). Results are merged into bench/results/dpsgd_grid_{unit}.json (one row per
-run of a setting; a rerun of a setting's run replaces it; the test scores under "test").
+``--test`` alone). Results are merged into bench/results/dpsgd_grid_{unit}.json (for other
+data than 300 users of 4 paragraphs, dpsgd_grid_{unit}_{users}x{per_user}.json): one row per
+run of a setting; a rerun of a setting's run replaces it; the test scores under "test".
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ def main() -> None:
     data = user_dataset(args.users, args.per_user, args.unit)
     blocks = test_blocks(load_tokenizer(MODEL), args.blocks, args.block_size, "valid")
     ppl: dict[str, float] = {}
-    out_path = RESULTS / f"dpsgd_grid_{args.unit}.json"
+    out_path = RESULTS / grid_file(args.unit, args.users, args.per_user)
     saved = json.loads(out_path.read_text()) if out_path.is_file() else {"rows": []}
     root = cache_dir() / "bench" / f"user-level-{args.users}x{args.per_user}" / "dpsgd-grid"
     if args.repeat < 1:
@@ -139,6 +140,14 @@ def main() -> None:
                 f"perplexity {t['perplexity']:.3f}, gap closed {t['gap_closed']:.1%}"
             )
         print(f"{best} on the test: gap closed {mean_sd(gaps)}; wrote {out_path}")
+
+
+def grid_file(unit: str, users: int, per_user: int) -> str:
+    """The grid's JSON: ``dpsgd_grid_{unit}.json`` for the benchmark's data (300 users of 4
+    paragraphs), a name of its own for any other, so no row meets another data's."""
+    if (users, per_user) == (300, 4):
+        return f"dpsgd_grid_{unit}.json"
+    return f"dpsgd_grid_{unit}_{users}x{per_user}.json"
 
 
 def run_folder(setting: str, repeat: int) -> str:
