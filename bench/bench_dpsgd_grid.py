@@ -86,14 +86,14 @@ def main() -> None:
     ap.add_argument("--test", default="", help="a bench_user_level.py test run (same data and "
                     "unit): score the best setting on valid once on its test blocks")  # fmt: skip
     args = ap.parse_args()
+    if args.repeat < 1:
+        raise SystemExit("--repeat counts runs from 1")
     data = user_dataset(args.users, args.per_user, args.unit)
     blocks = test_blocks(load_tokenizer(MODEL), args.blocks, args.block_size, "valid")
     ppl: dict[str, float] = {}
     out_path = RESULTS / grid_file(args.unit, args.users, args.per_user)
     saved = json.loads(out_path.read_text()) if out_path.is_file() else {"rows": []}
     root = cache_dir() / "bench" / f"user-level-{args.users}x{args.per_user}" / "dpsgd-grid"
-    if args.repeat < 1:
-        raise SystemExit("--repeat counts runs from 1")
     for batch, epochs, lr in args.settings:
         name = f"{args.unit}-b{batch}-e{epochs}-lr{lr:g}"
         where = root / run_folder(name, args.repeat)
@@ -126,7 +126,7 @@ def main() -> None:
     print(f"best on valid so far: {best} ({mean_sd([r['gap_closed'] for r in runs])} over "
           f"{len(runs)} run(s)); wrote {out_path}")  # fmt: skip
     if args.test:
-        scores = [score_on_test(r, root / run_folder(best, run_key(r)[1]), args.test) for r in runs]
+        scores = score_on_test(best, runs, root, args.test)
         gaps = [t["gap_closed"] for t in scores]
         saved["test"] = {
             "setting": best, "chosen_on": "valid", "runs": scores,
@@ -177,10 +177,13 @@ def mean_sd(values: list[float]) -> str:
     return f"{statistics.fmean(values):.1%} ± {100 * statistics.stdev(values):.1f}"
 
 
-def score_on_test(best: dict[str, Any], where: Path, run_file: str) -> dict[str, Any]:
-    """One run of the chosen setting (its grid row ``best``): its adapter scored on the test blocks of ``run_file`` (a
+def score_on_test(
+    best: str, runs: list[dict[str, Any]], root: Path, run_file: str
+) -> list[dict[str, Any]]:
+    """Every run of the chosen setting ``best`` (its grid rows ``runs``, adapters under
+    ``root``): each adapter scored on the test blocks of ``run_file`` (a
     ``bench_user_level.py`` test run), against that run's public and fine-tuned perplexities
-    (checked to agree on the public model: the same tokens)."""
+    (the public model scored once and checked to agree with the file's: the same tokens)."""
     run = json.loads(Path(run_file).read_text())
     if run.get("split", "test") != "test":
         raise SystemExit(f"{run_file} is a {run['split']} run, not a test run")
@@ -188,18 +191,22 @@ def score_on_test(best: dict[str, Any], where: Path, run_file: str) -> dict[str,
     tokens = sum(len(b) - 1 for b in blocks)
     if tokens != run["test_tokens"]:
         raise SystemExit(f"{run_file} scored {run['test_tokens']} tokens, not 128-token blocks")
-    dp = load_adapter(where, MODEL)
-    public = evaluate(build_predictor(plain_config("public"), dp), blocks).perplexity
-    ref = references(run_file, "test", len(blocks), public, ("finetuned",))
-    p = evaluate(build_predictor(PlainConfig(members="adapter"), dp), blocks).perplexity
-    return {
-        "setting": best["setting"], "repeat": run_key(best)[1], "chosen_on": "valid",
-        "valid_gap_closed": best["gap_closed"],
-        "test_run": run_file, "test_blocks": len(blocks),
-        "test_tokens": tokens, "public": public,
-        "finetuned": ref["finetuned"], "perplexity": p,
-        "gap_closed": (public - p) / (public - ref["finetuned"]),
-    }  # fmt: skip
+    scores: list[dict[str, Any]] = []
+    for row in runs:
+        dp = load_adapter(root / run_folder(best, run_key(row)[1]), MODEL)
+        if not scores:  # the public model through the first adapter's engine, once
+            public = evaluate(build_predictor(plain_config("public"), dp), blocks).perplexity
+            finetuned = references(run_file, "test", len(blocks), public, ("finetuned",))
+        p = evaluate(build_predictor(PlainConfig(members="adapter"), dp), blocks).perplexity
+        scores.append({
+            "setting": best, "repeat": run_key(row)[1], "chosen_on": "valid",
+            "valid_gap_closed": row["gap_closed"],
+            "test_run": run_file, "test_blocks": len(blocks),
+            "test_tokens": tokens, "public": public,
+            "finetuned": finetuned["finetuned"], "perplexity": p,
+            "gap_closed": (public - p) / (public - finetuned["finetuned"]),
+        })  # fmt: skip
+    return scores
 
 
 if __name__ == "__main__":
