@@ -10,7 +10,8 @@ and any-overlap recall, precision and over-redaction, with the time per 1,000 te
   measurement, with the targets PERSON ≥ 0.95, STREET_ADDRESS and GPE ≥ 0.90 (full span)
   and over-redaction ≤ 20 %; and the same families on a second, fresh draw of value sources
   (other Faker locales) that nobody looked at before this measurement;
-- CoNLL-2003 (names, places, organisations: real text).
+- CoNLL-2003 (names, places, organisations: real text), whole and split into prose and the
+  lines of sports results tables (:func:`privlm.detect.conll_eval.results_line`).
 
 Ratios are against plain Presidio, measured in the same run. ``--record`` writes the
 held-out figures of the built-in detectors to privlm's package
@@ -28,6 +29,7 @@ from pathlib import Path
 
 from privlm.data.corpora import conll2003
 from privlm.detect import annotated_from_conll, evaluate_pii, make_detector, pii_corpus
+from privlm.detect.conll_eval import results_line
 from privlm.detect.pii_corpus import STRUCTURED
 from privlm.detect.pii_families import DEV_FAMILIES, DEV_SOURCES, family_corpus
 from privlm.detect.pii_families_heldout import FRESH_SOURCES, HELDOUT_FAMILIES, HELDOUT_SOURCES
@@ -37,6 +39,7 @@ BASELINE = "presidio"
 DETECTORS = ("pii", "pii-fast", "tagger", "pii-patterns", "presidio", "regex+presidio",
              "regex+low-entity", "regex", "low-entity", "high-entity", "low-contextual",
              "high-contextual")  # fmt: skip
+CONLL_SPLIT_DETECTORS = ("pii", "pii-fast", "presidio")  # CoNLL with and without results tables
 FAMILY_DETECTORS = ("pii", "pii-fast", "tagger", "presidio", "regex+presidio")
 HELDOUT = "held-out template families and value sources (seed 1)"
 FRESH = "held-out template families, fresh value sources never inspected (seed 1)"
@@ -124,6 +127,11 @@ def main() -> None:
         ),
     ]
     tables = [table(name, sample, DETECTORS) for name, sample in corpora]
+    conll = conll2003(args.split)[: args.conll_limit]
+    for side, keep in (("prose", False), ("results-table lines", True)):
+        part = [s for s in conll if results_line(s.tokens) == keep]
+        name = f"CoNLL-2003 {args.split}, {side} only ({len(part)} of {len(conll)} sentences)"
+        tables.append(table(name, annotated_from_conll(part), CONLL_SPLIT_DETECTORS))
     families = [
         ("development template families and value sources (seed 1)",
          family_corpus(args.n, DEV_FAMILIES, DEV_SOURCES, seed=1)),

@@ -1,7 +1,7 @@
 """Where `pii`'s time goes, and what a shallower tagger costs in recall.
 
 `pii` is `pii-fast` (regex + privlm's recognisers + Presidio) plus the learned tagger, whose
-features are SmolLM2-135M's hidden states after ``layer`` blocks (12 of 30 by default). For
+features are SmolLM2-135M's hidden states after ``layer`` blocks (5 of 30 by default). For
 each layer asked, a head is trained by the default recipe at that layer (development
 families and value sources only; cached under the privlm cache, the shipped head for the
 default layer) and measured on the held-out families and value sources, as

@@ -43,6 +43,34 @@ def test_a_family_corpus_records_every_slot_value_with_its_type():
             assert a.text[s.start : s.end].strip() == a.text[s.start : s.end] != ""
 
 
+_DIGEST = """
+import hashlib
+from privlm.detect.pii_corpus import pii_corpus
+from privlm.detect.pii_families import DEV_FAMILIES, DEV_SOURCES, family_corpus
+from privlm.detect.pii_families_heldout import FRESH_SOURCES, HELDOUT_FAMILIES, HELDOUT_SOURCES
+draws = [family_corpus(300, DEV_FAMILIES, DEV_SOURCES, 0),
+         family_corpus(300, HELDOUT_FAMILIES, HELDOUT_SOURCES, 1),
+         family_corpus(300, HELDOUT_FAMILIES, FRESH_SOURCES, 1),
+         pii_corpus(200, 1, held_out=True)]
+print(hashlib.sha256(repr(draws).encode()).hexdigest())
+"""
+
+
+def test_a_seed_gives_the_same_sentences_in_every_process():
+    # Python's hash seed differs per process; a draw that iterates a set would move with it
+    import os
+    import subprocess
+    import sys
+
+    digests = set()
+    for hash_seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        run = subprocess.run([sys.executable, "-c", _DIGEST], env=env, capture_output=True,
+                             text=True, check=True)  # fmt: skip
+        digests.add(run.stdout.strip().splitlines()[-1])
+    assert len(digests) == 1
+
+
 def test_every_letter_and_digit_recall_forgives_punctuation_only():
     text = "Ship to 12 Main St, Springfield today"
     gold = AnnotatedText(text, (Span(8, 30, "STREET_ADDRESS"),))

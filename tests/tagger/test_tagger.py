@@ -76,6 +76,21 @@ def test_batches_by_length_answer_each_text_as_it_runs_alone(tiny_tagger):
     assert tagger.predict(texts, batch=4) == [tagger.predict([t])[0] for t in texts]
 
 
+def test_batches_are_cut_by_token_count_not_by_characters(tiny_tagger):
+    """A batch pads to its longest text in tokens, so texts are ordered by token count (ties
+    in the order given): a short string of many tokens goes after a long one of few."""
+    tagger, _, _ = tiny_tagger
+    tok = tagger.featurizer.tokenizer
+    texts = ["7 1 9 3 8 2 6 4", "information", "internationalization information", "0 5", "x"]
+    counts = [len(tok(t, add_special_tokens=False)["input_ids"]) for t in texts]
+    order = tagger.featurizer.by_token_count(texts)
+    assert sorted(order) == list(range(len(texts)))
+    assert [counts[j] for j in order] == sorted(counts)
+    assert order == sorted(range(len(texts)), key=lambda j: (counts[j], j))
+    # the digits are the most tokens, and the longest string is not
+    assert order[-1] == 0 and order != sorted(range(len(texts)), key=lambda j: len(texts[j]))
+
+
 @pytest.mark.fast
 def test_the_default_head_ships_in_the_package_from_the_recipe_it_names():
     """No training on first use: the default folder is the shipped head, of this recipe

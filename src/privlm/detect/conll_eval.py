@@ -66,6 +66,17 @@ def gold_entities(tags: Sequence[str]) -> list[tuple[str, list[int]]]:
     return out
 
 
+def results_line(tokens: Sequence[str]) -> bool:
+    """Whether a CoNLL sentence is a line of a sports results table ("Sheffield 21 10 0 11
+    574 696 20", "Raith 0 Motherwell 3"): it has a number, and at least as many tokens
+    with a digit as alphabetic ones. CoNLL's news wire is full of them; a team there is a
+    bare place name at a line's start, which no cue marks as an organisation. Used to
+    report recall with and without them (docs/results.md), never by a detector."""
+    numbers = sum(any(c.isdigit() for c in t) for t in tokens)
+    words = sum(t[:1].isalpha() and not any(c.isdigit() for c in t) for t in tokens)
+    return numbers >= 1 and numbers >= words
+
+
 def evaluate_on_conll(detector: Detector, sentences: Sequence[NerSentence]) -> DetectorQuality:
     """Token recall and precision, entity recall, by entity type (module docstring)."""
     import time
