@@ -115,19 +115,16 @@ def main() -> None:
     )
     args = ap.parse_args()
     make_detector("pii").detect(["warm up Ann Lee, ann@example.com"])  # load once, untimed
+    conll = conll2003(args.split)[: args.conll_limit]
     corpora = [
         ("PII corpus, dev templates (seed 0)", pii_corpus(args.n, seed=0)),
         (
             "PII corpus, held-out templates and locales (seed 1)",
             pii_corpus(args.n, seed=1, held_out=True),
         ),
-        (
-            f"CoNLL-2003 {args.split}",
-            annotated_from_conll(conll2003(args.split)[: args.conll_limit]),
-        ),
+        (f"CoNLL-2003 {args.split}", annotated_from_conll(conll)),
     ]
     tables = [table(name, sample, DETECTORS) for name, sample in corpora]
-    conll = conll2003(args.split)[: args.conll_limit]
     for side, keep in (("prose", False), ("results-table lines", True)):
         part = [s for s in conll if results_line(s.tokens) == keep]
         name = f"CoNLL-2003 {args.split}, {side} only ({len(part)} of {len(conll)} sentences)"

@@ -5,6 +5,9 @@ mechanics on the tiny model, and the detector record JFT states."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -58,10 +61,6 @@ print(hashlib.sha256(repr(draws).encode()).hexdigest())
 
 def test_a_seed_gives_the_same_sentences_in_every_process():
     # Python's hash seed differs per process; a draw that iterates a set would move with it
-    import os
-    import subprocess
-    import sys
-
     digests = set()
     for hash_seed in ("1", "2"):
         env = {**os.environ, "PYTHONHASHSEED": hash_seed}

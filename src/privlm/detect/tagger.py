@@ -34,7 +34,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -138,6 +138,21 @@ def feature_precision() -> str:
     return str(feature_dtype()).removeprefix("torch.")
 
 
+class Encoded(NamedTuple):
+    """One text's token ids and each token's character offsets."""
+
+    ids: list[int]
+    offsets: list[tuple[int, int]]
+
+
+def by_token_count(encoded: Sequence[Encoded]) -> list[int]:
+    """Indices in order of token count (ties in the order given): a batch pads to its
+    longest text, and padding is work. Character length is a poor proxy for it (a third of
+    the blocks' work on the held-out families was padding when batches were cut by
+    characters, docs/results.md)."""
+    return sorted(range(len(encoded)), key=lambda j: len(encoded[j].ids))
+
+
 class Featurizer:
     """The public model's hidden states after ``layer`` blocks (final norm applied), with
     each token's character offsets; the blocks run in ``dtype`` (a copy of them, when it is
@@ -160,37 +175,43 @@ class Featurizer:
         if tokenizer.pad_token_id is None:
             raise PrivlmError("the tagger needs a tokenizer with a padding token")
 
+    def encode(self, texts: Sequence[str]) -> list[Encoded]:
+        """Each text's token ids and their character offsets, truncated to ``max_tokens``,
+        unpadded: tokenized once, then ordered and batched by :meth:`features`' callers."""
+        enc = self.tokenizer(
+            list(texts), add_special_tokens=False, return_offsets_mapping=True,
+            truncation=True, max_length=self.max_tokens,
+        )  # fmt: skip
+        return [
+            Encoded(ids, [tuple(o) for o in offs])
+            for ids, offs in zip(enc["input_ids"], enc["offset_mapping"], strict=True)
+        ]
+
     def by_token_count(self, texts: Sequence[str]) -> list[int]:
-        """The texts' indices in order of their token count (ties in the order given): a
-        batch pads to its longest text, and padding is work. Character length is a poor
-        proxy for it (a third of the blocks' work on the held-out families was padding when
-        batches were cut by characters, docs/results.md)."""
-        ids = self.tokenizer(
-            list(texts), add_special_tokens=False, truncation=True, max_length=self.max_tokens
-        )["input_ids"]
-        return sorted(range(len(texts)), key=lambda j: len(ids[j]))
+        """The texts' indices in order of their token count (:func:`by_token_count`)."""
+        return by_token_count(self.encode(texts))
 
     @torch.no_grad()
+    def features(self, encoded: Sequence[Encoded]) -> list[torch.Tensor]:
+        """Each encoded text's features (tokens × hidden size), run as one batch padded on
+        the right to its longest text and masked: a text's features do not depend on its
+        batch (causal attention)."""
+        width = max(len(e.ids) for e in encoded)
+        ids = torch.full((len(encoded), width), self.tokenizer.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(encoded), width), dtype=torch.long)
+        for i, e in enumerate(encoded):
+            ids[i, : len(e.ids)] = torch.tensor(e.ids, dtype=torch.long)
+            mask[i, : len(e.ids)] = 1
+        device = next(self.body.parameters()).device
+        out = self.body(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False)
+        hidden = out.last_hidden_state.float().cpu()
+        return [hidden[i, : len(e.ids)] for i, e in enumerate(encoded)]
+
     def __call__(
         self, texts: Sequence[str]
     ) -> tuple[list[torch.Tensor], list[list[tuple[int, int]]]]:
-        enc = self.tokenizer(
-            list(texts), add_special_tokens=False, return_offsets_mapping=True,
-            truncation=True, max_length=self.max_tokens, padding=True, return_tensors="pt",
-        )  # fmt: skip
-        device = next(self.body.parameters()).device
-        out = self.body(
-            input_ids=enc["input_ids"].to(device),
-            attention_mask=enc["attention_mask"].to(device),
-            use_cache=False,
-        )
-        hidden = out.last_hidden_state.float().cpu()
-        feats, offsets = [], []
-        for i in range(len(texts)):
-            mask = enc["attention_mask"][i].bool()
-            feats.append(hidden[i][mask])
-            offsets.append([tuple(o) for o in enc["offset_mapping"][i][mask].tolist()])
-        return feats, offsets
+        encoded = self.encode(texts)
+        return self.features(encoded), [e.offsets for e in encoded]
 
 
 def token_labels(offsets: list[tuple[int, int]], spans: Sequence[Span]) -> list[int]:
@@ -248,15 +269,15 @@ class Tagger:
         (causal attention, padding on the right, masked)."""
         self.head.eval()
         out: list[list[Span]] = [[] for _ in texts]
-        by_length = self.featurizer.by_token_count(texts)
-        for i in range(0, len(by_length), batch):
-            idx = by_length[i : i + batch]
-            feats, offsets = self.featurizer([texts[j] for j in idx])
-            x, lengths = _pad(feats)
+        encoded = self.featurizer.encode(texts)
+        order = by_token_count(encoded)
+        for i in range(0, len(order), batch):
+            idx = order[i : i + batch]
+            x, lengths = _pad(self.featurizer.features([encoded[j] for j in idx]))
             labels = self.head(x, lengths).argmax(-1)
             for row, j in enumerate(idx):
                 n = int(lengths[row])
-                out[j] = decode(texts[j], offsets[row], labels[row, :n].tolist())
+                out[j] = decode(texts[j], encoded[j].offsets, labels[row, :n].tolist())
         return out
 
     def save(self, folder: str | Path, trained_on: dict[str, Any]) -> Path:
@@ -363,14 +384,16 @@ def train_tagger(
         raise PrivlmError("the tagger needs training texts")
     featurizer = Featurizer(model.model, model.tokenizer, cfg.layer, cfg.max_tokens)
     # batches of similar length pad little; a text's features do not depend on its batch
-    by_length = featurizer.by_token_count([c.text for c in corpus])
+    encoded = featurizer.encode([c.text for c in corpus])
+    order = by_token_count(encoded)
     found: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-    starts = range(0, len(by_length), cfg.batch_size)
+    starts = range(0, len(order), cfg.batch_size)
     for i in tqdm(starts, desc="tagger features", disable=not progress):
-        batch = by_length[i : i + cfg.batch_size]
-        f, offs = featurizer([corpus[j].text for j in batch])
-        for j, x, o in zip(batch, f, offs, strict=True):
-            found[j] = (x, torch.tensor(token_labels(o, corpus[j].sensitive)))
+        batch = order[i : i + cfg.batch_size]
+        f = featurizer.features([encoded[j] for j in batch])
+        for j, x in zip(batch, f, strict=True):
+            tags = token_labels(encoded[j].offsets, corpus[j].sensitive)
+            found[j] = (x, torch.tensor(tags))
     feats = [found[j][0] for j in range(len(corpus))]
     labels = [found[j][1] for j in range(len(corpus))]
     torch.manual_seed(cfg.seed)
