@@ -17,8 +17,10 @@ from privlm.detect.pii_families import (
     DEV_FAMILIES,
     DEV_SOURCES,
     NO_PII,
+    ROW_WORDS,
     SLOT_TYPES,
     family_corpus,
+    figures_row,
 )
 from privlm.detect.pii_families_heldout import HELDOUT_FAMILIES, HELDOUT_SOURCES
 from privlm.detect.pii_quality import score_texts
@@ -44,6 +46,31 @@ def test_a_family_corpus_records_every_slot_value_with_its_type():
     for a in corpus:
         for s in a.sensitive:
             assert a.text[s.start : s.end].strip() == a.text[s.start : s.end] != ""
+
+
+def test_table_rows_label_the_name_and_never_the_figures():
+    corpus = family_corpus(400, {"tables": DEV_FAMILIES["tables"]}, DEV_SOURCES, seed=3)
+    kinds = {s.label for a in corpus for s in a.sensitive}
+    assert kinds == {"PERSON", "GPE", "ORGANIZATION"}
+    for a in corpus:
+        named = set()
+        for s in a.sensitive:
+            named.update(range(s.start, s.end))
+        figures = [i for i, c in enumerate(a.text) if c.isdigit() and i not in named]
+        assert figures, a.text  # every row has figures, and no span holds one of them
+        assert not any(a.text[s.start : s.end][-1].isdigit() for s in a.sensitive)
+
+
+def test_the_negatives_include_rows_of_figures_led_by_a_common_word():
+    import random
+
+    rng = random.Random(0)
+    rows = [figures_row(rng) for _ in range(200)]
+    assert all(any(r.startswith(w + " ") for w in ROW_WORDS) for r in rows)
+    assert all(any(c.isdigit() for c in r) for r in rows)
+    corpus = family_corpus(400, DEV_FAMILIES, DEV_SOURCES, seed=0, negatives=0.2)
+    negatives = [a.text for a in corpus if not a.sensitive]
+    assert any(t in NO_PII for t in negatives) and any(t not in NO_PII for t in negatives)
 
 
 _DIGEST = """

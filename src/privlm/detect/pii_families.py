@@ -8,8 +8,9 @@ them, and rules are tuned on them. :mod:`privlm.detect.pii_families_heldout` hol
 held-out side, used only to measure (docs/results.md).
 
 Slots are those of :mod:`privlm.detect.pii_corpus` plus ``street`` (a street line, without
-city or postcode), ``city``, ``state``, ``country`` (gold type GPE) and ``org``
-(ORGANIZATION).
+city or postcode), ``city``, ``state``, ``country`` (gold type GPE), ``org`` and ``team``
+(ORGANIZATION: a club, a town's name alone or with a club word), and the figures of a table
+row, which are not personal (``score``, ``stats``, ``amount``).
 
 Value sources: ``faker:<locale>`` draws every value from Faker in that locale (names,
 streets and cities in that locale's forms; a slot the locale has no provider for falls back
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from privlm.detect.annotated import AnnotatedText
 from privlm.detect.pii_corpus import SLOT_TYPES as BASE_SLOT_TYPES
@@ -31,8 +33,9 @@ from privlm.errors import PrivlmError
 GPE, ORG = "GPE", "ORGANIZATION"
 SLOT_TYPES: dict[str, str | None] = {
     **BASE_SLOT_TYPES, "street": "STREET_ADDRESS", "city": GPE, "state": GPE, "country": GPE,
-    "org": ORG,
+    "org": ORG, "team": ORG, "score": None, "stats": None, "amount": None,
 }  # fmt: skip
+CLUB_WORDS = ("United", "City", "Rovers", "Town", "Athletic", "Wanderers", "FC", "SC")
 
 DEV_FAMILIES: dict[str, tuple[str, ...]] = {
     **{f"support-{style}": templates for style, templates in DEV.items()},
@@ -80,6 +83,20 @@ DEV_FAMILIES: dict[str, tuple[str, ...]] = {
         "Delivered to {first} at {street}; signed by {person}.",
         "Applicant {person} has lived in {country} since 2009 and works at {org}.",
     ),
+    # rows pasted from a spreadsheet, a league table or a results page: a name leads a line
+    # of figures, with no word around it to say what it is
+    "tables": (
+        "{team} {score} {team} {score}",
+        "{team} {stats}",
+        "{org} {stats}",
+        "{person} {stats}",
+        "{city} {stats}",
+        "{person} ({team}) {stats}",
+        "{org} {amount} {amount}",
+        "{last} {amount}",
+        "{person}\t{org}\t{amount}",
+        "{team} {score} ({last} {score}) {team} {score}",
+    ),
 }
 
 # sentences without personal data, in the same registers: a tagger learns what not to flag
@@ -97,6 +114,17 @@ NO_PII: tuple[str, ...] = (
     "Monday Deliveries are delayed because of the Storm.",
     "Click Save, then Close the Window.",
 )
+# what leads a row of figures without naming anyone: a tagger that learns the "tables" family
+# must also see rows like these, or it flags whatever word comes before a number
+ROW_WORDS: tuple[str, ...] = (
+    "Subtotal", "Balance", "Discount", "Deposit", "Refund", "Fee", "Labour", "Parts",
+    "Freight", "Rent", "Electricity", "Internet", "Licence", "Overtime", "Mileage",
+    "Temperature", "Pulse", "Glucose", "Weight", "Score", "Points", "Round", "Stage", "Lap",
+    "Level", "Floor", "Desk", "Bed", "Line", "Order", "Qty", "Units", "Boxes", "Pallets",
+    "Tickets", "Calls", "Open", "Closed", "Pending", "Resolved", "January", "Q1", "Played",
+    "Blood pressure", "Oxygen saturation", "Late fee", "Service charge", "Spare parts",
+    "Open tickets", "Travel expenses",
+)  # fmt: skip
 
 DEV_SOURCES = ("faker:en_US", "faker:en_GB", "faker:de_DE", "faker:fr_FR")
 
@@ -125,9 +153,28 @@ def _locale_values(locale: str, seed: int, rng: random.Random) -> dict[str, Call
     values.update(
         street=street, address=address, city=lambda: str(fake.city()), state=state,
         country=lambda: str(english.country()), org=lambda: str(fake.company()),
-        zip=lambda: str(fake.postcode()),
+        zip=lambda: str(fake.postcode()), **_table_values(fake, rng),
     )  # fmt: skip
     return values
+
+
+def _table_values(fake: Any, rng: random.Random) -> dict[str, Callable[[], str]]:
+    """A team (a town alone or with a club word) and the figures of a table row."""
+
+    def team() -> str:
+        town = str(fake.city())
+        return town if rng.random() < 0.5 else f"{town} {rng.choice(CLUB_WORDS)}"
+
+    def stats() -> str:
+        figures = [str(rng.randint(0, 99)) for _ in range(rng.randint(3, 7))]
+        if rng.random() < 0.3:
+            figures.append(f".{rng.randint(100, 999)}")
+        return " ".join(figures)
+
+    return {
+        "team": team, "score": lambda: str(rng.randint(0, 5)), "stats": stats,
+        "amount": lambda: f"{rng.uniform(1, 5000):,.2f}",
+    }  # fmt: skip
 
 
 def _or_else(draw: Callable[[], str], other: Callable[[], str]) -> Callable[[], str]:
@@ -144,6 +191,15 @@ def source_values(source: str, seed: int, rng: random.Random) -> dict[str, Calla
     if source.startswith("faker:"):
         return _locale_values(source.split(":", 1)[1], seed, rng)
     raise PrivlmError(f"unknown value source {source!r}")
+
+
+def figures_row(rng: random.Random) -> str:
+    """A row of figures led by a word of :data:`ROW_WORDS` (nothing in it is personal)."""
+    if rng.random() < 0.5:
+        figures = " ".join(str(rng.randint(0, 99)) for _ in range(rng.randint(1, 6)))
+    else:
+        figures = " ".join(f"{rng.uniform(0, 5000):,.2f}" for _ in range(rng.randint(1, 3)))
+    return f"{rng.choice(ROW_WORDS)} {figures}"
 
 
 def family_corpus(
@@ -163,7 +219,8 @@ def family_corpus(
     out = []
     for _ in range(n):
         if rng.random() < negatives:
-            out.append(AnnotatedText(rng.choice(NO_PII), ()))
+            text = rng.choice(NO_PII) if rng.random() < 0.5 else figures_row(rng)
+            out.append(AnnotatedText(text, ()))
             continue
         template = rng.choice(families[rng.choice(names_)])
         out.append(fill(template, gens[rng.choice(sources)], SLOT_TYPES))
