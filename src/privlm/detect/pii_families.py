@@ -84,7 +84,8 @@ DEV_FAMILIES: dict[str, tuple[str, ...]] = {
         "Applicant {person} has lived in {country} since 2009 and works at {org}.",
     ),
     # rows pasted from a spreadsheet, a league table or a results page: a name leads a line
-    # of figures, with no word around it to say what it is
+    # of figures, with no word around it to say what it is (a bare town is GPE as {city} and
+    # ORGANIZATION as a {team}: either way it is flagged, which is what redaction needs)
     "tables": (
         "{team} {score} {team} {score}",
         "{team} {stats}",
@@ -210,7 +211,8 @@ def family_corpus(
     negatives: float = 0.0,
 ) -> list[AnnotatedText]:
     """``n`` sentences: a family, a template and a value source drawn uniformly for each
-    (``negatives``: the share of sentences without personal data)."""
+    (``negatives``: the share of sentences without personal data, half of them from
+    :data:`NO_PII` and half rows of figures, :func:`figures_row`)."""
     if n < 1:
         raise PrivlmError("the corpus needs at least one sentence")
     rng = random.Random(seed)
