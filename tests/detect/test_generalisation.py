@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 
@@ -57,13 +58,11 @@ def test_table_rows_label_the_name_and_never_the_figures():
         for s in a.sensitive:
             named.update(range(s.start, s.end))
         figures = [i for i, c in enumerate(a.text) if c.isdigit() and i not in named]
-        assert figures, a.text  # every row has figures, and no span holds one of them
+        assert figures, a.text  # every row has figures outside its spans
         assert not any(a.text[s.start : s.end][-1].isdigit() for s in a.sensitive)
 
 
 def test_the_negatives_include_rows_of_figures_led_by_a_common_word():
-    import random
-
     rng = random.Random(0)
     rows = [figures_row(rng) for _ in range(200)]
     assert all(any(r.startswith(w + " ") for w in ROW_WORDS) for r in rows)

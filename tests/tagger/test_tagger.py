@@ -79,11 +79,13 @@ def test_batches_by_length_answer_each_text_as_it_runs_alone(tiny_tagger):
 def test_batches_are_cut_by_token_count_not_by_characters(tiny_tagger):
     """A batch pads to its longest text in tokens, so texts are ordered by token count (ties
     in the order given): a short string of many tokens goes after a long one of few."""
+    from privlm.detect.tagger import by_token_count
+
     tagger, _, _ = tiny_tagger
     tok = tagger.featurizer.tokenizer
     texts = ["7 1 9 3 8 2 6 4", "information", "internationalization information", "0 5", "x"]
     counts = [len(tok(t, add_special_tokens=False)["input_ids"]) for t in texts]
-    order = tagger.featurizer.by_token_count(texts)
+    order = by_token_count(tagger.featurizer.encode(texts))
     assert sorted(order) == list(range(len(texts)))
     assert [counts[j] for j in order] == sorted(counts)
     assert order == sorted(range(len(texts)), key=lambda j: (counts[j], j))

@@ -167,15 +167,25 @@ def _table_values(fake: Any, rng: random.Random) -> dict[str, Callable[[], str]]
         return town if rng.random() < 0.5 else f"{town} {rng.choice(CLUB_WORDS)}"
 
     def stats() -> str:
-        figures = [str(rng.randint(0, 99)) for _ in range(rng.randint(3, 7))]
+        figures = _counts(rng, 3, 7)
         if rng.random() < 0.3:
             figures.append(f".{rng.randint(100, 999)}")
         return " ".join(figures)
 
     return {
         "team": team, "score": lambda: str(rng.randint(0, 5)), "stats": stats,
-        "amount": lambda: f"{rng.uniform(1, 5000):,.2f}",
+        "amount": lambda: _amount(rng, 1),
     }  # fmt: skip
+
+
+def _counts(rng: random.Random, fewest: int, most: int) -> list[str]:
+    """Between ``fewest`` and ``most`` whole numbers under 100."""
+    return [str(rng.randint(0, 99)) for _ in range(rng.randint(fewest, most))]
+
+
+def _amount(rng: random.Random, low: float) -> str:
+    """A sum of money between ``low`` and 5,000, as a table writes it ("1,204.50")."""
+    return f"{rng.uniform(low, 5000):,.2f}"
 
 
 def _or_else(draw: Callable[[], str], other: Callable[[], str]) -> Callable[[], str]:
@@ -197,10 +207,10 @@ def source_values(source: str, seed: int, rng: random.Random) -> dict[str, Calla
 def figures_row(rng: random.Random) -> str:
     """A row of figures led by a word of :data:`ROW_WORDS` (nothing in it is personal)."""
     if rng.random() < 0.5:
-        figures = " ".join(str(rng.randint(0, 99)) for _ in range(rng.randint(1, 6)))
+        figures = _counts(rng, 1, 6)
     else:
-        figures = " ".join(f"{rng.uniform(0, 5000):,.2f}" for _ in range(rng.randint(1, 3)))
-    return f"{rng.choice(ROW_WORDS)} {figures}"
+        figures = [_amount(rng, 0) for _ in range(rng.randint(1, 3))]
+    return f"{rng.choice(ROW_WORDS)} {' '.join(figures)}"
 
 
 def family_corpus(

@@ -187,10 +187,6 @@ class Featurizer:
             for ids, offs in zip(enc["input_ids"], enc["offset_mapping"], strict=True)
         ]
 
-    def by_token_count(self, texts: Sequence[str]) -> list[int]:
-        """The texts' indices in order of their token count (:func:`by_token_count`)."""
-        return by_token_count(self.encode(texts))
-
     @torch.no_grad()
     def features(self, encoded: Sequence[Encoded]) -> list[torch.Tensor]:
         """Each encoded text's features (tokens × hidden size), run as one batch padded on
@@ -265,7 +261,7 @@ class Tagger:
     @torch.no_grad()
     def predict(self, texts: Sequence[str], batch: int = 32) -> list[list[Span]]:
         """Spans per text, in the order given. Texts run in batches of similar token count
-        (:meth:`Featurizer.by_token_count`): a text's features do not depend on its batch
+        (:func:`by_token_count`): a text's features do not depend on its batch
         (causal attention, padding on the right, masked)."""
         self.head.eval()
         out: list[list[Span]] = [[] for _ in texts]
