@@ -25,6 +25,7 @@ from privlm.detect.pii_families import (
 )
 from privlm.detect.pii_families_heldout import HELDOUT_FAMILIES, HELDOUT_SOURCES
 from privlm.detect.pii_quality import score_texts
+from privlm.errors import PrivlmError
 
 pytestmark = pytest.mark.fast
 
@@ -67,9 +68,19 @@ def test_the_negatives_include_rows_of_figures_led_by_a_common_word():
     rows = [figures_row(rng) for _ in range(200)]
     assert all(any(r.startswith(w + " ") for w in ROW_WORDS) for r in rows)
     assert all(any(c.isdigit() for c in r) for r in rows)
-    corpus = family_corpus(400, DEV_FAMILIES, DEV_SOURCES, seed=0, negatives=0.2)
+    corpus = family_corpus(2000, DEV_FAMILIES, DEV_SOURCES, seed=0, negatives=0.1, figure_rows=0.05)
     negatives = [a.text for a in corpus if not a.sensitive]
-    assert any(t in NO_PII for t in negatives) and any(t not in NO_PII for t in negatives)
+    prose = sum(t in NO_PII for t in negatives)
+    rows = len(negatives) - prose
+    assert 150 <= prose <= 250 and 60 <= rows <= 140  # the two shares, 200 and 100 expected
+    assert not [a for a in family_corpus(300, DEV_FAMILIES, DEV_SOURCES, 0, negatives=0.2)
+                if not a.sensitive and a.text not in NO_PII]  # fmt: skip
+
+
+@pytest.mark.parametrize("shares", [(-0.1, 0.0), (0.0, -0.1), (0.6, 0.5)])
+def test_negative_shares_outside_zero_to_one_are_refused(shares):
+    with pytest.raises(PrivlmError, match="shares"):
+        family_corpus(10, DEV_FAMILIES, DEV_SOURCES, 0, negatives=shares[0], figure_rows=shares[1])
 
 
 _DIGEST = """

@@ -219,19 +219,26 @@ def family_corpus(
     sources: tuple[str, ...],
     seed: int = 0,
     negatives: float = 0.0,
+    figure_rows: float = 0.0,
 ) -> list[AnnotatedText]:
-    """``n`` sentences: a family, a template and a value source drawn uniformly for each
-    (``negatives``: the share of sentences without personal data, half of them from
-    :data:`NO_PII` and half rows of figures, :func:`figures_row`)."""
+    """``n`` sentences: a family, a template and a value source drawn uniformly for each.
+    Two shares of sentences hold no personal data: ``negatives``, prose from
+    :data:`NO_PII`, and ``figure_rows``, rows of figures led by a common word
+    (:func:`figures_row`)."""
     if n < 1:
         raise PrivlmError("the corpus needs at least one sentence")
+    if negatives < 0 or figure_rows < 0 or negatives + figure_rows > 1:
+        raise PrivlmError(
+            "the shares of negatives and figure rows are in [0, 1], summing to 1 at most"
+        )
     rng = random.Random(seed)
     gens = {s: source_values(s, seed + i, rng) for i, s in enumerate(sources)}
     names_ = sorted(families)
     out = []
     for _ in range(n):
-        if rng.random() < negatives:
-            text = rng.choice(NO_PII) if rng.random() < 0.5 else figures_row(rng)
+        draw = rng.random()
+        if draw < negatives + figure_rows:
+            text = rng.choice(NO_PII) if draw < negatives else figures_row(rng)
             out.append(AnnotatedText(text, ()))
             continue
         template = rng.choice(families[rng.choice(names_)])

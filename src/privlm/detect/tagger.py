@@ -323,7 +323,9 @@ def train_default_tagger(
     from privlm.models import load_public_model
 
     cfg = config or TaggerConfig()
-    corpus = family_corpus(sentences, DEV_FAMILIES, DEV_SOURCES, cfg.seed, negatives=0.05)
+    corpus = family_corpus(
+        sentences, DEV_FAMILIES, DEV_SOURCES, cfg.seed, negatives=0.05, figure_rows=0.025
+    )
     model = load_public_model(cfg.model, device="cpu", dtype="float32")
     tagger = train_tagger(model, corpus, cfg, progress)
     trained_on = {"families": sorted(DEV_FAMILIES), "sources": list(DEV_SOURCES),
