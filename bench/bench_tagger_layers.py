@@ -10,13 +10,16 @@ docs/results.md's detector table: full-span recall by type, over-redaction, and 
 `pii` / `pii-fast` the target reads (≤ 2).
 
 The tagger reads the public model in ``--precision`` (default: the tagger's own choice,
-bfloat16 where the CPU computes it natively, else float32; heads are trained on float32
-features either way). ``--split dev`` measures on a fresh draw of the development families
+bfloat16 where the CPU computes it natively, else int8; heads are trained on float32
+features either way). To measure a CPU without AVX512 or VNNI on one that has them, cap
+the libraries: ``ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2
+ATEN_CPU_CAPABILITY=avx2`` (the int8 path then halves its ranges, as it does on such a
+CPU). ``--split dev`` measures on a fresh draw of the development families
 and value sources (seed 101 by default; the recipe trains on seed 0): the text a layer is
 chosen on. ``heldout`` (the default) only measures.
 
 Usage: OMP_NUM_THREADS=1 python bench/bench_tagger_layers.py [--layers 12,6,4] [--n 1000]
-       [--split dev|heldout] [--precision auto|float32|bfloat16]
+       [--split dev|heldout] [--precision auto|float32|bfloat16|int8]
 Writes bench/results/tagger_layers.json (``--out``).
 """
 
@@ -40,6 +43,7 @@ from privlm.detect.pii_families_heldout import HELDOUT_FAMILIES, HELDOUT_SOURCES
 from privlm.detect.pii_quality import PiiQuality
 from privlm.detect.tagger import (
     PRECISION_ENV,
+    PRECISIONS,
     TaggerConfig,
     TaggerDetector,
     default_folder,
@@ -50,6 +54,7 @@ from privlm.settings import cache_dir
 
 RESULTS = Path(__file__).parent / "results"
 TYPES = ("PERSON", "STREET_ADDRESS", "GPE", "ORGANIZATION")
+ISA_CAPS = ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "ATEN_CPU_CAPABILITY")
 
 
 def head_for(layer: int, sentences: int) -> tuple[Path, float | None]:
@@ -96,7 +101,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=1000, help="sentences measured")
     ap.add_argument("--split", choices=("heldout", "dev"), default="heldout")
     ap.add_argument("--seed", type=int, help="the draw (default 1 held out, 101 dev)")
-    ap.add_argument("--precision", choices=("auto", "float32", "bfloat16"), default="auto")
+    ap.add_argument("--precision", choices=("auto", *PRECISIONS), default="auto")
     ap.add_argument("--rounds", type=int, default=3, help="alternating timing rounds")
     ap.add_argument("--sentences", type=int, default=6000, help="training sentences per head")
     ap.add_argument("--out", default="tagger_layers.json")
@@ -112,6 +117,7 @@ def main() -> None:
     out: dict[str, Any] = {
         "n": args.n, "split": args.split, "seed": args.seed,
         "precision": feature_precision(), "threads": torch.get_num_threads(),
+        "isa_caps": {k: os.environ[k] for k in ISA_CAPS if k in os.environ},
         "pii_fast": fast_row, "layers": {}, "command": " ".join(["python", *sys.argv]),
     }  # fmt: skip
     print(f"pii-fast: {fast_row['seconds_per_1000']:.1f} s / 1,000 texts", flush=True)

@@ -11,7 +11,8 @@ pytestmark = pytest.mark.fast
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "privlm"
 BASE = {
-    "errors", "settings", "fsutil", "progress", "randomness", "extras", "lazy", "config", "curator"
+    "errors", "settings", "fsutil", "progress", "randomness", "extras", "lazy", "config", "curator",
+    "quiet",
 }  # fmt: skip
 LOWER = ("accounting", "data", "detect", "models")
 ALLOWED = {
@@ -24,6 +25,7 @@ ALLOWED = {
     "lazy": set(),
     "config": {"errors"},
     "curator": {"fsutil"},
+    "quiet": set(),
     "perturb": BASE | {"perturb"},
     "accounting": {"errors", "extras", "accounting"},
     "data": BASE | {"data"},
@@ -41,7 +43,7 @@ ALLOWED = {
     "cli": BASE
     | set(LOWER)
     | {"perturb", "training", "predict", "prompting", "synth", "audit", "service", "cli"},
-    "__init__": {"errors"},  # the package root re-exports the error types only
+    "__init__": {"errors", "quiet"},  # the error types, and the third-party log filters
     "__main__": {"cli"},
 }
 # docs/architecture.md: prediction reads training's adapter manifests, nothing else of it

@@ -145,6 +145,7 @@ def test_decode_joins_a_types_adjacent_tokens_and_trims_spaces():
 
 def test_the_detector_record_states_the_measured_held_out_recall(monkeypatch, tmp_path):
     from privlm.detect import provenance
+    from privlm.detect.tagger import PRECISIONS
 
     measured = tmp_path / "heldout_recall.json"
     measured.write_text(json.dumps({
@@ -159,7 +160,7 @@ def test_the_detector_record_states_the_measured_held_out_recall(monkeypatch, tm
         rec = provenance.detector_record(pii)
         assert rec["heldout_recall"]["PERSON"] == 0.97 and "tagger" in rec["version"]
         assert rec["tagger"]["precision"] == "bfloat16" and rec["tagger"]["layer"] == 5
-        assert rec["tagger"]["precision_here"] in ("float32", "bfloat16")
+        assert rec["tagger"]["precision_here"] in PRECISIONS
         assert "PERSON 0.97, STREET_ADDRESS 0.93, GPE 0.91" in provenance.recall_line(rec)
         other = provenance.detector_record(type("D", (), {"name": "mine"})())
         assert other["heldout_recall"] is None and "annotated" in other["note"]

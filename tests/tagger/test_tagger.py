@@ -4,6 +4,7 @@ value sources. Not in the fast loop: these load models."""
 
 from __future__ import annotations
 
+import copy
 import json
 import warnings
 
@@ -179,29 +180,80 @@ def test_the_pii_detector_generalises_to_held_out_families_and_fresh_value_sourc
 
 
 @pytest.mark.fast
-def test_the_tagger_reads_bfloat16_only_where_the_cpu_has_it_or_where_asked(monkeypatch):
-    import torch
-
+def test_the_tagger_reads_bfloat16_where_the_cpu_has_it_else_int8_or_what_is_asked(monkeypatch):
     from privlm.detect import tagger as tagger_module
     from privlm.errors import PrivlmError
 
+    precision = tagger_module.feature_precision
     monkeypatch.delenv(tagger_module.PRECISION_ENV, raising=False)
     monkeypatch.setattr(tagger_module, "native_bf16", lambda: False)
-    assert tagger_module.feature_dtype() == torch.float32
+    assert precision() == "int8"
+    monkeypatch.setattr(tagger_module, "int8_available", lambda: False)
+    assert precision() == "float32"  # no torchao: the plain path
     monkeypatch.setattr(tagger_module, "native_bf16", lambda: True)
-    assert tagger_module.feature_dtype() == torch.bfloat16
+    assert precision() == "bfloat16"
     monkeypatch.setenv(tagger_module.PRECISION_ENV, "float32")
-    assert tagger_module.feature_dtype() == torch.float32
+    assert precision() == "float32"
+    monkeypatch.setenv(tagger_module.PRECISION_ENV, "int8")
+    with pytest.raises(PrivlmError, match="needs torchao"):
+        precision()
+    monkeypatch.setattr(tagger_module, "int8_available", lambda: True)
+    assert precision() == "int8"
     monkeypatch.setenv(tagger_module.PRECISION_ENV, "bfloat16")
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # asked for, and native here: no warning
-        assert tagger_module.feature_dtype() == torch.bfloat16
+        assert precision() == "bfloat16"
     monkeypatch.setattr(tagger_module, "native_bf16", lambda: False)
     with pytest.warns(RuntimeWarning, match="without native bfloat16"):
-        assert tagger_module.feature_dtype() == torch.bfloat16
+        assert precision() == "bfloat16"
     monkeypatch.setenv(tagger_module.PRECISION_ENV, "fp8")
-    with pytest.raises(PrivlmError, match="float32, bfloat16 or auto"):
-        tagger_module.feature_dtype()
+    with pytest.raises(PrivlmError, match="float32, bfloat16, int8 or auto"):
+        precision()
+
+
+@pytest.mark.fast
+def test_int8_halves_its_ranges_where_onednn_runs_without_vnni(monkeypatch):
+    from privlm.detect.tagger import _without_vnni
+
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert _without_vnni()
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "avx512_core")
+    assert _without_vnni()
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
+    import torch
+    import torchao.utils
+
+    assert _without_vnni() == torchao.utils.should_reduce_range(torch.device("cpu"))
+    monkeypatch.setattr(torchao.utils, "should_reduce_range", lambda device: True)
+    assert _without_vnni()
+
+
+def test_int8_features_do_not_depend_on_the_batch_and_feed_the_head(tiny_tagger):
+    """Per-token activation scales: a text's int8 features are the same alone and in a
+    batch of others (a per-tensor scale would mix texts); they stay close to float32's,
+    and the model's own weights are not touched."""
+    import torch
+
+    from privlm.detect.tagger import Featurizer, Tagger, in_precision
+
+    tagger, _, corpus = tiny_tagger
+    plain = tagger.featurizer
+    body = plain.body
+    weight = body.layers[0].mlp.up_proj.weight.detach().clone()
+    int8 = copy.copy(plain)
+    int8.body = in_precision(body, "int8")
+    assert torch.equal(body.layers[0].mlp.up_proj.weight, weight)  # the model unchanged
+    encoded = int8.encode([a.text for a in corpus[:8]])
+    together = int8.features(encoded)
+    for i, e in enumerate(encoded):
+        assert torch.equal(int8.features([e])[0], together[i])
+    exact = plain.features(encoded)
+    for a, b in zip(together, exact, strict=True):
+        assert a.dtype == torch.float32 and a.shape == b.shape
+        assert (a - b).norm() / b.norm() < 0.2
+    assert isinstance(int8, Featurizer)
+    spans = Tagger(tagger.config, tagger.head, int8).predict([a.text for a in corpus[:8]])
+    assert len(spans) == 8
 
 
 def test_a_head_trained_in_float32_runs_on_bfloat16_features(tiny_tagger, monkeypatch):
@@ -226,7 +278,8 @@ def test_the_recorded_held_out_figures_are_of_the_shipped_head():
     """``heldout_recall.json`` (what JFT states) names the recipe version and layer of the
     head that ships: a new head without a new measurement fails here."""
     from privlm.detect.provenance import MEASURED, TAGGER_LAYER, TAGGER_VERSION
+    from privlm.detect.tagger import PRECISIONS
 
     measured = json.loads(MEASURED.read_text())["tagger"]
     assert (measured["version"], measured["layer"]) == (TAGGER_VERSION, TAGGER_LAYER)
-    assert measured["precision"] in ("float32", "bfloat16")
+    assert measured["precision"] in PRECISIONS

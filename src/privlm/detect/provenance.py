@@ -70,7 +70,7 @@ def detector_record(detector: Detector) -> dict[str, Any]:
 
 def tagger_record() -> dict[str, Any]:
     """The tagger the figures were measured with (recipe version, layer, precision), and
-    the precision it runs in here: bfloat16 where the CPU has it, else float32."""
+    the precision it runs in here: bfloat16 where the CPU has it, else int8."""
     from privlm.detect.tagger import feature_precision
 
     measured = dict(_measured().get("tagger", {}))

@@ -1,0 +1,45 @@
+"""Third-party log lines a privlm user cannot act on, dropped where they arise.
+
+torchao (the tagger's int8 path, :mod:`privlm.detect.tagger`) is imported by transformers
+whenever it is installed, so every model load would print: a "Failed to load ..._C*.so"
+line for each of torchao's CUDA kernels on a machine without CUDA (its CPU path does not
+use them), and torch's notice that torchao registers Enum classes the deprecated way. Only
+those two messages are dropped, by text; the loggers keep every other record.
+"""
+
+from __future__ import annotations
+
+import logging
+
+
+class DropMessages(logging.Filter):
+    """Drops the records whose message holds any of ``fragments``, when ``applies()``."""
+
+    def __init__(self, *fragments: str, applies: object = None) -> None:
+        super().__init__()
+        self.fragments = fragments
+        self.applies = applies
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if callable(self.applies) and not self.applies():
+            return True
+        message = record.getMessage()
+        return not any(f in message for f in self.fragments)
+
+
+def _without_cuda() -> bool:
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+def quiet_third_party_logs() -> None:
+    """Install the filters (idempotent: a logger keeps one of each)."""
+    wanted = {
+        "torchao": DropMessages("Failed to load", applies=_without_cuda),
+        "torch.utils._pytree": DropMessages("is an Enum subclass and is now natively supported"),
+    }
+    for name, drop in wanted.items():
+        log = logging.getLogger(name)
+        if not any(isinstance(f, DropMessages) for f in log.filters):
+            log.addFilter(drop)
