@@ -23,11 +23,12 @@ then their mean ± sd, the test figure of tuned DP-SGD, read after the choice.
 
 Usage: python bench/bench_dpsgd_grid.py --settings 16:1:5e-3[,64:3:5e-3...] [--unit user]
        [--repeat 1] [--blocks 8] [--finetuned-from bench/results/user_level_valid_n80.json]
-       [--test bench/results/user_level_n80.json]
+       [--test bench/results/user_level_n80.json [--test-out NAME.json]]
 Each setting is batch:epochs:learning-rate (``--settings ""``: none trained now, for
 ``--test`` alone). Results are merged into bench/results/dpsgd_grid_{unit}.json (for other
 data than 300 users of 4 paragraphs, dpsgd_grid_{unit}_{users}x{per_user}.json): one row per
-run of a setting; a rerun of a setting's run replaces it; the test scores under "test".
+run of a setting; a rerun of a setting's run replaces it; the test scores under "test", or
+in a file of their own with ``--test-out NAME`` (a second test set for the same grid).
 """
 
 from __future__ import annotations
@@ -85,6 +86,9 @@ def main() -> None:
     ap.add_argument("--finetuned-from", default="bench/results/user_level_valid_n80.json")
     ap.add_argument("--test", default="", help="a bench_user_level.py test run (same data and "
                     "unit): score the best setting on valid once on its test blocks")  # fmt: skip
+    ap.add_argument("--test-out", default="", help="write the --test scores to this file under "
+                    "bench/results (the grid file and its test field untouched); default: "
+                    "the grid file's test field")  # fmt: skip
     args = ap.parse_args()
     if args.repeat < 1:
         raise SystemExit("--repeat counts runs from 1")
@@ -128,11 +132,18 @@ def main() -> None:
     if args.test:
         scores = score_on_test(best, runs, root, args.test)
         gaps = [t["gap_closed"] for t in scores]
-        saved["test"] = {
+        test = {
             "setting": best, "chosen_on": "valid", "runs": scores,
             "gap_closed_mean": statistics.fmean(gaps),
             "gap_closed_sd": statistics.stdev(gaps) if len(gaps) > 1 else None,
         }  # fmt: skip
+        if args.test_out:  # a second test set of the same grid keeps its own file
+            out_path = RESULTS / args.test_out
+            saved = {"grid": grid_file(args.unit, args.users, args.per_user),
+                     "test_from": args.test, "test": test,
+                     "command": " ".join(["python", *sys.argv])}  # fmt: skip
+        else:
+            saved["test"] = test
         out_path.write_text(json.dumps(saved, indent=2))
         for t in scores:
             print(
