@@ -41,6 +41,7 @@ from privlm.detect.base import UnionDetector
 from privlm.detect.pii_families import DEV_FAMILIES, DEV_SOURCES, family_corpus
 from privlm.detect.pii_families_heldout import HELDOUT_FAMILIES, HELDOUT_SOURCES
 from privlm.detect.pii_quality import PiiQuality
+from privlm.detect.provenance import TAGGER_VERSION
 from privlm.detect.tagger import (
     PRECISION_ENV,
     PRECISIONS,
@@ -62,7 +63,8 @@ def head_for(layer: int, sentences: int) -> tuple[Path, float | None]:
     default recipe at that layer (cached); with its training seconds when trained now."""
     if layer == TaggerConfig().layer:
         return default_folder(), None
-    folder = cache_dir() / "bench" / f"tagger-layer-{layer}-{sentences}"
+    # the recipe's version in the name: a head of an older recipe is never reused
+    folder = cache_dir() / "bench" / f"tagger-layer-{layer}-{sentences}-v{TAGGER_VERSION}"
     if (folder / "tagger.json").is_file():
         return folder, None
     t = time.perf_counter()
