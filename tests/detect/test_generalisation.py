@@ -9,6 +9,7 @@ import os
 import random
 import subprocess
 import sys
+import warnings
 
 import pytest
 
@@ -145,7 +146,7 @@ def test_decode_joins_a_types_adjacent_tokens_and_trims_spaces():
 
 def test_the_detector_record_states_the_measured_held_out_recall(monkeypatch, tmp_path):
     from privlm.detect import provenance
-    from privlm.detect.tagger import PRECISIONS
+    from privlm.detect.tagger import PRECISION_ENV, PRECISIONS
 
     measured = tmp_path / "heldout_recall.json"
     measured.write_text(json.dumps({
@@ -162,6 +163,13 @@ def test_the_detector_record_states_the_measured_held_out_recall(monkeypatch, tm
         assert rec["tagger"]["precision"] == "bfloat16" and rec["tagger"]["layer"] == 5
         assert rec["tagger"]["precision_here"] in PRECISIONS
         assert "PERSON 0.97, STREET_ADDRESS 0.93, GPE 0.91" in provenance.recall_line(rec)
+        monkeypatch.setenv(PRECISION_ENV, "bfloat16")  # as measured: nothing to add
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # emulated bfloat16 on some CPUs
+            assert "precision_note" not in provenance.detector_record(pii)["tagger"]
+        monkeypatch.setenv(PRECISION_ENV, "float32")  # another precision: the record says so
+        note = provenance.detector_record(pii)["tagger"]["precision_note"]
+        assert "measured with the tagger in bfloat16" in note and "runs in float32" in note
         other = provenance.detector_record(type("D", (), {"name": "mine"})())
         assert other["heldout_recall"] is None and "annotated" in other["note"]
     finally:
