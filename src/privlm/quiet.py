@@ -10,21 +10,23 @@ those two messages are dropped, by text; the loggers keep every other record.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 
 class DropMessages(logging.Filter):
-    """Drops the records whose message holds any of ``fragments``, when ``applies()``."""
+    """Drops the records whose message holds any of ``fragments``, when ``applies()``
+    (asked only of a record that matches)."""
 
-    def __init__(self, *fragments: str, applies: object = None) -> None:
+    def __init__(self, *fragments: str, applies: Callable[[], bool] | None = None) -> None:
         super().__init__()
         self.fragments = fragments
         self.applies = applies
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if callable(self.applies) and not self.applies():
-            return True
         message = record.getMessage()
-        return not any(f in message for f in self.fragments)
+        if not any(f in message for f in self.fragments):
+            return True
+        return self.applies is not None and not self.applies()
 
 
 def _without_cuda() -> bool:
