@@ -1,7 +1,8 @@
 """Third-party log lines a privlm user cannot act on, dropped where they arise.
 
-torchao (the tagger's int8 path, :mod:`privlm.detect.tagger`) is imported by transformers
-whenever it is installed, so every model load would print: a "Failed to load ..._C*.so"
+torchao (privlm does not need it: the tagger's int8 layers are privlm's own,
+:mod:`privlm.detect.int8`; its tests compare them with torchao's) is imported by
+transformers whenever it is installed, so on such a machine every model load would print: a "Failed to load ..._C*.so"
 line for each of torchao's CUDA kernels on a machine without CUDA (its CPU path does not
 use them), and torch's notice that torchao registers Enum classes the deprecated way. Only
 those two messages are dropped, by text; the loggers keep every other record.

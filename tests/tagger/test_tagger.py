@@ -188,16 +188,11 @@ def test_the_tagger_reads_bfloat16_where_the_cpu_has_it_else_int8_or_what_is_ask
     monkeypatch.delenv(tagger_module.PRECISION_ENV, raising=False)
     monkeypatch.setattr(tagger_module, "native_bf16", lambda: False)
     assert precision() == "int8"
-    monkeypatch.setattr(tagger_module, "int8_available", lambda: False)
-    assert precision() == "float32"  # no torchao: the plain path
     monkeypatch.setattr(tagger_module, "native_bf16", lambda: True)
     assert precision() == "bfloat16"
     monkeypatch.setenv(tagger_module.PRECISION_ENV, "float32")
     assert precision() == "float32"
     monkeypatch.setenv(tagger_module.PRECISION_ENV, "int8")
-    with pytest.raises(PrivlmError, match="needs torchao"):
-        precision()
-    monkeypatch.setattr(tagger_module, "int8_available", lambda: True)
     assert precision() == "int8"
     monkeypatch.setenv(tagger_module.PRECISION_ENV, "bfloat16")
     with warnings.catch_warnings():
@@ -221,10 +216,9 @@ def test_int8_halves_its_ranges_where_onednn_runs_without_vnni(monkeypatch):
     assert _without_vnni()
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
     import torch
-    import torchao.utils
 
-    assert _without_vnni() == torchao.utils.should_reduce_range(torch.device("cpu"))
-    monkeypatch.setattr(torchao.utils, "should_reduce_range", lambda device: True)
+    assert _without_vnni() == (not torch.cpu._is_vnni_supported())
+    monkeypatch.setattr(torch.cpu, "_is_vnni_supported", lambda: False)
     assert _without_vnni()
 
 
@@ -234,7 +228,7 @@ def test_int8_features_do_not_depend_on_the_batch_and_feed_the_head(tiny_tagger)
     and the model's own weights are not touched."""
     import torch
 
-    from privlm.detect.tagger import Featurizer, Tagger, in_precision
+    from privlm.detect.tagger import Tagger, in_precision
 
     tagger, _, corpus = tiny_tagger
     plain = tagger.featurizer
@@ -251,7 +245,6 @@ def test_int8_features_do_not_depend_on_the_batch_and_feed_the_head(tiny_tagger)
     for a, b in zip(together, exact, strict=True):
         assert a.dtype == torch.float32 and a.shape == b.shape
         assert (a - b).norm() / b.norm() < 0.2
-    assert isinstance(int8, Featurizer)
     spans = Tagger(tagger.config, tagger.head, int8).predict([a.text for a in corpus[:8]])
     assert len(spans) == 8
 

@@ -27,7 +27,6 @@ merged into one span.
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import math
 import os
@@ -43,6 +42,7 @@ from torch import nn
 
 from privlm.detect.annotated import AnnotatedText
 from privlm.detect.base import Span, whole_words
+from privlm.detect.int8 import int8_mode, quantise_linears
 from privlm.detect.legal_forms import complete_organisations
 from privlm.detect.provenance import DEFAULT_SENTENCES, TAGGER_LAYER, TAGGER_VERSION
 from privlm.errors import PrivlmError
@@ -113,47 +113,30 @@ def native_bf16() -> bool:
     return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in checks)
 
 
-def int8_available() -> bool:
-    """Whether torchao (int8 per-token dynamic quantisation) is installed."""
-    return importlib.util.find_spec("torchao") is not None
-
-
-def _torchao() -> Any:
-    """torchao, with the quantization API loaded (its import noise: :mod:`privlm.quiet`)."""
-    import torchao.quantization
-    import torchao.utils
-
-    return torchao
-
-
 ONEDNN_WITHOUT_VNNI = ("SSE41", "AVX", "AVX2", "AVX512_CORE")
 
 
 def _without_vnni() -> bool:
     """Whether the int8 products run without VNNI here: their 16-bit partial sums then
-    saturate unless the value ranges are halved (torchao's ``reduce_range``). True on a
-    CPU without AVX512-VNNI, or where ``ONEDNN_MAX_CPU_ISA`` caps oneDNN below it."""
+    saturate unless the value ranges are halved (``reduce_range``). True on a CPU without
+    AVX512-VNNI, or where ``ONEDNN_MAX_CPU_ISA`` caps oneDNN below it."""
     capped = os.environ.get("ONEDNN_MAX_CPU_ISA", "").strip().upper()
-    return capped in ONEDNN_WITHOUT_VNNI or _torchao().utils.should_reduce_range(
-        torch.device("cpu")
-    )
+    return capped in ONEDNN_WITHOUT_VNNI or not torch.cpu._is_vnni_supported()
 
 
 def feature_precision() -> str:
     """The precision the tagger reads the public model in on the CPU: "bfloat16" where the
     CPU computes it natively; elsewhere "int8" (the blocks' linear layers with int8 weights
-    per output channel and int8 activations per token, torchao), 1.4-1.8x faster than
-    float32 there (AVX2 to AVX512-VNNI) with held-out recall within 0.025 of float32's on
-    every type (docs/results.md); "float32" without torchao. ``PRIVLM_TAGGER_DTYPE`` (float32,
+    per output channel and int8 activations per token, :mod:`privlm.detect.int8`), faster
+    than float32 there with held-out recall within 0.025 of float32's on every type
+    (docs/results.md). ``PRIVLM_TAGGER_DTYPE`` (float32,
     bfloat16, int8 or auto) overrides. Heads are trained on float32 features either way
     (:func:`train_default_tagger`), so the recipe is the same on every machine."""
     asked = os.environ.get(PRECISION_ENV, "auto").strip().lower() or "auto"
     if asked not in ("auto", *PRECISIONS):
         raise PrivlmError(f"{PRECISION_ENV} is float32, bfloat16, int8 or auto, not {asked!r}")
     if asked == "auto":
-        if native_bf16():
-            return "bfloat16"
-        return "int8" if int8_available() else "float32"
+        return "bfloat16" if native_bf16() else "int8"
     if asked == "bfloat16" and not native_bf16():
         warnings.warn(
             f"{PRECISION_ENV}=bfloat16 on a CPU without native bfloat16 (AVX512-BF16 or AMX): "
@@ -162,8 +145,6 @@ def feature_precision() -> str:
             RuntimeWarning,
             stacklevel=2,
         )
-    if asked == "int8" and not int8_available():
-        raise PrivlmError(f"{PRECISION_ENV}=int8 needs torchao: pip install torchao")
     return asked
 
 
@@ -183,10 +164,8 @@ def in_precision(body: nn.Module, precision: str) -> nn.Module:
                 module.to(target)
     if precision != "int8":
         return body
-    ao = _torchao()
     body = body if copied else copy.deepcopy(body)
-    config = ao.quantization.Int8DynamicActivationInt8WeightConfig(reduce_range=_without_vnni())
-    ao.quantization.quantize_(body, config)
+    quantise_linears(body, int8_mode(without_vnni=_without_vnni()))
     return body
 
 

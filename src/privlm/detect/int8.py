@@ -1,0 +1,142 @@
+"""int8 linear layers for the tagger's blocks on a CPU without native bfloat16.
+
+The quantisation is torchao's ``Int8DynamicActivationInt8WeightConfig`` (symmetric, one
+scale per weight row and one per input token: a text's features do not depend on its
+batch), computed to the bit as torchao computes it (``tests/detect/test_int8.py`` checks
+against torchao itself), with two things torchao's CPU path does not do (docs/results.md):
+
+- **one quantisation per input.** The query, key and value projections read the same
+  hidden states, as do the gate and up projections; the input is quantised once for each
+  group (:class:`SharedInput`), not once per layer;
+- **no per-call work on the weights, and in-place rescaling.** torchao sums the weight's
+  columns on every call (the u8s8 correction) and allocates a new tensor for each step of
+  the rescale; here the sums are kept with the weights and the rescale runs in place.
+
+On a CPU with AVX512-VNNI and no AMX the inputs are shifted to unsigned (u8s8, VNNI's
+form) and the shift is subtracted through the column sums, as torchao does; without VNNI
+(or where ``ONEDNN_MAX_CPU_ISA`` caps oneDNN below it) the ranges are halved so that the
+16-bit partial sums of AVX2's products cannot saturate (``reduce_range``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+EPS = torch.finfo(torch.float32).eps
+U8_SHIFT = 128
+
+
+@dataclass(frozen=True)
+class Int8Mode:
+    """How the products run here: ``unsigned`` inputs (u8s8, VNNI without AMX) and
+    ``reduce_range`` (halved ranges, without VNNI)."""
+
+    unsigned: bool
+    reduce_range: bool
+
+    @property
+    def bounds(self) -> tuple[int, int]:
+        lo, hi = -128, 127
+        return (lo // 2, hi // 2) if self.reduce_range else (lo, hi)
+
+
+def symmetric_rows(x: torch.Tensor, bounds: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x`` (rows × columns, float32) as integers in ``bounds`` (still float32) and each
+    row's scale: torchao's symmetric per-row choice, ``max(|min|, |max|) / ((hi - lo) / 2)``
+    clamped below at float32's eps, and ``clamp(round(x · (1 / scale)), lo, hi)``."""
+    lo, hi = bounds
+    low, high = (
+        x.amin(dim=-1, keepdim=True),
+        x.amax(dim=-1, keepdim=True),
+    )  # not aminmax: 20x slower
+    reach = torch.maximum(-low.clamp(max=0), high.clamp(min=0))
+    scale = (reach / (float(hi - lo) / 2)).clamp(min=EPS)
+    q = x * (1.0 / scale)
+    return q.round_().clamp_(lo, hi), scale
+
+
+class SharedInput:
+    """The quantised form of the last input a group of layers read: layers that read the
+    same tensor (q, k, v; gate, up) quantise it once. Held by identity and version, so a
+    new or modified tensor is always quantised afresh."""
+
+    def __init__(self, mode: Int8Mode) -> None:
+        self.mode = mode
+        self._key: tuple[torch.Tensor, int] | None = None
+        self._value: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def quantised(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the rows as int8, or uint8 shifted by 128 for u8s8; each row's scale)."""
+        if self._key is not None and self._key[0] is x and self._key[1] == x._version:
+            assert self._value is not None
+            return self._value
+        q, scale = symmetric_rows(x.reshape(-1, x.shape[-1]).float(), self.mode.bounds)
+        ints = q.to(torch.int8)
+        if self.mode.unsigned:  # v + 128 as uint8 is v's bits with the sign bit flipped
+            ints = ints.view(torch.uint8).bitwise_xor_(U8_SHIFT)
+        self._key, self._value = (x, x._version), (ints, scale)
+        return self._value
+
+    def clear(self) -> None:
+        """Drop the held input (called after each forward pass, so nothing stays alive)."""
+        self._key = self._value = None
+
+
+class Int8Linear(nn.Module):
+    """A bias-free or biased linear layer with int8 weights (one scale per output row) and
+    int8 inputs (one scale per token), float32 out."""
+
+    weight_t: torch.Tensor
+    weight_scale: torch.Tensor
+    shift: torch.Tensor | None
+    bias: torch.Tensor | None
+
+    def __init__(self, linear: nn.Linear, shared: SharedInput) -> None:
+        super().__init__()
+        mode = shared.mode
+        q, scale = symmetric_rows(linear.weight.detach().float(), mode.bounds)
+        weight_t = q.to(torch.int8).t().contiguous()  # [in, out]: oneDNN's faster layout
+        self.register_buffer("weight_t", weight_t, persistent=False)
+        self.register_buffer("weight_scale", scale.flatten(), persistent=False)
+        shift = weight_t.sum(dim=0, keepdim=True, dtype=torch.int32) * U8_SHIFT
+        self.register_buffer("shift", shift if mode.unsigned else None, persistent=False)
+        bias = None if linear.bias is None else linear.bias.detach().float()
+        self.register_buffer("bias", bias, persistent=False)
+        self.shared = shared
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        ints, scale = self.shared.quantised(x)
+        acc = torch._int_mm(ints, self.weight_t)
+        if self.shift is not None:
+            acc.sub_(self.shift)
+        y = torch.mul(acc, scale).mul_(self.weight_scale)  # as float32, the order torchao's
+        if self.bias is not None:
+            y.add_(self.bias)
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8"
+
+
+def int8_mode(without_vnni: bool) -> Int8Mode:
+    """Unsigned inputs where the CPU has VNNI and no AMX (torchao's choice of form), halved
+    ranges where the products run ``without_vnni``."""
+    unsigned = torch.cpu._is_vnni_supported() and not torch.cpu._is_amx_tile_supported()
+    return Int8Mode(unsigned=bool(unsigned), reduce_range=without_vnni)
+
+
+def quantise_linears(module: nn.Module, mode: Int8Mode) -> SharedInput:
+    """Replace every ``nn.Linear`` inside ``module`` by an :class:`Int8Linear`, all
+    sharing one :class:`SharedInput` (layers called in turn on the same tensor quantise
+    it once), cleared after each forward pass of ``module``."""
+    shared = SharedInput(mode)
+    for parent in list(module.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, nn.Linear):
+                setattr(parent, name, Int8Linear(child, shared))
+    module.register_forward_hook(lambda *_: shared.clear())
+    return shared

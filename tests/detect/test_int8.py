@@ -1,0 +1,133 @@
+"""privlm's int8 linear layers (the tagger's blocks where the CPU has no bfloat16): the same
+bits as torchao's per-token dynamic int8, the same products as the closed form in float64,
+and one quantisation per shared input."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from privlm.detect.int8 import (
+    Int8Linear,
+    Int8Mode,
+    SharedInput,
+    int8_mode,
+    quantise_linears,
+    symmetric_rows,
+)
+
+pytestmark = pytest.mark.fast
+
+MODES = [Int8Mode(unsigned=u, reduce_range=r) for u in (False, True) for r in (False, True)]
+
+
+def _inputs(seed: int, shape: tuple[int, ...] = (3, 7, 64)) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(*shape, generator=g)
+    x[0, 0, 5] = 40.0  # an outlier: its row's scale, no other row's
+    x[1, 2] = 0.0  # a row of zeros: scale clamped at eps, quantised to 0
+    return x
+
+
+def _linear(seed: int, bias: bool, out_features: int = 48) -> nn.Linear:
+    torch.manual_seed(seed)
+    return nn.Linear(64, out_features, bias=bias)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("reduce_range", [False, True])
+def test_the_same_bits_as_torchao_in_either_form(bias, reduce_range):
+    """torchao's ``Int8DynamicActivationInt8WeightConfig`` (its form chosen for this CPU)
+    and ours in both forms (int8 × int8, and uint8 shifted by 128 with the shift taken off
+    through the weights' column sums) give identical outputs: the integer sums are exact
+    either way, and the rescale runs in the same order."""
+    ao = pytest.importorskip("torchao.quantization")
+    linear = _linear(1, bias)
+    reference = nn.Sequential(_linear(1, bias))
+    config = ao.Int8DynamicActivationInt8WeightConfig(reduce_range=reduce_range)
+    ao.quantize_(reference, config)
+    x = _inputs(2)
+    with torch.no_grad():
+        expected = reference(x)
+        for unsigned in (False, True):
+            ours = Int8Linear(linear, SharedInput(Int8Mode(unsigned, reduce_range)))
+            assert torch.equal(ours(x), expected), unsigned
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_products_are_the_closed_form_of_the_quantised_values(mode):
+    """Against float64 arithmetic on the integers and scales: y = (q_x s_x)(q_w s_w)ᵀ + b;
+    every integer is within the mode's bounds and every value within half a step of its
+    original."""
+    linear = _linear(3, bias=True)
+    x = _inputs(4).reshape(-1, 64)
+    lo, hi = mode.bounds
+    qx, sx = symmetric_rows(x, mode.bounds)
+    qw, sw = symmetric_rows(linear.weight.detach(), mode.bounds)
+    for q, s, v in ((qx, sx, x), (qw, sw, linear.weight.detach())):
+        assert q.min() >= lo and q.max() <= hi and torch.equal(q, q.round())
+        assert ((q * s - v).abs() <= s / 2 + 1e-6).all()
+    exact = (qx.double() * sx.double()) @ (qw.double() * sw.double()).T + linear.bias.double()
+    with torch.no_grad():
+        got = Int8Linear(linear, SharedInput(mode))(x)
+    assert torch.allclose(got.double(), exact, rtol=1e-5, atol=1e-5)
+
+
+def test_a_row_s_output_does_not_depend_on_the_other_rows():
+    """One scale per token: a text's features are the same alone and in any batch."""
+    linear = _linear(5, bias=False)
+    layer = Int8Linear(linear, SharedInput(Int8Mode(True, False)))
+    x = _inputs(6)
+    with torch.no_grad():
+        together = layer(x)
+        for i in range(x.shape[0]):
+            assert torch.equal(layer(x[i : i + 1]), together[i : i + 1])
+
+
+class _Counting(SharedInput):
+    def __init__(self, mode: Int8Mode) -> None:
+        super().__init__(mode)
+        self.quantisations = 0
+
+    def quantised(self, x):
+        if not (self._key is not None and self._key[0] is x and self._key[1] == x._version):
+            self.quantisations += 1
+        return super().quantised(x)
+
+
+def test_layers_reading_one_tensor_quantise_it_once_and_a_changed_tensor_afresh():
+    shared = _Counting(Int8Mode(True, False))
+    q, k = Int8Linear(_linear(7, False), shared), Int8Linear(_linear(8, False), shared)
+    x = _inputs(9)
+    with torch.no_grad():
+        alone = Int8Linear(_linear(8, False), SharedInput(shared.mode))(x)
+        q(x)
+        assert torch.equal(k(x), alone) and shared.quantisations == 1
+        x.mul_(2.0)  # in place: a new version, quantised again
+        assert torch.equal(k(x), Int8Linear(_linear(8, False), SharedInput(shared.mode))(x))
+        assert shared.quantisations == 2
+        k(x.clone())  # equal values, another tensor
+        assert shared.quantisations == 3
+
+
+def test_quantise_linears_replaces_every_linear_and_lets_go_of_its_input():
+    torch.manual_seed(10)
+    model = nn.Sequential(nn.Linear(64, 96), nn.SiLU(), nn.Sequential(nn.Linear(96, 64)))
+    x = _inputs(11)
+    with torch.no_grad():
+        exact = model(x)
+        shared = quantise_linears(model, Int8Mode(True, False))
+        got = model(x)
+    assert not any(isinstance(m, nn.Linear) for m in model.modules())
+    assert sum(isinstance(m, Int8Linear) for m in model.modules()) == 2
+    assert shared._key is None  # cleared after the pass: nothing held alive
+    assert (got - exact).norm() / exact.norm() < 0.05
+
+
+def test_the_form_follows_the_cpu(monkeypatch):
+    """u8s8 where the CPU has VNNI and no AMX (VNNI's form), int8 × int8 elsewhere."""
+    for vnni, amx, unsigned in ((True, False, True), (True, True, False), (False, False, False)):
+        monkeypatch.setattr(torch.cpu, "_is_vnni_supported", lambda v=vnni: v)
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda a=amx: a)
+        assert int8_mode(without_vnni=not vnni) == Int8Mode(unsigned, not vnni)
