@@ -58,31 +58,43 @@ def symmetric_rows(x: torch.Tensor, bounds: tuple[int, int]) -> tuple[torch.Tens
     return q.round_().clamp_(lo, hi), scale
 
 
+def _holds(
+    held: tuple[torch.Tensor, int, torch.Tensor, torch.Tensor] | None, x: torch.Tensor
+) -> bool:
+    return held is not None and held[0] is x and held[1] == x._version
+
+
 class SharedInput:
     """The quantised form of the last input a group of layers read: layers that read the
     same tensor (q, k, v; gate, up) quantise it once. Held by identity and version, so a
-    new or modified tensor is always quantised afresh."""
+    new or modified tensor is always quantised afresh; held as one tuple, read once per
+    call, so two threads running one body can cost each other a quantisation, never mix
+    their inputs."""
 
     def __init__(self, mode: Int8Mode) -> None:
         self.mode = mode
-        self._key: tuple[torch.Tensor, int] | None = None
-        self._value: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._held: tuple[torch.Tensor, int, torch.Tensor, torch.Tensor] | None = None
 
     def quantised(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(the rows as int8, or uint8 shifted by 128 for u8s8; each row's scale)."""
-        if self._key is not None and self._key[0] is x and self._key[1] == x._version:
-            assert self._value is not None
-            return self._value
+        held = self._held
+        if _holds(held, x):
+            assert held is not None
+            return held[2], held[3]
         q, scale = symmetric_rows(x.reshape(-1, x.shape[-1]).float(), self.mode.bounds)
         ints = q.to(torch.int8)
         if self.mode.unsigned:  # v + 128 as uint8 is v's bits with the sign bit flipped
             ints = ints.view(torch.uint8).bitwise_xor_(U8_SHIFT)
-        self._key, self._value = (x, x._version), (ints, scale)
-        return self._value
+        self._held = (x, x._version, ints, scale)
+        return ints, scale
+
+    def holds(self, x: torch.Tensor) -> bool:
+        """Whether ``x``, as it is now, is the input held."""
+        return _holds(self._held, x)
 
     def clear(self) -> None:
         """Drop the held input (called after each forward pass, so nothing stays alive)."""
-        self._key = self._value = None
+        self._held = None
 
 
 class Int8Linear(nn.Module):
