@@ -130,3 +130,35 @@ def test_the_form_follows_the_cpu(monkeypatch):
         monkeypatch.setattr(torch.cpu, "_is_vnni_supported", lambda v=vnni: v)
         monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda a=amx: a)
         assert int8_mode(without_vnni=not vnni) == Int8Mode(unsigned, not vnni)
+
+
+class _Switching(torch.Tensor):
+    """A tensor whose version, when read, first lets "another thread" run: the worst
+    moment for a thread switch, between the held input's check and its use."""
+
+    switch = None
+
+    @property
+    def _version(self):
+        hook, type(self).switch = type(self).switch, None
+        if hook is not None:
+            hook()
+        return torch.Tensor._version.__get__(self)
+
+
+def test_another_thread_quantising_mid_check_never_hands_over_its_input():
+    """A detector shared by a service's worker threads runs one body from several threads:
+    a call must use the quantised form of its own input even when another thread stores
+    its own between the check and the read (a version read once, per call, as one tuple;
+    an implementation that reads the held input twice fails here)."""
+    shared = SharedInput(Int8Mode(True, False))
+    q, k = Int8Linear(_linear(12, False), shared), Int8Linear(_linear(13, False), shared)
+    mine = _inputs(20).as_subclass(_Switching)
+    other = _inputs(21)
+    with torch.no_grad():
+        expected = k(mine.as_subclass(torch.Tensor).clone())
+        q(mine)
+        _Switching.switch = lambda: shared.quantised(other)
+        got = k(mine)  # the held input matches; the other thread stores its own mid-check
+    assert _Switching.switch is None  # the switch happened
+    assert torch.equal(got.as_subclass(torch.Tensor), expected)
