@@ -3,14 +3,15 @@
 The quantisation is torchao's ``Int8DynamicActivationInt8WeightConfig`` (symmetric, one
 scale per weight row and one per input token: a text's features do not depend on its
 batch), computed to the bit as torchao computes it (``tests/detect/test_int8.py`` checks
-against torchao itself), with two things torchao's CPU path does not do (docs/results.md):
+against torchao itself), without the work torchao's CPU path repeats (docs/results.md):
 
 - **one quantisation per input.** The query, key and value projections read the same
   hidden states, as do the gate and up projections; the input is quantised once for each
   group (:class:`SharedInput`), not once per layer;
 - **no per-call work on the weights, and in-place rescaling.** torchao sums the weight's
-  columns on every call (the u8s8 correction) and allocates a new tensor for each step of
-  the rescale; here the sums are kept with the weights and the rescale runs in place.
+  columns on every call (the u8s8 correction), widens the input to int32 to shift it, and
+  allocates a new tensor for each step of the rescale; here the sums are kept with the
+  weights, the shift flips the sign bit, and the rescale runs in place.
 
 On a CPU with AVX512-VNNI and no AMX the inputs are shifted to unsigned (u8s8, VNNI's
 form) and the shift is subtracted through the column sums, as torchao does; without VNNI
@@ -21,6 +22,7 @@ form) and the shift is subtracted through the column sums, as torchao does; with
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeGuard
 
 import torch
 from torch import nn
@@ -48,19 +50,18 @@ def symmetric_rows(x: torch.Tensor, bounds: tuple[int, int]) -> tuple[torch.Tens
     row's scale: torchao's symmetric per-row choice, ``max(|min|, |max|) / ((hi - lo) / 2)``
     clamped below at float32's eps, and ``clamp(round(x · (1 / scale)), lo, hi)``."""
     lo, hi = bounds
-    low, high = (
-        x.amin(dim=-1, keepdim=True),
-        x.amax(dim=-1, keepdim=True),
-    )  # not aminmax: 20x slower
+    low = x.amin(dim=-1, keepdim=True)  # amin and amax: torch.aminmax is 20x slower here
+    high = x.amax(dim=-1, keepdim=True)
     reach = torch.maximum(-low.clamp(max=0), high.clamp(min=0))
     scale = (reach / (float(hi - lo) / 2)).clamp(min=EPS)
     q = x * (1.0 / scale)
     return q.round_().clamp_(lo, hi), scale
 
 
-def _holds(
-    held: tuple[torch.Tensor, int, torch.Tensor, torch.Tensor] | None, x: torch.Tensor
-) -> bool:
+Held = tuple[torch.Tensor, int, torch.Tensor, torch.Tensor]  # input, its version, ints, scales
+
+
+def _holds(held: Held | None, x: torch.Tensor) -> TypeGuard[Held]:
     return held is not None and held[0] is x and held[1] == x._version
 
 
@@ -73,13 +74,12 @@ class SharedInput:
 
     def __init__(self, mode: Int8Mode) -> None:
         self.mode = mode
-        self._held: tuple[torch.Tensor, int, torch.Tensor, torch.Tensor] | None = None
+        self._held: Held | None = None
 
     def quantised(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(the rows as int8, or uint8 shifted by 128 for u8s8; each row's scale)."""
         held = self._held
         if _holds(held, x):
-            assert held is not None
             return held[2], held[3]
         q, scale = symmetric_rows(x.reshape(-1, x.shape[-1]).float(), self.mode.bounds)
         ints = q.to(torch.int8)
@@ -125,7 +125,7 @@ class Int8Linear(nn.Module):
         acc = torch._int_mm(ints, self.weight_t)
         if self.shift is not None:
             acc.sub_(self.shift)
-        y = torch.mul(acc, scale).mul_(self.weight_scale)  # as float32, the order torchao's
+        y = torch.mul(acc, scale).mul_(self.weight_scale)  # float32; torchao's order
         if self.bias is not None:
             y.add_(self.bias)
         return y.reshape(*x.shape[:-1], self.out_features)
