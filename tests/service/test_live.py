@@ -146,7 +146,11 @@ def test_one_tenant_flooding_a_deployment_does_not_stall_another(live):
     assert set(statuses) <= {200, 429} and statuses.count(200) >= 32
     assert all(latencies.values())
     for path, seen in latencies.items():
-        assert max(seen) < 2.0, (path, max(seen))  # bench_service measures the health p99
+        # a stalled event loop holds every probe for the flood's generation time; one slow
+        # probe on a busy 2-core machine is not a stall (bench_service measures the p99)
+        ranked = sorted(seen)
+        p95 = ranked[int(0.95 * (len(ranked) - 1))]
+        assert p95 < 2.0 and ranked[-1] < 10.0, (path, p95, ranked[-1], len(ranked))
 
 
 def test_sigkill_mid_generation_leaves_a_consistent_ledger(live):
