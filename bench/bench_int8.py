@@ -24,18 +24,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-os.environ["PRIVLM_TAGGER_DTYPE"] = "float32"  # the body every variant is made from
-
 import torch
 
+from privlm.detect.int8 import runs_without_vnni
 from privlm.detect.pii_families import family_corpus
 from privlm.detect.pii_families_heldout import HELDOUT_FAMILIES, HELDOUT_SOURCES
-from privlm.detect.tagger import (
-    TaggerDetector,
-    _without_vnni,
-    in_precision,
-    native_bf16,
-)
+from privlm.detect.tagger import TaggerDetector, in_precision, native_bf16
 
 RESULTS = Path(__file__).parent / "results"
 ISA_CAPS = ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "ATEN_CPU_CAPABILITY")
@@ -57,7 +51,7 @@ def bodies(f32: torch.nn.Module) -> dict[str, torch.nn.Module]:
     import torchao.quantization as ao
 
     reference = copy.deepcopy(f32)
-    config = ao.Int8DynamicActivationInt8WeightConfig(reduce_range=_without_vnni())
+    config = ao.Int8DynamicActivationInt8WeightConfig(reduce_range=runs_without_vnni())
     ao.quantize_(reference, config)
     out = {"float32": f32, BASELINE: reference, "privlm-int8": in_precision(f32, "int8")}
     if native_bf16() and not os.environ.get("ONEDNN_MAX_CPU_ISA"):
@@ -71,6 +65,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5, help="alternating timing rounds")
     ap.add_argument("--out", default="int8_tagger.json")
     args = ap.parse_args()
+    os.environ["PRIVLM_TAGGER_DTYPE"] = "float32"  # the body every variant is made from
     texts = [s.text for s in family_corpus(args.n, HELDOUT_FAMILIES, HELDOUT_SOURCES, 1)]
     detector = TaggerDetector()
     detector.detect(texts[:8])  # load the model before any timing
@@ -101,7 +96,7 @@ def main() -> None:
               f"{r['spans_equal_to_torchao']!s:<10}  "
               + ", ".join(f"{x:.2f}" for x in r["rounds"]))  # fmt: skip
     out = {
-        "cpu": cpu(), "n": args.n, "threads": torch.get_num_threads(), "without_vnni": _without_vnni(),
+        "cpu": cpu(), "n": args.n, "threads": torch.get_num_threads(), "without_vnni": runs_without_vnni(),
         "isa_caps": {k: os.environ[k] for k in ISA_CAPS if k in os.environ},
         "baseline": BASELINE, "rows": rows, "command": " ".join(["python", *sys.argv]),
     }  # fmt: skip

@@ -2,10 +2,11 @@
 
 torchao (privlm does not need it: the tagger's int8 layers are privlm's own,
 :mod:`privlm.detect.int8`; its tests compare them with torchao's) is imported by
-transformers whenever it is installed, so on such a machine every model load would print: a "Failed to load ..._C*.so"
-line for each of torchao's CUDA kernels on a machine without CUDA (its CPU path does not
-use them), and torch's notice that torchao registers Enum classes the deprecated way. Only
-those two messages are dropped, by text; the loggers keep every other record.
+transformers whenever it is installed, so on such a machine every model load would print
+a "Failed to load ..._C*.so" line for each of torchao's CUDA kernels on a machine without
+CUDA (its CPU path does not use them), and torch's notice that torchao registers Enum
+classes the deprecated way. Only those two messages are dropped, by text; the loggers keep
+every other record.
 """
 
 from __future__ import annotations

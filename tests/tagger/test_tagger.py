@@ -208,7 +208,7 @@ def test_the_tagger_reads_bfloat16_where_the_cpu_has_it_else_int8_or_what_is_ask
 
 @pytest.mark.fast
 def test_int8_halves_its_ranges_where_onednn_runs_without_vnni(monkeypatch):
-    from privlm.detect.tagger import _without_vnni
+    from privlm.detect.int8 import runs_without_vnni as _without_vnni
 
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
     assert _without_vnni()

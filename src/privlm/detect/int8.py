@@ -21,6 +21,7 @@ form) and the shift is subtracted through the column sums, as torchao does; with
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import TypeGuard
 
@@ -134,11 +135,24 @@ class Int8Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, int8"
 
 
-def int8_mode(without_vnni: bool) -> Int8Mode:
+ONEDNN_WITHOUT_VNNI = ("SSE41", "AVX", "AVX2", "AVX512_CORE")
+
+
+def runs_without_vnni() -> bool:
+    """Whether the int8 products run without VNNI here: their 16-bit partial sums then
+    saturate unless the value ranges are halved (``reduce_range``). True on a CPU without
+    AVX512-VNNI, or where ``ONEDNN_MAX_CPU_ISA`` caps oneDNN below it."""
+    capped = os.environ.get("ONEDNN_MAX_CPU_ISA", "").strip().upper()
+    return capped in ONEDNN_WITHOUT_VNNI or not torch.cpu._is_vnni_supported()
+
+
+def int8_mode(without_vnni: bool | None = None) -> Int8Mode:
     """Unsigned inputs where the CPU has VNNI and no AMX (torchao's choice of form), halved
-    ranges where the products run ``without_vnni``."""
+    ranges where the products run ``without_vnni`` (default: as :func:`runs_without_vnni`
+    finds here)."""
     unsigned = torch.cpu._is_vnni_supported() and not torch.cpu._is_amx_tile_supported()
-    return Int8Mode(unsigned=bool(unsigned), reduce_range=without_vnni)
+    halved = runs_without_vnni() if without_vnni is None else without_vnni
+    return Int8Mode(unsigned=bool(unsigned), reduce_range=halved)
 
 
 def quantise_linears(module: nn.Module, mode: Int8Mode) -> SharedInput:

@@ -113,24 +113,12 @@ def native_bf16() -> bool:
     return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in checks)
 
 
-ONEDNN_WITHOUT_VNNI = ("SSE41", "AVX", "AVX2", "AVX512_CORE")
-
-
-def _without_vnni() -> bool:
-    """Whether the int8 products run without VNNI here: their 16-bit partial sums then
-    saturate unless the value ranges are halved (``reduce_range``). True on a CPU without
-    AVX512-VNNI, or where ``ONEDNN_MAX_CPU_ISA`` caps oneDNN below it."""
-    capped = os.environ.get("ONEDNN_MAX_CPU_ISA", "").strip().upper()
-    return capped in ONEDNN_WITHOUT_VNNI or not torch.cpu._is_vnni_supported()
-
-
 def feature_precision() -> str:
     """The precision the tagger reads the public model in on the CPU: "bfloat16" where the
     CPU computes it natively; elsewhere "int8" (the blocks' linear layers with int8 weights
     per output channel and int8 activations per token, :mod:`privlm.detect.int8`), faster
     than float32 there with held-out recall within 0.025 of float32's on every type
-    (docs/results.md). ``PRIVLM_TAGGER_DTYPE`` (float32,
-    bfloat16, int8 or auto) overrides. Heads are trained on float32 features either way
+    (docs/results.md). ``PRIVLM_TAGGER_DTYPE`` (float32, bfloat16, int8 or auto) overrides. Heads are trained on float32 features either way
     (:func:`train_default_tagger`), so the recipe is the same on every machine."""
     asked = os.environ.get(PRECISION_ENV, "auto").strip().lower() or "auto"
     if asked not in ("auto", *PRECISIONS):
@@ -165,7 +153,7 @@ def in_precision(body: nn.Module, precision: str) -> nn.Module:
     if precision != "int8":
         return body
     body = body if copied else copy.deepcopy(body)
-    quantise_linears(body, int8_mode(without_vnni=_without_vnni()))
+    quantise_linears(body, int8_mode())
     return body
 
 
