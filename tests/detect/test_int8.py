@@ -27,6 +27,8 @@ def _inputs(seed: int, shape: tuple[int, ...] = (3, 7, 64)) -> torch.Tensor:
     x = torch.randn(*shape, generator=g)
     x[0, 0, 5] = 40.0  # an outlier: its row's scale, no other row's
     x[1, 2] = 0.0  # a row of zeros: scale clamped at eps, quantised to 0
+    x[2, 3] = -x[2, 3].abs()  # rows of one sign: the scale from the far end either way
+    x[2, 4] = x[2, 4].abs()
     return x
 
 
@@ -125,8 +127,9 @@ def test_quantise_linears_replaces_every_linear_and_lets_go_of_its_input():
 
 
 def test_the_form_follows_the_cpu(monkeypatch):
-    """u8s8 where the CPU has VNNI and no AMX (VNNI's form), int8 × int8 elsewhere."""
-    for vnni, amx, unsigned in ((True, False, True), (True, True, False), (False, False, False)):
+    """u8s8 where the CPU has no AMX (VNNI's form, and AVX2's faster one), int8 × int8 with
+    AMX; halved ranges without VNNI."""
+    for vnni, amx, unsigned in ((True, False, True), (True, True, False), (False, False, True)):
         monkeypatch.setattr(torch.cpu, "_is_vnni_supported", lambda v=vnni: v)
         monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda a=amx: a)
         assert int8_mode(without_vnni=not vnni) == Int8Mode(unsigned, not vnni)

@@ -207,6 +207,26 @@ def test_the_tagger_reads_bfloat16_where_the_cpu_has_it_else_int8_or_what_is_ask
 
 
 @pytest.mark.fast
+def test_bfloat16_is_not_native_where_onednn_is_capped_below_it(monkeypatch):
+    """A CPU with AVX512-BF16 under ``ONEDNN_MAX_CPU_ISA=AVX2`` emulates bfloat16: the
+    automatic choice is then int8, as on a CPU without it."""
+    import torch
+
+    from privlm.detect import tagger as tagger_module
+
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)
+    monkeypatch.delenv(tagger_module.PRECISION_ENV, raising=False)
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    assert tagger_module.native_bf16() and tagger_module.feature_precision() == "bfloat16"
+    for cap in ("AVX2", "avx512_core_vnni"):
+        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
+        assert not tagger_module.native_bf16()
+        assert tagger_module.feature_precision() == "int8"
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_BF16")
+    assert tagger_module.native_bf16()
+
+
+@pytest.mark.fast
 def test_int8_halves_its_ranges_where_onednn_runs_without_vnni(monkeypatch):
     from privlm.detect.int8 import runs_without_vnni as _without_vnni
 
@@ -247,6 +267,30 @@ def test_int8_features_do_not_depend_on_the_batch_and_feed_the_head(tiny_tagger)
         assert (a - b).norm() / b.norm() < 0.2
     spans = Tagger(tagger.config, tagger.head, int8).predict([a.text for a in corpus[:8]])
     assert len(spans) == 8
+
+
+@pytest.mark.parametrize("precision", ["bfloat16", "int8"])
+def test_the_copied_blocks_run_their_gated_mlps_in_place_to_the_same_bits(tiny_tagger, precision):
+    """A precision copy's SiLU-gated MLPs compute silu(gate) · up in place: every block's
+    output is the bits transformers' own MLP gives on the same copy."""
+    import torch
+
+    from privlm.detect.tagger import InPlaceGatedMLP, in_place_mlps, in_precision
+
+    tagger, _, _ = tiny_tagger
+    body = in_precision(tagger.featurizer.body, precision)
+    mlps = [block.mlp for block in body.layers]
+    assert all(isinstance(m, InPlaceGatedMLP) for m in mlps)
+    assert in_place_mlps(body) == 0  # nothing left to replace
+    plain = tagger.featurizer.body.layers[0].mlp
+    width = plain.gate_proj.in_features
+    dtype = torch.bfloat16 if precision == "bfloat16" else torch.float32
+    x = torch.randn(3, 7, width).to(dtype)
+    for block in body.layers:
+        m = block.mlp  # transformers' LlamaMLP.forward on the same projections:
+        theirs = m.down_proj(plain.act_fn(m.gate_proj(x)) * m.up_proj(x))
+        assert torch.equal(block.mlp(x.clone()), theirs)
+    assert not isinstance(plain, InPlaceGatedMLP)  # the model's own blocks untouched
 
 
 def test_a_head_trained_in_float32_runs_on_bfloat16_features(tiny_tagger, monkeypatch):

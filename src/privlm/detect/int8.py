@@ -13,10 +13,14 @@ against torchao itself), without the work torchao's CPU path repeats (docs/resul
   allocates a new tensor for each step of the rescale; here the sums are kept with the
   weights, the shift flips the sign bit, and the rescale runs in place.
 
-On a CPU with AVX512-VNNI and no AMX the inputs are shifted to unsigned (u8s8, VNNI's
-form) and the shift is subtracted through the column sums, as torchao does; without VNNI
+On a CPU without AMX the inputs are shifted to unsigned (u8s8, the form VNNI and AVX2's
+``vpmaddubsw`` multiply) and the shift is subtracted through the column sums, as torchao
+does with VNNI. torchao multiplies int8 × int8 without VNNI, which oneDNN runs 12-18 %
+slower on AVX2 (docs/results.md); the integer sums, and so the outputs, are the same
+either way. With AMX, int8 × int8 as torchao (AMX's own form). Without VNNI
 (or where ``ONEDNN_MAX_CPU_ISA`` caps oneDNN below it) the ranges are halved so that the
-16-bit partial sums of AVX2's products cannot saturate (``reduce_range``).
+16-bit partial sums of AVX2's products cannot saturate (``reduce_range``: a pair of
+shifted inputs in [64, 191] times weights in [-64, 63] sums to at most 24,448 < 2^15).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ U8_SHIFT = 128
 
 @dataclass(frozen=True)
 class Int8Mode:
-    """How the products run here: ``unsigned`` inputs (u8s8, VNNI without AMX) and
+    """How the products run here: ``unsigned`` inputs (u8s8, without AMX) and
     ``reduce_range`` (halved ranges, without VNNI)."""
 
     unsigned: bool
@@ -51,11 +55,12 @@ def symmetric_rows(x: torch.Tensor, bounds: tuple[int, int]) -> tuple[torch.Tens
     row's scale: torchao's symmetric per-row choice, ``max(|min|, |max|) / ((hi - lo) / 2)``
     clamped below at float32's eps, and ``clamp(round(x · (1 / scale)), lo, hi)``."""
     lo, hi = bounds
-    low = x.amin(dim=-1, keepdim=True)  # amin and amax: torch.aminmax is 20x slower here
+    # amax and amin: torch.aminmax is 20x slower here. max(max, -min) is torchao's
+    # max(|min|, |max|) of each row (negation is exact; a zero row gets eps either way)
     high = x.amax(dim=-1, keepdim=True)
-    reach = torch.maximum(-low.clamp(max=0), high.clamp(min=0))
-    scale = (reach / (float(hi - lo) / 2)).clamp(min=EPS)
-    q = x * (1.0 / scale)
+    reach = torch.maximum(high, x.amin(dim=-1, keepdim=True).neg_())
+    scale = reach.div_(float(hi - lo) / 2).clamp_(min=EPS)
+    q = x * scale.reciprocal()  # 1 / scale, exactly as torchao's
     return q.round_().clamp_(lo, hi), scale
 
 
@@ -126,7 +131,10 @@ class Int8Linear(nn.Module):
         acc = torch._int_mm(ints, self.weight_t)
         if self.shift is not None:
             acc.sub_(self.shift)
-        y = torch.mul(acc, scale).mul_(self.weight_scale)  # float32; torchao's order
+        # float32 in torchao's order, (acc · token scale) · row scale; cast first, then in
+        # place: the same bits as torch.mul(acc, scale), whose mixed-dtype path is 1.5-2x
+        # slower here (docs/results.md)
+        y = acc.to(torch.float32).mul_(scale).mul_(self.weight_scale)
         if self.bias is not None:
             y.add_(self.bias)
         return y.reshape(*x.shape[:-1], self.out_features)
@@ -147,10 +155,10 @@ def runs_without_vnni() -> bool:
 
 
 def int8_mode(without_vnni: bool | None = None) -> Int8Mode:
-    """Unsigned inputs where the CPU has VNNI and no AMX (torchao's choice of form), halved
+    """Unsigned inputs where the CPU has no AMX (the faster form there), halved
     ranges where the products run ``without_vnni`` (default: as :func:`runs_without_vnni`
     finds here)."""
-    unsigned = torch.cpu._is_vnni_supported() and not torch.cpu._is_amx_tile_supported()
+    unsigned = not torch.cpu._is_amx_tile_supported()
     halved = runs_without_vnni() if without_vnni is None else without_vnni
     return Int8Mode(unsigned=bool(unsigned), reduce_range=halved)
 

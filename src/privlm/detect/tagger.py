@@ -107,8 +107,17 @@ PRECISION_ENV = "PRIVLM_TAGGER_DTYPE"
 PRECISIONS = ("float32", "bfloat16", "int8")
 
 
+ONEDNN_WITHOUT_BF16 = (
+    "SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI",
+)  # fmt: skip
+
+
 def native_bf16() -> bool:
-    """Whether this CPU multiplies bfloat16 natively (AVX512-BF16 or AMX)."""
+    """Whether this CPU multiplies bfloat16 natively (AVX512-BF16 or AMX), and oneDNN may
+    use it: an ``ONEDNN_MAX_CPU_ISA`` below AVX512_CORE_BF16 leaves it emulated, about 8x
+    slower than int8 (docs/results.md)."""
+    if os.environ.get("ONEDNN_MAX_CPU_ISA", "").strip().upper() in ONEDNN_WITHOUT_BF16:
+        return False
     checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in checks)
 
@@ -140,7 +149,8 @@ def in_precision(body: nn.Module, precision: str) -> nn.Module:
     """``body`` in ``precision``: itself where it already is, else a copy (the model's own
     weights never change). bfloat16: weights and activations; int8: the linear layers'
     weights per output channel and their inputs per token, so a text's features still do
-    not depend on its batch, the rest in float32. The rotary frequencies stay float32."""
+    not depend on its batch, the rest in float32. The rotary frequencies stay float32.
+    A copy's gated MLPs run in place (:class:`InPlaceGatedMLP`)."""
     if precision not in PRECISIONS:
         raise PrivlmError(f"the tagger runs in float32, bfloat16 or int8, not {precision!r}")
     target = torch.bfloat16 if precision == "bfloat16" else torch.float32
@@ -150,11 +160,52 @@ def in_precision(body: nn.Module, precision: str) -> nn.Module:
         for name, module in body.named_children():
             if "rotary" not in name:  # its frequencies stay float32
                 module.to(target)
-    if precision != "int8":
-        return body
-    body = body if copied else copy.deepcopy(body)
-    quantise_linears(body, int8_mode())
+    if precision == "int8":
+        body = body if copied else copy.deepcopy(body)
+        quantise_linears(body, int8_mode())
+    if copied or precision == "int8":
+        in_place_mlps(body)
     return body
+
+
+class InPlaceGatedMLP(nn.Module):
+    """A Llama-style gated MLP, ``down(silu(gate(x)) · up(x))``, with the SiLU and the
+    product computed in place on the gate's output: the same bits as transformers' own
+    (the same kernels), two fewer tensors of the intermediate width per block. Only for
+    the tagger's copies of the blocks, which nothing trains."""
+
+    gate_proj: nn.Module
+    up_proj: nn.Module
+    down_proj: nn.Module
+
+    def __init__(self, mlp: Any) -> None:
+        super().__init__()
+        self.gate_proj, self.up_proj, self.down_proj = mlp.gate_proj, mlp.up_proj, mlp.down_proj
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate = nn.functional.silu(self.gate_proj(x), inplace=True)
+        out: torch.Tensor = self.down_proj(gate.mul_(self.up_proj(x)))
+        return out
+
+
+def _is_silu_gated(module: nn.Module) -> bool:
+    parts = ("gate_proj", "up_proj", "down_proj", "act_fn")
+    if not all(hasattr(module, p) for p in parts):
+        return False
+    act = module.act_fn
+    return isinstance(act, nn.SiLU) or type(act).__name__ == "SiLUActivation"
+
+
+def in_place_mlps(body: nn.Module) -> int:
+    """Replace every SiLU-gated MLP inside ``body`` by an :class:`InPlaceGatedMLP` over
+    the same projections; how many were replaced."""
+    replaced = 0
+    for parent in list(body.modules()):
+        for name, child in list(parent.named_children()):
+            if _is_silu_gated(child):
+                setattr(parent, name, InPlaceGatedMLP(child))
+                replaced += 1
+    return replaced
 
 
 class Encoded(NamedTuple):
@@ -274,10 +325,12 @@ class Tagger:
     featurizer: Featurizer
 
     @torch.no_grad()
-    def predict(self, texts: Sequence[str], batch: int = 32) -> list[list[Span]]:
+    def predict(self, texts: Sequence[str], batch: int = 16) -> list[list[Span]]:
         """Spans per text, in the order given. Texts run in batches of similar token count
         (:func:`by_token_count`): a text's features do not depend on its batch
-        (causal attention, padding on the right, masked)."""
+        (causal attention, padding on the right, masked). Batches of 16 keep a block's
+        intermediate tensors small: 5-9 % faster than 32 in int8, as fast in bfloat16
+        (docs/results.md)."""
         self.head.eval()
         out: list[list[Span]] = [[] for _ in texts]
         encoded = self.featurizer.encode(texts)
