@@ -13,7 +13,7 @@ import pytest
 from privlm.detect import evaluate_pii, make_detector, pii_corpus
 from privlm.detect.base import Span, bridge_spans
 from privlm.detect.pii_corpus import STRUCTURED
-from privlm.detect.pii_families import family_corpus
+from privlm.detect.pii_families import DEV_FAMILIES, DEV_SOURCES, family_corpus
 from privlm.detect.pii_families_heldout import FRESH_SOURCES, HELDOUT_FAMILIES
 from privlm.detect.pii_quality import score_texts
 
@@ -75,6 +75,53 @@ def test_batches_by_length_answer_each_text_as_it_runs_alone(tiny_tagger):
     texts = [a.text for a in corpus[:10]] + ["Ann", "Patient Ann Lee lives in a long street name."]
     texts = texts[::-1]
     assert tagger.predict(texts, batch=4) == [tagger.predict([t])[0] for t in texts]
+
+
+def test_batches_hold_texts_of_one_token_count_at_most_size(tiny_tagger):
+    """Every text once, in order of token count, each batch of one token count and at
+    most ``size`` texts: nothing is padded."""
+    from privlm.detect.tagger import by_token_count, same_length_batches
+
+    tagger, _, corpus = tiny_tagger
+    encoded = tagger.featurizer.encode([a.text for a in corpus[:40]] + ["x", "y", "Ann Lee"])
+    batches = same_length_batches(encoded, 3)
+    assert [j for b in batches for j in b] == by_token_count(encoded)
+    for b in batches:
+        assert 1 <= len(b) <= 3 and len({len(encoded[j].ids) for j in b}) == 1
+    merged = [len(b) for b in batches]
+    assert max(merged) == 3  # equal lengths do share a batch
+
+
+def test_each_texts_features_on_the_real_model_are_those_it_gets_alone(monkeypatch):
+    """Per record, to the bit: every batch predict runs gives each text the features and
+    head logits it gets alone, so a text's spans never depend on the other texts (their
+    lengths would, through the attention's rounding, with padded batches)."""
+    import torch
+
+    from privlm.detect.tagger import TaggerDetector, _pad
+
+    tagger = TaggerDetector().tagger
+    featurizer = tagger.featurizer
+    texts = [a.text for a in family_corpus(96, DEV_FAMILIES, DEV_SOURCES, seed=5)]
+    seen: list[tuple[list, list]] = []
+    features = featurizer.features
+
+    def recording(encoded):
+        out = features(encoded)
+        seen.append((list(encoded), out))
+        return out
+
+    monkeypatch.setattr(featurizer, "features", recording)
+    tagger.predict(texts)
+    monkeypatch.undo()
+    assert sum(len(e) for e, _ in seen) == len(texts) and max(len(e) for e, _ in seen) > 1
+    with torch.no_grad():
+        for encoded, together in seen:
+            logits = tagger.head(*_pad(together))
+            for row, e in enumerate(encoded):
+                alone = features([e])[0]
+                assert torch.equal(alone, together[row])
+                assert torch.equal(tagger.head(*_pad([alone]))[0], logits[row, : len(e.ids)])
 
 
 def test_batches_are_cut_by_token_count_not_by_characters(tiny_tagger):

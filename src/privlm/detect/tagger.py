@@ -215,6 +215,22 @@ class Encoded(NamedTuple):
     offsets: list[tuple[int, int]]
 
 
+def same_length_batches(encoded: Sequence[Encoded], size: int) -> list[list[int]]:
+    """Indices in batches of at most ``size`` texts of one token count each (ties in the
+    order given): nothing is padded, so a text's features and spans are, to the bit, those
+    it gets alone, whoever else is in the corpus. Padding would not leak a text into
+    another's row, but the attention's rounding moves with the padded width, so a text's
+    spans would depend on the other texts' lengths (docs/sharp_edges.md)."""
+    batches: list[list[int]] = []
+    for j in by_token_count(encoded):
+        last = batches[-1] if batches else None
+        if last and len(last) < size and len(encoded[last[0]].ids) == len(encoded[j].ids):
+            last.append(j)
+        else:
+            batches.append([j])
+    return batches
+
+
 def by_token_count(encoded: Sequence[Encoded]) -> list[int]:
     """Indices in order of token count (ties in the order given): a batch pads to its
     longest text, and padding is work. Character length is a poor proxy for it (a third of
@@ -256,8 +272,10 @@ class Featurizer:
     @torch.no_grad()
     def features(self, encoded: Sequence[Encoded]) -> list[torch.Tensor]:
         """Each encoded text's features (tokens × hidden size), run as one batch padded on
-        the right to its longest text and masked: a text's features do not depend on its
-        batch (causal attention)."""
+        the right to its longest text and masked. No text reads another (causal
+        attention), but the rounding moves with the padded width: only a batch of one
+        token count gives each text, to the bit, its features alone
+        (:func:`same_length_batches`)."""
         width = max(len(e.ids) for e in encoded)
         ids = torch.full((len(encoded), width), self.tokenizer.pad_token_id, dtype=torch.long)
         mask = torch.zeros((len(encoded), width), dtype=torch.long)
@@ -326,17 +344,14 @@ class Tagger:
 
     @torch.no_grad()
     def predict(self, texts: Sequence[str], batch: int = 16) -> list[list[Span]]:
-        """Spans per text, in the order given. Texts run in batches of similar token count
-        (:func:`by_token_count`): a text's features do not depend on its batch
-        (causal attention, padding on the right, masked). Batches of 16 keep a block's
-        intermediate tensors small: 5-9 % faster than 32 in int8, as fast in bfloat16
-        (docs/results.md)."""
+        """Spans per text, in the order given: each text's are those it gets alone, to the
+        bit, whatever the other texts (batches of one token count,
+        :func:`same_length_batches`). At most 16 texts a batch keeps a block's
+        intermediate tensors small (docs/results.md)."""
         self.head.eval()
         out: list[list[Span]] = [[] for _ in texts]
         encoded = self.featurizer.encode(texts)
-        order = by_token_count(encoded)
-        for i in range(0, len(order), batch):
-            idx = order[i : i + batch]
+        for idx in same_length_batches(encoded, batch):
             x, lengths = _pad(self.featurizer.features([encoded[j] for j in idx]))
             labels = self.head(x, lengths).argmax(-1)
             for row, j in enumerate(idx):
@@ -449,7 +464,8 @@ def train_tagger(
     if not corpus:
         raise PrivlmError("the tagger needs training texts")
     featurizer = Featurizer(model.model, model.tokenizer, cfg.layer, cfg.max_tokens)
-    # batches of similar length pad little; a text's features do not depend on its batch
+    # batches of similar length pad little (the corpus is generated text: padding's
+    # rounding, docs/sharp_edges.md, does not matter here)
     encoded = featurizer.encode([c.text for c in corpus])
     order = by_token_count(encoded)
     found: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
