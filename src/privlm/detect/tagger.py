@@ -148,8 +148,8 @@ def feature_precision() -> str:
 def in_precision(body: nn.Module, precision: str) -> nn.Module:
     """``body`` in ``precision``: itself where it already is, else a copy (the model's own
     weights never change). bfloat16: weights and activations; int8: the linear layers'
-    weights per output channel and their inputs per token, so a text's features still do
-    not depend on its batch, the rest in float32. The rotary frequencies stay float32.
+    weights per output channel and their inputs per token, so no text's scale depends on
+    another's, the rest in float32. The rotary frequencies stay float32.
     A copy's gated MLPs run in place (:class:`InPlaceGatedMLP`)."""
     if precision not in PRECISIONS:
         raise PrivlmError(f"the tagger runs in float32, bfloat16 or int8, not {precision!r}")
