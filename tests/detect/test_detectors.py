@@ -94,6 +94,26 @@ def test_levels_are_nested():
             assert smaller <= larger
 
 
+@pytest.mark.parametrize("level", ["low-entity", "high-contextual"])
+def test_a_spacy_level_answers_each_text_as_it_answers_it_alone(level):
+    """Per record, to the bit: ``nlp.pipe`` batches texts, and each text's spans and
+    token vectors are those it gets alone (JFT's policy must be a function of the record;
+    docs/sharp_edges.md)."""
+    import numpy as np
+
+    from privlm.detect.pii_families import DEV_FAMILIES, DEV_SOURCES, family_corpus
+    from privlm.detect.spacy_detector import load_pipeline
+
+    texts = [a.text for a in family_corpus(48, DEV_FAMILIES, DEV_SOURCES, seed=7)]
+    detector = SpacyDetector(level, batch_size=16)
+    assert detector.detect(texts) == [detector.detect([t])[0] for t in texts]
+    nlp = load_pipeline(detector.pipeline)
+    off = detector._disabled(nlp)
+    together = list(nlp.pipe(texts, batch_size=16, disable=off))
+    for text, doc in zip(texts, together, strict=True):
+        assert np.array_equal(next(iter(nlp.pipe([text], disable=off))).tensor, doc.tensor)
+
+
 def test_high_entity_knows_all_18_types():
     from privlm.detect.spacy_detector import ALL_ENTITY_TYPES, load_pipeline
 
