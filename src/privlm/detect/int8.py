@@ -146,12 +146,17 @@ class Int8Linear(nn.Module):
 ONEDNN_WITHOUT_VNNI = ("SSE41", "AVX", "AVX2", "AVX512_CORE")
 
 
+def onednn_isa_cap() -> str:
+    """The instruction set ``ONEDNN_MAX_CPU_ISA`` caps oneDNN at, upper case ("" when
+    uncapped)."""
+    return os.environ.get("ONEDNN_MAX_CPU_ISA", "").strip().upper()
+
+
 def runs_without_vnni() -> bool:
     """Whether the int8 products run without VNNI here: their 16-bit partial sums then
     saturate unless the value ranges are halved (``reduce_range``). True on a CPU without
     AVX512-VNNI, or where ``ONEDNN_MAX_CPU_ISA`` caps oneDNN below it."""
-    capped = os.environ.get("ONEDNN_MAX_CPU_ISA", "").strip().upper()
-    return capped in ONEDNN_WITHOUT_VNNI or not torch.cpu._is_vnni_supported()
+    return onednn_isa_cap() in ONEDNN_WITHOUT_VNNI or not torch.cpu._is_vnni_supported()
 
 
 def int8_mode(without_vnni: bool | None = None) -> Int8Mode:

@@ -42,7 +42,7 @@ from torch import nn
 
 from privlm.detect.annotated import AnnotatedText
 from privlm.detect.base import Span, whole_words
-from privlm.detect.int8 import int8_mode, quantise_linears
+from privlm.detect.int8 import int8_mode, onednn_isa_cap, quantise_linears
 from privlm.detect.legal_forms import complete_organisations
 from privlm.detect.provenance import DEFAULT_SENTENCES, TAGGER_LAYER, TAGGER_VERSION
 from privlm.errors import PrivlmError
@@ -116,7 +116,7 @@ def native_bf16() -> bool:
     """Whether this CPU multiplies bfloat16 natively (AVX512-BF16 or AMX), and oneDNN may
     use it: an ``ONEDNN_MAX_CPU_ISA`` below AVX512_CORE_BF16 leaves it emulated, about 8x
     slower than int8 (docs/results.md)."""
-    if os.environ.get("ONEDNN_MAX_CPU_ISA", "").strip().upper() in ONEDNN_WITHOUT_BF16:
+    if onednn_isa_cap() in ONEDNN_WITHOUT_BF16:
         return False
     checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in checks)
@@ -127,7 +127,8 @@ def feature_precision() -> str:
     CPU computes it natively; elsewhere "int8" (the blocks' linear layers with int8 weights
     per output channel and int8 activations per token, :mod:`privlm.detect.int8`), faster
     than float32 there with held-out recall within 0.025 of float32's on every type
-    (docs/results.md). ``PRIVLM_TAGGER_DTYPE`` (float32, bfloat16, int8 or auto) overrides. Heads are trained on float32 features either way
+    (docs/results.md). ``PRIVLM_TAGGER_DTYPE`` (float32, bfloat16, int8 or auto)
+    overrides. Heads are trained on float32 features either way
     (:func:`train_default_tagger`), so the recipe is the same on every machine."""
     asked = os.environ.get(PRECISION_ENV, "auto").strip().lower() or "auto"
     if asked not in ("auto", *PRECISIONS):
