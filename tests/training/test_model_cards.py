@@ -56,9 +56,12 @@ def test_a_dpsgd_adapter_states_its_guarantee_and_loads_in_plain_peft(tmp_path):
 def test_ensemble_members_load_in_plain_peft_with_privlms_logits(tmp_path):
     cfg = LoraTrainingConfig(epochs=1, block_size=16, max_blocks=2, learning_rate=1e-2)  # moves
     ds = Dataset(NOTES, "notes", "user")
+    # a fixed key that gives both parts records (16 and 8): a fresh key leaves a part empty
+    # one time in 32, and an empty part's member is the public model itself
     train_ensemble(
-        "tiny", ds, tmp_path / "ens", EnsembleConfig(parts=2, training=cfg), progress=False
-    )
+        "tiny", ds, tmp_path / "ens", EnsembleConfig(parts=2, training=cfg), progress=False,
+        partition_key="11" * 32,
+    )  # fmt: skip
     card = (tmp_path / "ens" / "README.md").read_text()
     assert "none by itself" in card and "Data size:** 6 units in 2 parts" in card
     lm, engine, manifest = load_ensemble(tmp_path / "ens", "cpu", "float32")
