@@ -32,6 +32,8 @@ from typing import TypeGuard
 import torch
 from torch import nn
 
+from privlm.detect.fixed_rows import in_fixed_rows
+
 EPS = torch.finfo(torch.float32).eps
 U8_SHIFT = 128
 
@@ -105,7 +107,8 @@ class SharedInput:
 
 class Int8Linear(nn.Module):
     """A bias-free or biased linear layer with int8 weights (one scale per output row) and
-    int8 inputs (one scale per token), float32 out."""
+    int8 inputs (one scale per token), float32 out. ``rows``: the products run in calls of
+    exactly that many rows (:mod:`privlm.detect.fixed_rows`; None: one call)."""
 
     weight_t: torch.Tensor
     weight_scale: torch.Tensor
@@ -124,11 +127,15 @@ class Int8Linear(nn.Module):
         bias = None if linear.bias is None else linear.bias.detach().float()
         self.register_buffer("bias", bias, persistent=False)
         self.shared = shared
+        self.rows: int | None = None
         self.in_features, self.out_features = linear.in_features, linear.out_features
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         ints, scale = self.shared.quantised(x)
-        acc = torch._int_mm(ints, self.weight_t)
+        if self.rows is None:
+            acc = torch._int_mm(ints, self.weight_t)
+        else:
+            acc = in_fixed_rows(lambda r: torch._int_mm(r, self.weight_t), ints, self.rows)
         if self.shift is not None:
             acc.sub_(self.shift)
         # float32 in torchao's order, (acc · token scale) · row scale; cast first, then in

@@ -42,7 +42,8 @@ from torch import nn
 
 from privlm.detect.annotated import AnnotatedText
 from privlm.detect.base import Span, whole_words
-from privlm.detect.int8 import int8_mode, onednn_isa_cap, quantise_linears
+from privlm.detect.fixed_rows import ROWS, fixed_row_linears, sharing_weights
+from privlm.detect.int8 import Int8Linear, int8_mode, onednn_isa_cap, quantise_linears
 from privlm.detect.legal_forms import complete_organisations
 from privlm.detect.provenance import DEFAULT_SENTENCES, TAGGER_LAYER, TAGGER_VERSION
 from privlm.errors import PrivlmError
@@ -240,18 +241,33 @@ def by_token_count(encoded: Sequence[Encoded]) -> list[int]:
     return sorted(range(len(encoded)), key=lambda j: len(encoded[j].ids))
 
 
+def in_fixed_rows(body: nn.Module, rows: int = ROWS) -> nn.Module:
+    """``body`` with every matrix product of its linear layers (float or int8) run in calls
+    of exactly ``rows`` rows (:mod:`privlm.detect.fixed_rows`), so that a token's features
+    are a function of its own text alone on every CPU; a copy sharing the weights."""
+    body = sharing_weights(body)
+    fixed_row_linears(body, rows)
+    for module in body.modules():
+        if isinstance(module, Int8Linear):
+            module.rows = rows
+    return body
+
+
 class Featurizer:
     """The public model's hidden states after ``layer`` blocks (final norm applied), with
     each token's character offsets; the blocks run in ``precision`` (a copy of them,
     :func:`in_precision`; None: the model's own), and the features are float32 whatever
-    it is."""
+    it is. ``rows``: the linear layers' products run in calls of that many rows
+    (:func:`in_fixed_rows`: each text's features are those it gets alone; None: one call
+    per layer, as training reads its generated corpus)."""
 
     def __init__(
         self, model: Any, tokenizer: Any, layer: int, max_tokens: int,
-        precision: str | None = None,
+        precision: str | None = None, rows: int | None = None,
     ) -> None:  # fmt: skip
         body = truncated_body(model, layer)
-        self.body = body if precision is None else in_precision(body, precision)
+        body = body if precision is None else in_precision(body, precision)
+        self.body = body if rows is None else in_fixed_rows(body, rows)
         self.tokenizer, self.max_tokens = tokenizer, max_tokens
         if not getattr(tokenizer, "is_fast", False):
             raise PrivlmError("the tagger needs a fast tokenizer (character offsets)")
@@ -450,7 +466,9 @@ def load_tagger(folder: str | Path | None = None, model: Any = None) -> Tagger:
     head.load_state_dict({k: v.float() for k, v in state.items()})
     on_cpu = next(model.model.parameters()).device.type == "cpu"
     precision = feature_precision() if on_cpu else None
-    featurizer = Featurizer(model.model, model.tokenizer, cfg.layer, cfg.max_tokens, precision)
+    featurizer = Featurizer(
+        model.model, model.tokenizer, cfg.layer, cfg.max_tokens, precision, rows=ROWS
+    )
     return Tagger(cfg, head, featurizer)
 
 
