@@ -29,6 +29,7 @@ from privlm.accounting import (
     dpsgd_epsilon,
     poisson_subsampled_rdp,
 )
+from privlm.accounting.relations import Relation
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -100,7 +101,7 @@ def bench_ledger(n=300):
         ledger = PrivacyLedger(Path(tmp) / "l.db", "bench", Budget(1e6, 1e-5))
         t = time.perf_counter()
         for _ in range(n):
-            ledger.charge(Charge("token", rdp=curve))
+            ledger.charge(Charge("token", rdp=curve, relation=Relation.RECORD))
         durable = (time.perf_counter() - t) / n
         ledger.close()
     total = np.zeros(1)

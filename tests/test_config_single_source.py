@@ -202,6 +202,30 @@ def test_every_config_class_refuses_every_bound_where_it_is_built():
     assert checked > 40
 
 
+def test_every_config_class_refuses_a_required_number_given_as_none():
+    """A setting whose type has no None (PromptDpSgdConfig's target ε) is refused as None
+    when the config is built, naming the setting, not later in the run (a TypeError in
+    calibrate_noise_multiplier); a word for a number likewise."""
+    from privlm.prompting.config import PromptDpSgdConfig
+
+    with pytest.raises(PrivlmError, match=r"\btarget_epsilon must be a float, got None"):
+        PromptDpSgdConfig(target_epsilon=None)  # type: ignore[arg-type]
+    checked = 0
+    for cls in config_classes():
+        declared = {f.name: str(f.type) for f in dataclasses.fields(cls)}
+        for s in settings_of(cls).values():
+            kinds = {t.strip() for t in declared[s.name].split("|")}
+            if "None" in kinds or not kinds <= {"float", "int", "str", "bool"}:
+                continue
+            with pytest.raises(PrivlmError, match=rf"\b{s.name} must be"):
+                cls(**{s.name: None})
+            if kinds & {"float", "int"}:
+                with pytest.raises(PrivlmError, match=rf"\b{s.name} must be"):
+                    cls(**{s.name: "8"})
+            checked += 1
+    assert checked > 60
+
+
 @pytest.mark.parametrize(
     ("args", "why"),
     [

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -152,10 +153,35 @@ def bound_violation(s: Setting, value: Any) -> str | None:
     return None
 
 
+SCALARS: dict[str, Callable[[Any], bool]] = {
+    "None": lambda v: v is None,
+    "bool": lambda v: isinstance(v, bool),
+    "int": lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool),
+    "float": lambda v: isinstance(v, numbers.Real) and not isinstance(v, bool),
+    "str": lambda v: isinstance(v, str),
+}
+
+
+def type_violation(annotation: Any, value: Any) -> str | None:
+    """Why ``value`` is not of a scalar setting's declared type ("must be …, got …"), or
+    None; a setting whose type is not a union of ``SCALARS`` is not checked here."""
+    names = [t.strip() for t in str(annotation).split("|")]
+    if not names or not all(n in SCALARS for n in names):
+        return None
+    if any(SCALARS[n](value) for n in names):
+        return None
+    wanted = " or ".join("None" if n == "None" else f"a{'n' if n == 'int' else ''} {n}"
+                         for n in names)  # fmt: skip
+    return f"must be {wanted}, got {value!r}"
+
+
 def check_settings(config: Any) -> None:
-    """Refuse a value outside its bounds or choices, naming the setting."""
+    """Refuse a value of another type than its setting declares (a required number given as
+    None, a word for a number), or outside its bounds or choices, naming the setting."""
+    declared = {f.name: f.type for f in dataclasses.fields(config)}
     for s in settings_of(type(config)).values():
-        why = bound_violation(s, getattr(config, s.name))
+        value = getattr(config, s.name)
+        why = type_violation(declared[s.name], value) or bound_violation(s, value)
         if why is not None:
             raise PrivlmError(f"{s.name} {why}")
 

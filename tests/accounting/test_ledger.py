@@ -24,6 +24,7 @@ from privlm.accounting import (
     balle_epsilon,
     charge_together,
 )
+from privlm.accounting.relations import Relation
 from privlm.errors import AccountingError, BudgetExceededError
 
 pytestmark = pytest.mark.fast
@@ -38,8 +39,8 @@ def test_rdp_charges_compose_and_convert_at_best_order(db):
     ledger = PrivacyLedger(db, "m", Budget(10.0, 1e-5))
     a = DpSgdPlan(1.2, 0.01, 300).rdp_curve()
     b = DpSgdPlan(0.9, 0.02, 100).rdp_curve()
-    ledger.charge(Charge("dpsgd", rdp=a))
-    spent = ledger.charge(Charge("dpsgd", rdp=b))
+    ledger.charge(Charge("dpsgd", rdp=a, relation=Relation.RECORD))
+    spent = ledger.charge(Charge("dpsgd", rdp=b, relation=Relation.RECORD))
     expected = balle_epsilon(DEFAULT_ORDERS, np.asarray(a.epsilons) + np.asarray(b.epsilons), 1e-5)
     assert spent.epsilon == pytest.approx(expected.epsilon, rel=1e-12)
     assert spent.order == expected.order
@@ -52,7 +53,9 @@ def test_single_order_charges_like_pmixed(db):
     ledger = PrivacyLedger(db, "pmixed", Budget(8.0, 1e-5))
     per_token = RdpCurve.from_mapping({3.0: 0.002})
     for _ in range(100):
-        ledger.charge(Charge("pmixed-token", rdp=per_token, unit="ensemble member"))
+        ledger.charge(
+            Charge("pmixed-token", rdp=per_token, unit="ensemble member", relation=Relation.UNIT)
+        )
     spent = ledger.spent()
     assert spent.order == 3.0
     expected = 0.2 + math.log(2 / 3) - (math.log(1e-5) + math.log(3)) / 2
@@ -61,51 +64,57 @@ def test_single_order_charges_like_pmixed(db):
 
 def test_approximate_dp_charges_add_up(db):
     ledger = PrivacyLedger(db, "approx", Budget(1.0, 1e-5))
-    ledger.charge(Charge("laplace", epsilon=0.25))
-    ledger.charge(Charge("gauss", epsilon=0.25, delta=1e-6))
+    ledger.charge(Charge("laplace", epsilon=0.25, relation=Relation.RECORD))
+    ledger.charge(Charge("gauss", epsilon=0.25, delta=1e-6, relation=Relation.RECORD))
     assert ledger.spent().epsilon == 0.5
     # mixing with RDP: the RDP part converts at δ minus the approximate δ already spent
-    ledger.charge(Charge("rdp", rdp=RdpCurve.from_mapping({20.0: 0.01})))
+    ledger.charge(Charge("rdp", rdp=RdpCurve.from_mapping({20.0: 0.01}), relation=Relation.RECORD))
     conv = balle_epsilon([20.0], [0.01], 1e-5 - 1e-6)
     assert ledger.spent().epsilon == pytest.approx(0.5 + conv.epsilon, rel=1e-12)
 
 
 def test_refusal_records_nothing_and_says_why(db):
     ledger = PrivacyLedger(db, "r", Budget(1.0, 1e-5))
-    ledger.charge(Charge("m", epsilon=0.75))
+    ledger.charge(Charge("m", epsilon=0.75, relation=Relation.RECORD))
     with pytest.raises(BudgetExceededError) as err:
-        ledger.charge(Charge("big-mechanism", epsilon=0.5))
+        ledger.charge(Charge("big-mechanism", epsilon=0.5, relation=Relation.RECORD))
     msg = str(err.value)
     assert (
         "big-mechanism" in msg and "1.25" in msg and "ε=1" in msg and "nothing was recorded" in msg
     )
     assert len(ledger.charges()) == 1
     assert ledger.spent().epsilon == 0.75
-    ledger.charge(Charge("m", epsilon=0.25))  # exactly the budget still fits
+    ledger.charge(
+        Charge("m", epsilon=0.25, relation=Relation.RECORD)
+    )  # exactly the budget still fits
     assert ledger.remaining() == 0.0
 
 
 def test_charge_at_orders_the_ledger_lacks_is_refused(db):
     ledger = PrivacyLedger(db, "o", Budget(100.0, 1e-5))
     with pytest.raises(BudgetExceededError, match="infinite at every order"):
-        ledger.charge(Charge("odd", rdp=RdpCurve.from_mapping({2.55: 0.1})))
+        ledger.charge(
+            Charge("odd", rdp=RdpCurve.from_mapping({2.55: 0.1}), relation=Relation.RECORD)
+        )
     assert ledger.charges() == []
 
 
 def test_delta_exhaustion_is_refused(db):
     ledger = PrivacyLedger(db, "d", Budget(5.0, 1e-5))
     with pytest.raises(BudgetExceededError):
-        ledger.charge(Charge("m", epsilon=0.1, delta=2e-5))
+        ledger.charge(Charge("m", epsilon=0.1, delta=2e-5, relation=Relation.RECORD))
 
 
 def test_persisted_across_reopen_and_budget_cannot_change(db):
     ledger = PrivacyLedger(db, "p", Budget(2.0, 1e-6))
-    ledger.charge(Charge("m", epsilon=0.5, unit="user", params={"k": 1}))
+    ledger.charge(Charge("m", epsilon=0.5, unit="user", params={"k": 1}, relation=Relation.USER))
     ledger.close()
     again = PrivacyLedger(db, "p")
     assert again.budget == Budget(2.0, 1e-6)
     [rec] = again.charges()
-    assert (rec.mechanism, rec.epsilon, rec.unit, rec.params) == ("m", 0.5, "user", {"k": 1})
+    assert (rec.mechanism, rec.epsilon, rec.unit) == ("m", 0.5, "user")
+    assert rec.params == {"k": 1, "relation": "user"}  # the typed relation, recorded
+    assert rec.relation is Relation.USER
     assert rec.created_at.endswith("+00:00")
     with pytest.raises(AccountingError, match="cannot be reopened"):
         PrivacyLedger(db, "p", Budget(3.0, 1e-6))
@@ -116,13 +125,20 @@ def test_persisted_across_reopen_and_budget_cannot_change(db):
 def test_ledgers_in_one_file_are_independent(db):
     a = PrivacyLedger(db, "a", Budget(1.0, 1e-5))
     b = PrivacyLedger(db, "b", Budget(1.0, 1e-5))
-    a.charge(Charge("m", epsilon=1.0))
+    a.charge(Charge("m", epsilon=1.0, relation=Relation.RECORD))
     assert b.spent().epsilon == 0.0
 
 
 def test_export_json(db, tmp_path):
     ledger = PrivacyLedger(db, "j", Budget(8.0, 1e-5))
-    ledger.charge(Charge("dpsgd", rdp=DpSgdPlan(1.0, 0.01, 100).rdp_curve(), params={"s": 1.0}))
+    ledger.charge(
+        Charge(
+            "dpsgd",
+            rdp=DpSgdPlan(1.0, 0.01, 100).rdp_curve(),
+            params={"s": 1.0},
+            relation=Relation.RECORD,
+        )
+    )
     out = tmp_path / "ledger.json"
     ledger.export_json(out)
     data = json.loads(out.read_text())
@@ -134,9 +150,9 @@ def test_export_json(db, tmp_path):
 
 def test_invalid_charges_refused():
     with pytest.raises(AccountingError, match="carry a cost"):
-        Charge("nothing")
+        Charge("nothing", relation=Relation.RECORD)
     with pytest.raises(AccountingError):
-        Charge("neg", epsilon=-1.0)
+        Charge("neg", epsilon=-1.0, relation=Relation.RECORD)
     with pytest.raises(AccountingError):
         Budget(float("inf"), 1e-5)
 
@@ -144,13 +160,13 @@ def test_invalid_charges_refused():
 WORKER = textwrap.dedent(
     """
     import sys
-    from privlm.accounting import Budget, Charge, PrivacyLedger
+    from privlm.accounting import Budget, Charge, PrivacyLedger, Relation
     from privlm.errors import BudgetExceededError
     ledger = PrivacyLedger(sys.argv[1], "shared")
     ok = refused = 0
     for _ in range(int(sys.argv[2])):
         try:
-            ledger.charge(Charge("worker", epsilon=0.25))
+            ledger.charge(Charge("worker", epsilon=0.25, relation=Relation.RECORD))
             ok += 1
         except BudgetExceededError:
             refused += 1
@@ -199,11 +215,17 @@ def test_sigkill_mid_charging_leaves_a_consistent_ledger(db):
 def test_rdp_budget_at_one_order(db):
     """SubMix keeps (α, ε_i)-RDP budgets per part: spent is the raw RDP at that order."""
     ledger = PrivacyLedger(db, "part-0", Budget(1.0, 1e-5, order=2.0))
-    ledger.charge(Charge("submix", rdp=RdpCurve.from_mapping({2.0: 0.75})))
+    ledger.charge(
+        Charge("submix", rdp=RdpCurve.from_mapping({2.0: 0.75}), relation=Relation.RECORD)
+    )
     assert ledger.spent().epsilon == 0.75 and ledger.spent().order == 2.0
     with pytest.raises(BudgetExceededError, match="RDP ε=1 at order α=2"):
-        ledger.charge(Charge("submix", rdp=RdpCurve.from_mapping({2.0: 0.5})))
-    ledger.charge(Charge("submix", rdp=RdpCurve.from_mapping({2.0: 0.25})))
+        ledger.charge(
+            Charge("submix", rdp=RdpCurve.from_mapping({2.0: 0.5}), relation=Relation.RECORD)
+        )
+    ledger.charge(
+        Charge("submix", rdp=RdpCurve.from_mapping({2.0: 0.25}), relation=Relation.RECORD)
+    )
     assert ledger.remaining() == 0.0
     odd = PrivacyLedger(db, "odd-order", Budget(1.0, 1e-5, order=2.55))
     assert 2.55 in odd.orders
@@ -212,20 +234,30 @@ def test_rdp_budget_at_one_order(db):
 def test_charge_together_is_all_or_nothing(db):
     a, b, c = PrivacyLedger.family(db, ["a", "b", "c"], Budget(1.0, 1e-5, order=2.0))
     curve = lambda e: RdpCurve.from_mapping({2.0: e})  # noqa: E731
-    charge_together([(a, Charge("m", rdp=curve(0.5))), (b, Charge("m", rdp=curve(0.9)))])
+    charge_together(
+        [
+            (a, Charge("m", rdp=curve(0.5), relation=Relation.RECORD)),
+            (b, Charge("m", rdp=curve(0.9), relation=Relation.RECORD)),
+        ]
+    )
     with pytest.raises(BudgetExceededError, match="'b'"):
         charge_together(
             [
-                (a, Charge("m", rdp=curve(0.1))),
-                (b, Charge("m", rdp=curve(0.2))),
-                (c, Charge("m", rdp=curve(0.1))),
+                (a, Charge("m", rdp=curve(0.1), relation=Relation.RECORD)),
+                (b, Charge("m", rdp=curve(0.2), relation=Relation.RECORD)),
+                (c, Charge("m", rdp=curve(0.1), relation=Relation.RECORD)),
             ]
         )
     assert (a.count(), b.count(), c.count()) == (1, 1, 0)
     assert a.spent().epsilon == 0.5
     other = PrivacyLedger(db, "other", Budget(1.0, 1e-5))
     with pytest.raises(AccountingError, match="family"):
-        charge_together([(a, Charge("m", epsilon=0.1)), (other, Charge("m", epsilon=0.1))])
+        charge_together(
+            [
+                (a, Charge("m", epsilon=0.1, relation=Relation.RECORD)),
+                (other, Charge("m", epsilon=0.1, relation=Relation.RECORD)),
+            ]
+        )
 
 
 def test_flags_are_durable(db):
@@ -241,7 +273,10 @@ def test_fits_and_require_fits_agree_with_charge(tmp_path):
     from privlm.errors import BudgetExceededError
 
     led = PrivacyLedger(tmp_path / "f.db", "f", Budget(1.0, 1e-5))
-    small, big = Charge("a", epsilon=0.4), Charge("b", epsilon=1.5)
+    small, big = (
+        Charge("a", epsilon=0.4, relation=Relation.RECORD),
+        Charge("b", epsilon=1.5, relation=Relation.RECORD),
+    )
     assert led.fits(small) and not led.fits(big)
     led.require_fits(small, "a small run")
     with pytest.raises(BudgetExceededError, match="refused before training: a big run"):
@@ -257,18 +292,22 @@ def test_an_overdraft_is_recorded_whole_and_refuses_everything_after_it(tmp_path
     from privlm.accounting.ledger import OVERDRAWN_FLAG
 
     ledger = PrivacyLedger(tmp_path / "l.db", "d", Budget(1.0, 1e-5))
-    ledger.charge(Charge("first", epsilon=0.5))
-    spent = ledger.record_overdraft(Charge("restated", epsilon=2.0), "tokens restated per unit")
+    ledger.charge(Charge("first", epsilon=0.5, relation=Relation.RECORD))
+    spent = ledger.record_overdraft(
+        Charge("restated", epsilon=2.0, relation=Relation.RECORD), "tokens restated per unit"
+    )
     assert spent.epsilon == pytest.approx(2.5) and ledger.count() == 2
     assert ledger.overdrawn() == "tokens restated per unit"
     with pytest.raises(BudgetExceededError, match="overdrawn: tokens restated per unit"):
-        ledger.charge(Charge("later", epsilon=1e-9))
+        ledger.charge(Charge("later", epsilon=1e-9, relation=Relation.RECORD))
     with pytest.raises(BudgetExceededError, match="overdrawn: tokens restated per unit"):
-        ledger.require_fits(Charge("planned", epsilon=1e-9), "a later job")
+        ledger.require_fits(
+            Charge("planned", epsilon=1e-9, relation=Relation.RECORD), "a later job"
+        )
     assert ledger.count() == 2 and ledger.remaining() == 0.0 and ledger.verify()
     assert ledger.to_json()["overdrawn"] == "tokens restated per unit"
     with pytest.raises(AccountingError, match="why"):
-        ledger.record_overdraft(Charge("silent", epsilon=1.0), "")
+        ledger.record_overdraft(Charge("silent", epsilon=1.0, relation=Relation.RECORD), "")
     with ledger.transaction() as tx, pytest.raises(AccountingError):
         tx.set_flag(OVERDRAWN_FLAG, "cleared")
 
@@ -282,8 +321,10 @@ def test_a_ledger_composes_one_relation_and_refuses_another(tmp_path):
 
     ledger = PrivacyLedger(tmp_path / "l.db", "d", Budget(8.0, 1e-5))
     assert ledger.relation() is Relation.UNIT
-    ledger.charge(Charge("pmixed", epsilon=0.1, unit="unit of the dataset"))  # per unit
-    ledger.charge(Charge("dpsgd", epsilon=0.1, unit="user"))
+    ledger.charge(
+        Charge("pmixed", epsilon=0.1, unit="unit of the dataset", relation=Relation.UNIT)
+    )  # per unit
+    ledger.charge(Charge("dpsgd", epsilon=0.1, unit="user", relation=Relation.USER))
     assert ledger.relation() is Relation.USER
     ledger.charge(Charge("pmixed", epsilon=0.1, relation=Relation.UNIT))
     for other in (Relation.RECORD, Relation.PART):
@@ -293,9 +334,11 @@ def test_a_ledger_composes_one_relation_and_refuses_another(tmp_path):
     parts = PrivacyLedger(
         tmp_path / "l.db", "p", Budget(2.0, 1e-5, order=2.0), relation=Relation.PART
     )
-    parts.charge(Charge("submix", rdp=RdpCurve.from_mapping({2.0: 0.1}), unit="part"))
+    parts.charge(
+        Charge("submix", rdp=RdpCurve.from_mapping({2.0: 0.1}), unit="part", relation=Relation.PART)
+    )
     with pytest.raises(RelationError):
-        parts.charge(Charge("dpsgd", epsilon=0.1, unit="record"))
+        parts.charge(Charge("dpsgd", epsilon=0.1, unit="record", relation=Relation.RECORD))
     with pytest.raises(RelationError, match="cannot be reopened"):
         PrivacyLedger(tmp_path / "l.db", "p", relation=Relation.RECORD)
     assert ledger.to_json()["relation"] == "add or remove one user (all their records)"
@@ -309,6 +352,6 @@ def test_a_ledger_from_before_relations_keeps_composing_what_it_did(tmp_path):
     ledger = PrivacyLedger(tmp_path / "l.db", "old", Budget(8.0, 1e-5))
     with ledger._engine.begin() as conn:  # as the earlier version wrote it
         conn.execute(update(ledgers_table).values(relation="add or remove one privacy unit"))
-    ledger.charge(Charge("dpsgd", epsilon=0.1, unit="record"))
-    ledger.charge(Charge("submix", epsilon=0.1, unit="part"))
+    ledger.charge(Charge("dpsgd", epsilon=0.1, unit="record", relation=Relation.RECORD))
+    ledger.charge(Charge("submix", epsilon=0.1, unit="part", relation=Relation.PART))
     assert ledger.relation() is None and ledger.count() == 2

@@ -15,11 +15,13 @@ from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
 
 from privlm.accounting.analysis.conversion import balle_epsilon
+from privlm.accounting.composition import DELTA_SPLITS
 from privlm.accounting.curves import RdpCurve
 from privlm.accounting.dpsgd import DpSgdPlan, dpsgd_epsilon
 from privlm.accounting.events import MechanismEvent, laplace_rdp, pld_epsilon
-from privlm.accounting.ledger import DELTA_SPLITS, Budget, Charge, PrivacyLedger
+from privlm.accounting.ledger import Budget, Charge, PrivacyLedger
 from privlm.accounting.orders import DEFAULT_ORDERS
+from privlm.accounting.relations import Relation
 from privlm.errors import AccountingError, BudgetExceededError
 
 pytestmark = pytest.mark.fast
@@ -35,6 +37,7 @@ def dpsgd_charge(sigma: float, q: float, steps: int, accountant: str) -> Charge:
         rdp=plan.rdp_curve(),
         event=plan.event(),
         compose="pld" if accountant == "prv" else "rdp",
+        relation=Relation.RECORD,
     )
 
 
@@ -133,10 +136,10 @@ def test_pld_and_rdp_charges_compose_by_the_tighter_sound_rule(tmp_path):
     led = PrivacyLedger(tmp_path / "l.db", "d", Budget(20.0, DELTA))
     token = RdpCurve.from_arrays(DEFAULT_ORDERS, np.asarray(DEFAULT_ORDERS) * 0.002)
     run = dpsgd_charge(1.0, 0.02, 800, "prv")
-    led.charge(Charge("pmixed-token", rdp=token))
+    led.charge(Charge("pmixed-token", rdp=token, relation=Relation.RECORD))
     led.charge(run)
-    led.charge(Charge("pmixed-token", rdp=token))
-    spent = led.charge(Charge("count", epsilon=0.05, delta=1e-7))
+    led.charge(Charge("pmixed-token", rdp=token, relation=Relation.RECORD))
+    spent = led.charge(Charge("count", epsilon=0.05, delta=1e-7, relation=Relation.RECORD))
     assert run.event is not None and run.rdp is not None
     orders = np.asarray(DEFAULT_ORDERS)
     rest = 2 * token.at(orders)
@@ -164,9 +167,11 @@ def test_a_pld_charge_over_budget_is_refused_and_records_nothing(tmp_path):
 
 def test_a_pld_charge_needs_its_event_and_curve():
     with pytest.raises(AccountingError, match="PLD needs"):
-        Charge("x", rdp=DpSgdPlan(1.0, 0.1, 10).rdp_curve(), compose="pld")
+        Charge(
+            "x", rdp=DpSgdPlan(1.0, 0.1, 10).rdp_curve(), compose="pld", relation=Relation.RECORD
+        )
     with pytest.raises(AccountingError, match="compose"):
-        Charge("x", epsilon=1.0, compose="prv")
+        Charge("x", epsilon=1.0, compose="prv", relation=Relation.RECORD)
 
 
 def test_a_ledger_written_before_events_opens_and_reports_the_same_epsilon(tmp_path):
@@ -195,7 +200,14 @@ def test_what_one_tagged_job_spent_is_its_charges_composed_alone(tmp_path, accou
     shared.tagged(job="a").charge(mine[0])
     shared.tagged(job="b").charge(other)
     shared.tagged(job="a").charge(mine[1])
-    shared.charge(Charge("reservation", epsilon=0.5, params={"job": "a", "deployment": "d"}))
+    shared.charge(
+        Charge(
+            "reservation",
+            epsilon=0.5,
+            params={"job": "a", "deployment": "d"},
+            relation=Relation.RECORD,
+        )
+    )
     alone = PrivacyLedger(tmp_path / "alone.db", "a", Budget(50.0, DELTA))
     for c in mine:
         alone.charge(c)

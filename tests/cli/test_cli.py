@@ -9,6 +9,7 @@ from opacus.accountants import RDPAccountant
 from typer.testing import CliRunner
 
 from privlm.accounting import Budget, Charge, PrivacyLedger
+from privlm.accounting.relations import Relation
 from privlm.cli import app
 from tests.conftest import requires_data
 
@@ -176,7 +177,9 @@ def test_models_list_and_prepare_tiny():
 @pytest.mark.fast
 def test_ledger_show(tmp_path):
     db = tmp_path / "l.db"
-    PrivacyLedger(db, "svc", Budget(4.0, 1e-6)).charge(Charge("m", epsilon=1.5))
+    PrivacyLedger(db, "svc", Budget(4.0, 1e-6)).charge(
+        Charge("m", epsilon=1.5, relation=Relation.RECORD)
+    )
     out = run_json("ledger", "show", str(db), "--name", "svc")
     assert out["spent"]["epsilon"] == 1.5 and out["remaining_epsilon"] == 2.5
     missing = runner.invoke(app, ["ledger", "show", str(tmp_path / "nope.db")])

@@ -28,7 +28,9 @@ def loaded(engine, protocol="pmixed") -> LoadedEnsemble:
 
 def test_a_predictor_over_the_dataset_budget_reserves_its_lifetime_once(engine, tmp_path):
     budget = PrivacyLedger(tmp_path / "l.db", "notes", Budget(20.0, 1e-5))
-    budget.charge(Charge("dpsgd", epsilon=1.0))  # a DP-SGD run on the same records
+    budget.charge(
+        Charge("dpsgd", epsilon=1.0, relation=Relation.RECORD)
+    )  # a DP-SGD run on the same records
     cfg = PMixEDConfig(queries=8, sample_rate=1.0)
     pm = build_predictor(cfg, loaded(engine), budget=budget, name="demo")
     reserved = [c for c in budget.charges() if c.mechanism == RESERVATION]
@@ -47,7 +49,7 @@ def test_a_predictor_over_the_dataset_budget_reserves_its_lifetime_once(engine, 
 
 def test_a_reservation_that_does_not_fit_is_refused_before_any_token(engine, tmp_path):
     budget = PrivacyLedger(tmp_path / "l.db", "notes", Budget(8.0, 1e-5))
-    budget.charge(Charge("dpsgd", epsilon=3.0))
+    budget.charge(Charge("dpsgd", epsilon=3.0, relation=Relation.RECORD))
     with pytest.raises(BudgetExceededError):
         build_predictor(PMixEDConfig(queries=8), loaded(engine), budget=budget, name="big")
     assert budget.count() == 1

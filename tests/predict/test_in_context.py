@@ -212,3 +212,30 @@ def test_scoring_many_rows_runs_them_in_chunks_with_the_same_logits(lm, engine, 
     chunked, cache = engine.logits(ids, torch.tensor(ROWS))
     assert cache is None and chunked.shape == whole.shape
     torch.testing.assert_close(chunked, whole, atol=1e-5, rtol=0)
+
+
+def test_a_loaded_in_context_ensemble_pads_to_the_declared_width_not_the_longest_prompt(
+    tmp_path,
+):
+    """The hidden block's width is the manifest's prompt_tokens on neighbouring datasets
+    whose longest prompts differ, and the public row's logits are the same bits on both
+    sides: the width (and so every row's rounding, and the work) is a setting, not a
+    function of the private records."""
+    import torch
+
+    from privlm.data import Dataset
+    from privlm.data.records import Record
+    from privlm.predict.loading import load_ensemble
+
+    base = users()
+    longer = Dataset(
+        [*base.records, Record("a much longer note " * 12, "user-0", line=99)], "t", "user"
+    )
+    loaded = [
+        load_ensemble(build(tmp_path, n, d), device="cpu") for n, d in (("a", base), ("b", longer))
+    ]
+    widths = {e.engine.prefix_width for e in loaded}
+    assert widths == {256}
+    ids = torch.tensor([[1, 2, 3, 4]])
+    public = [e.engine.logits(ids, torch.tensor([-1]))[0] for e in loaded]
+    assert torch.equal(public[0], public[1])

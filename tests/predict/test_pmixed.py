@@ -6,6 +6,7 @@ import pytest
 
 from privlm.accounting import Budget, PrivacyLedger
 from privlm.accounting.analysis import pmixed as analysis
+from privlm.accounting.relations import Relation
 from privlm.errors import BudgetExceededError, PrivlmError
 from privlm.predict.pmixed import PMixED, PMixEDConfig, rdp_budget_for
 from privlm.predict.sampling import UnsupportedSamplingError
@@ -133,7 +134,10 @@ def _legacy_ledger(tmp_path, cfg: PMixEDConfig, n_models: int, tokens: int) -> P
     for i in range(tokens):
         ledger.charge(
             Charge(
-                "pmixed", rdp=curve, params={"query": i + 1, "radius": radius, "q": cfg.sample_rate}
+                "pmixed",
+                rdp=curve,
+                params={"query": i + 1, "radius": radius, "q": cfg.sample_rate},
+                relation=Relation.RECORD,
             )
         )
     return ledger

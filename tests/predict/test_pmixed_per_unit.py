@@ -27,6 +27,7 @@ from scipy.optimize import minimize
 
 from privlm.accounting import Budget, Charge, PrivacyLedger, RdpCurve
 from privlm.accounting.analysis import pmixed as pm
+from privlm.accounting.relations import Relation
 from privlm.errors import AccountingError
 from privlm.predict.mollifier import pmixed_lambdas
 from privlm.predict.pmixed import PMixED, PMixEDConfig, rdp_budget_for
@@ -234,7 +235,7 @@ def test_t_composed_queries_of_a_worst_pair_cost_at_most_what_the_ledger_states(
     cfg = PMixEDConfig(epsilon=8.0, delta=delta, alpha=ALPHA, queries=t, sample_rate=q)
     ledger = PrivacyLedger(tmp_path / "l.db", "d", Budget(8.0, delta))
     curve = RdpCurve.from_mapping(pm.query_rdp_curve(radius, ALPHA, n, q))
-    ledger.charge(Charge("pmixed", rdp=curve.times(t)))
+    ledger.charge(Charge("pmixed", rdp=curve.times(t), relation=Relation.RECORD))
     stated = ledger.spent().epsilon
     assert exact <= stated <= cfg.epsilon * (1 + 1e-9)
 

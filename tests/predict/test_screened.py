@@ -14,6 +14,7 @@ import torch
 from privlm.accounting import Budget, PrivacyLedger
 from privlm.accounting.analysis import sparse_vector as sv
 from privlm.accounting.ledger import LedgerTransaction
+from privlm.accounting.relations import Relation
 from privlm.errors import BudgetExceededError, PrivlmError
 from privlm.predict import screened
 from privlm.predict.config import ScreenedPMixEDConfig, rdp_budget_for
@@ -225,7 +226,11 @@ def test_a_ledger_with_other_charges_is_refused(engine, tmp_path):
     from privlm.accounting import Charge, RdpCurve
 
     _, ledger = make(engine, tmp_path)
-    ledger.charge(Charge("pmixed", rdp=RdpCurve.from_mapping({2.0: 0.01, 3.0: 0.01})))
+    ledger.charge(
+        Charge(
+            "pmixed", rdp=RdpCurve.from_mapping({2.0: 0.01, 3.0: 0.01}), relation=Relation.RECORD
+        )
+    )
     with pytest.raises(PrivlmError, match="a ledger of its own"):
         make(engine, tmp_path)
 

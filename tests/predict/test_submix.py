@@ -40,4 +40,4 @@ def test_ledger_records_no_data_dependent_parameters(engine, tmp_path):
     ledgers = part_ledgers(tmp_path / "s.db", "p", 2, cfg)
     SubMix(eng, tok, ledgers, cfg, seed=0).generate("Hello", max_new_tokens=2)
     for record in ledgers[0].charges():
-        assert record.params == {"alpha": 2.0, "beta": 0.5}
+        assert record.params == {"alpha": 2.0, "beta": 0.5, "relation": "part"}

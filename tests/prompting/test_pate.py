@@ -15,6 +15,7 @@ from privlm.accounting import (
     data_independent_query_curve,
     release_data_dependent_rdp,
 )
+from privlm.accounting.relations import Relation
 from privlm.data import Record
 from privlm.errors import BudgetExceededError, PrivlmError
 from privlm.prompting.pate import (
@@ -195,7 +196,9 @@ def test_each_label_is_drawn_only_after_its_charge_is_durable(tmp_path, monkeypa
     (tmp_path / "x").mkdir()
     other = ledger(tmp_path / "x", 100.0)
     plan = LabellingPlan.start(other, 5.0, 5.0, 4)
-    other.charge(Charge("elsewhere", epsilon=99.9, delta=0.0))  # another run spends it
+    other.charge(
+        Charge("elsewhere", epsilon=99.9, delta=0.0, relation=Relation.RECORD)
+    )  # another run spends it
     seen.clear()
     with pytest.raises(BudgetExceededError):
         label_with_confident_gnmax(np.array([[95, 5]] * 4), 50, 5.0, 5.0, plan, 100, 0)

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from privlm.accounting import PrivacyLedger
+from privlm.accounting.relations import Relation
 from privlm.errors import PrivlmError
 from tests.service.conftest import (
     assert_names_no_server_path,
@@ -415,7 +416,7 @@ def test_a_legacy_deployment_that_no_longer_fits_is_restated_in_full_as_an_overd
     with ledger.transaction() as tx:  # 1,024 tokens as the old version charged them
         for i in range(1024):
             tx.charge(Charge("pmixed", rdp=legacy, params={"query": i + 1, "radius": radius,
-                                                            "q": 0.05, "bound": "expansion"}))  # fmt: skip
+                                                            "q": 0.05, "bound": "expansion"}, relation=Relation.RECORD))  # fmt: skip
     dataset = PrivacyLedger(service.ledgers, f"dataset-{ds['id']}")
     assert dataset.spent().epsilon == pytest.approx(8.0, abs=1e-6)  # what it used to keep
 

@@ -18,6 +18,7 @@ import pytest
 from sqlalchemy import select
 
 from privlm.accounting import PrivacyLedger
+from privlm.accounting.relations import Relation
 from tests.service.conftest import complete, deploy, job, run_queue, submit
 
 TEXT = "\n".join(f"ticket {i}: the printer on floor {i % 5} jams again" for i in range(60))
@@ -91,7 +92,7 @@ def test_a_subset_or_a_duplicated_row_joins_the_same_budget(service, variant):
     ledger = PrivacyLedger(service.ledgers, f"dataset-{first['id']}")
     from privlm.accounting import Charge
 
-    ledger.charge(Charge("test", epsilon=1.5))
+    ledger.charge(Charge("test", epsilon=1.5, relation=Relation.RECORD))
     assert remaining(service, "acme", r.json()["id"]) == pytest.approx(6.5)
 
 

@@ -20,6 +20,7 @@ from privlm.accounting.analysis import (
     poisson_subsampled_rdp,
     subsampled_gaussian_rdp,
 )
+from privlm.accounting.composition import Spent
 from privlm.accounting.curves import NEIGHBOURING_RELATION, RdpCurve
 from privlm.accounting.dpsgd import (
     ACCOUNTANTS,
@@ -34,7 +35,6 @@ from privlm.accounting.ledger import (
     Charge,
     ChargeRecord,
     PrivacyLedger,
-    Spent,
     charge_together,
 )
 from privlm.accounting.orders import DEFAULT_ORDERS, INTEGER_ORDERS

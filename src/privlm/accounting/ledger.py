@@ -66,9 +66,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Connection
 
-from privlm.accounting.analysis.conversion import balle_epsilon, check_delta
+from privlm.accounting.analysis.conversion import check_delta
+from privlm.accounting.composition import PldPart, Spent, composed_spent
 from privlm.accounting.curves import RdpCurve
-from privlm.accounting.events import MechanismEvent, pld_epsilon
+from privlm.accounting.events import MechanismEvent
 from privlm.accounting.orders import DEFAULT_ORDERS, as_orders
 from privlm.accounting.relations import Relation
 from privlm.errors import AccountingError, BudgetExceededError
@@ -144,23 +145,29 @@ class Budget:
 
 @dataclass(frozen=True)
 class Charge:
-    """One cost to record: an RDP curve and/or an (ε, δ) pair, for one mechanism run."""
+    """One cost to record: an RDP curve and/or an (ε, δ) pair, for one mechanism run, and
+    the neighbouring relation it is proved for (required, typed: never read from prose, so
+    a ledger checks it before any work, as dp-accounting's accountant asks
+    ``supports(event)`` before it composes). ``unit`` describes in words what one unit
+    changes in the mechanism (default: the relation's name)."""
 
     mechanism: str
     rdp: RdpCurve | None = None
     epsilon: float = 0.0
     delta: float = 0.0
-    unit: str = "record"
+    unit: str = ""
     params: Mapping[str, Any] = field(default_factory=dict)
     event: MechanismEvent | None = None  # the mechanism, where it is data-independent
     compose: str = "rdp"  # "pld": compose ``event`` by its PLD (the prv accountant)
-    relation: Relation | None = None  # None: read from ``unit`` (Relation.parse)
+    relation: Relation = field(kw_only=True)
 
     def __post_init__(self) -> None:
         if not self.mechanism:
             raise AccountingError("a charge must name its mechanism")
-        if self.relation is None:
-            object.__setattr__(self, "relation", Relation.parse(self.unit))
+        if not isinstance(self.relation, Relation):
+            raise AccountingError(f"a charge's relation must be a Relation, got {self.relation!r}")
+        if not self.unit:
+            object.__setattr__(self, "unit", self.relation.value)
         if self.compose not in COMPOSITIONS:
             raise AccountingError(f"compose must be one of {COMPOSITIONS}, got {self.compose!r}")
         if self.compose == "pld" and (self.event is None or self.rdp is None):
@@ -174,26 +181,6 @@ class Charge:
             raise AccountingError(f"a charge's δ must lie in [0, 1), got {self.delta!r}")
         if self.rdp is None and self.epsilon == 0 and self.delta == 0:
             raise AccountingError("a charge must carry a cost: an RDP curve or an (ε, δ) pair")
-
-
-@dataclass(frozen=True)
-class Spent:
-    """The ε spent at δ, the Rényi order of the conversion (None if no RDP conversion gave
-    it), and which composition gave it: "rdp", or "pld" (with the RDP rest, if any)."""
-
-    epsilon: float
-    delta: float
-    order: float | None
-    method: str = "rdp"
-
-
-@dataclass(frozen=True)
-class PldPart:
-    """The charges composed by PLD, and the RDP sum of every other charge (stored as two
-    ledger flags; absent from ledgers that never held a PLD charge)."""
-
-    events: tuple[MechanismEvent, ...]
-    rdp_rest: NDArray[np.float64]
 
 
 @dataclass(frozen=True)
@@ -211,7 +198,10 @@ class ChargeRecord:
 
     @property
     def relation(self) -> Relation:
-        return Relation.parse(self.params.get("relation") or self.unit)
+        """The relation recorded with the charge; for a row written before relations were
+        recorded, read from its unit's words (:meth:`Relation.parse`, legacy rows only)."""
+        stored = _stored_relation(str(self.params.get("relation", "")))
+        return stored if stored is not None else Relation.parse(self.unit)
 
 
 class RelationError(AccountingError):
@@ -234,8 +224,6 @@ def _now() -> str:
 COMPOSITIONS = ("rdp", "pld")
 PLD_EVENTS_FLAG, RDP_REST_FLAG = "pld-events", "rdp-without-pld"
 OVERDRAWN_FLAG = "overdrawn"  # why the spent ε exceeds the budget (record_overdraft)
-# δ₁/(δ − δ₃) tried for the PLD group when RDP charges share the ledger (a fixed grid)
-DELTA_SPLITS = (0.001, 0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 0.999)
 
 _schema_ready: weakref.WeakSet[Engine] = weakref.WeakSet()
 
@@ -407,46 +395,9 @@ class PrivacyLedger:
         delta: float,
         pld: PldPart | None = None,
     ) -> Spent:
-        by_rdp = self._rdp_epsilon(rdp, approx_eps, approx_delta, delta)
-        if pld is None or not pld.events or self.budget.order is not None:
-            return by_rdp
-        by_pld = self._pld_epsilon(pld, approx_eps, approx_delta, delta)
-        return by_pld if by_pld.epsilon < by_rdp.epsilon else by_rdp
-
-    def _rdp_epsilon(
-        self, rdp: NDArray[np.float64], approx_eps: float, approx_delta: float, delta: float
-    ) -> Spent:
-        if self.budget.order is not None:
-            at = rdp[self.orders.index(float(self.budget.order))]
-            return Spent(
-                float(at) + (math.inf if approx_eps or approx_delta else 0.0),
-                delta,
-                self.budget.order,
-            )
-        if not np.any(rdp > 0):
-            eps = approx_eps if approx_delta <= delta else math.inf
-            return Spent(eps, delta, None)
-        if approx_delta >= delta:
-            return Spent(math.inf, delta, None)
-        conv = balle_epsilon(self.orders, rdp, delta - approx_delta)
-        return Spent(approx_eps + conv.epsilon, delta, conv.order)
-
-    def _pld_epsilon(
-        self, pld: PldPart, approx_eps: float, approx_delta: float, delta: float
-    ) -> Spent:
-        """Statement 2 of the module docstring: PLD group + RDP rest + (ε, δ) parts."""
-        avail = delta - approx_delta
-        if avail <= 0:
-            return Spent(math.inf, delta, None, "pld")
-        if not np.any(pld.rdp_rest > 0):
-            return Spent(approx_eps + pld_epsilon(pld.events, avail), delta, None, "pld")
-        best = Spent(math.inf, delta, None, "pld+rdp")
-        for f in DELTA_SPLITS:
-            conv = balle_epsilon(self.orders, pld.rdp_rest, (1.0 - f) * avail)
-            eps = approx_eps + pld_epsilon(pld.events, f * avail) + conv.epsilon
-            if eps < best.epsilon:
-                best = Spent(eps, delta, conv.order, "pld+rdp")
-        return best
+        return composed_spent(
+            self.orders, rdp, approx_eps, approx_delta, delta, pld, self.budget.order
+        )
 
     def spent(self, delta: float | None = None) -> Spent:
         """ε spent so far at δ (default: the budget's δ); for an RDP budget, the RDP at its
@@ -462,20 +413,32 @@ class PrivacyLedger:
         return max(self.budget.epsilon - self.spent(delta).epsilon, 0.0)
 
     def cost_if_charged(self, charge: Charge) -> Spent:
-        """The spent ε at the budget's δ that recording ``charge`` would lead to."""
+        """The spent ε at the budget's δ that recording ``charge`` would lead to. Raises
+        :class:`RelationError` when the ledger would refuse ``charge``'s relation."""
         with self._engine.connect() as conn:
+            self._refuse_other_relation(conn, charge)
             rdp, ae, ad, _ = self._totals(conn)
             pld = self._pld_part(conn)
         return self._after(rdp, ae, ad, charge, pld)[0]
 
     def fits(self, charge: Charge) -> bool:
-        """Whether ``charge`` would be accepted now (the test ``charge`` itself applies)."""
-        return self.cost_if_charged(charge).epsilon <= self.budget.epsilon
+        """Whether ``charge`` would be accepted now (the tests ``charge`` itself applies:
+        its relation, then its cost)."""
+        try:
+            return self.cost_if_charged(charge).epsilon <= self.budget.epsilon
+        except RelationError:
+            return False
 
     def require_fits(self, charge: Charge, what: str) -> None:
         """Refuse up front, before any work, what ``charge`` would not fit: raises
-        :class:`BudgetExceededError` naming ``what`` (e.g. "this DP-SGD run")."""
-        would = self.cost_if_charged(charge)
+        :class:`RelationError` for a relation this ledger does not compose, and
+        :class:`BudgetExceededError` for a cost over its budget, naming ``what`` (e.g. "this
+        DP-SGD run")."""
+        try:
+            would = self.cost_if_charged(charge)
+        except RelationError as exc:
+            why = str(exc).removeprefix("refused: ")
+            raise RelationError(f"refused before any work ({what}): {why}") from None
         if not would.epsilon <= self.budget.epsilon:
             raise BudgetExceededError(
                 f"refused before training: {what} would raise the ε spent on ledger "
@@ -576,22 +539,27 @@ class PrivacyLedger:
     def _check_relation(self, conn: Connection, charge: Charge) -> None:
         """Refuse a charge of another relation; narrow a per-unit ledger to the unit of its
         first record- or user-level charge."""
-        mine, theirs = self._relation(conn), charge.relation
-        assert theirs is not None
-        if mine is None:
-            return
-        if not mine.accepts(theirs):
-            raise RelationError(
-                f"refused: ledger {self.name!r} composes charges per {mine.describe()}; "
-                f"charging {charge.mechanism} per {theirs.describe()} would state one figure "
-                "for two promises; nothing was recorded (it needs a ledger of its own)"
-            )
-        if mine.narrowed(theirs) is not mine:
+        mine, theirs = self._refuse_other_relation(conn, charge)
+        if mine is not None and mine.narrowed(theirs) is not mine:
             conn.execute(
                 update(ledgers_table)
                 .where(ledgers_table.c.name == self.name)
                 .values(relation=theirs.value)
             )
+
+    def _refuse_other_relation(
+        self, conn: Connection, charge: Charge
+    ) -> tuple[Relation | None, Relation]:
+        """Raise :class:`RelationError` when this ledger does not compose ``charge``'s
+        relation; (the ledger's relation, the charge's) otherwise."""
+        mine, theirs = self._relation(conn), charge.relation
+        if mine is not None and not mine.accepts(theirs):
+            raise RelationError(
+                f"refused: ledger {self.name!r} composes charges per {mine.describe()}; "
+                f"charging {charge.mechanism} per {theirs.describe()} would state one figure "
+                "for two promises; nothing was recorded (it needs a ledger of its own)"
+            )
+        return mine, theirs
 
     def _apply(self, conn: Connection, charge: Charge, check: bool = True) -> Spent:
         """Check and record ``charge`` inside the caller's (locked) transaction (``check``
@@ -615,10 +583,7 @@ class PrivacyLedger:
                 f"{self._overdrawn_note(conn)}"
             )
         new_rdp = rdp if extra is None else rdp + extra
-        params = {**dict(charge.params), **self.tags}
-        if charge.relation is not Relation.parse(charge.unit):  # where ``unit`` does not say it
-            assert charge.relation is not None
-            params["relation"] = charge.relation.value
+        params = {**dict(charge.params), **self.tags, "relation": charge.relation.value}
         if charge.event is not None:
             params.update(dp_event=charge.event.to_dict(), composed_by=charge.compose)
         conn.execute(

@@ -20,6 +20,7 @@ promises (:class:`privlm.accounting.ledger.PrivacyLedger`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import Enum
 
 
@@ -36,10 +37,26 @@ class Relation(Enum):
     def per_unit(self) -> bool:
         return self is not Relation.PART
 
+    @property
+    def noun(self) -> str:
+        """What a statement is "per": record, user, privacy unit or part."""
+        return {"unit": "privacy unit"}.get(self.value, self.value)
+
+    @classmethod
+    def of_unit_kind(cls, kind: str) -> Relation:
+        """The relation of data whose privacy unit is ``kind`` ("record" or "user", as
+        :class:`privlm.data.Dataset` names it): nothing else is accepted."""
+        if kind == "record":
+            return cls.RECORD
+        if kind == "user":
+            return cls.USER
+        raise ValueError(f"a privacy unit is a record or a user, not {kind!r}")
+
     @classmethod
     def parse(cls, text: str | Relation | None) -> Relation:
-        """A relation from its name, or from the free text older ledgers stored: ``record``,
-        ``user``, anything about a part, else the data's unit."""
+        """A relation from the free text charges stored before relations were recorded:
+        ``record``, ``user``, anything about a part, else the data's unit. Legacy rows
+        only: a charge carries its relation typed (:class:`privlm.accounting.Charge`)."""
         if isinstance(text, Relation):
             return text
         words = (text or "").strip().lower()
@@ -62,6 +79,26 @@ class Relation(Enum):
         """This ledger's relation once ``charge`` is composed: a ``UNIT`` ledger takes the
         unit of its first ``RECORD`` or ``USER`` charge."""
         return charge if self is Relation.UNIT and charge is not Relation.UNIT else self
+
+
+def joint_relation(relations: Iterable[Relation]) -> Relation:
+    """The one relation charges of ``relations`` compose under (``UNIT`` narrowed to the
+    record or user any of them names); ``ValueError`` when two of them are different
+    promises (a record and a user, or a part and a unit)."""
+    joint: Relation | None = None
+    for relation in relations:
+        if joint is None:
+            joint = relation
+        elif not joint.accepts(relation):
+            raise ValueError(
+                f"charges per {joint.describe()} and per {relation.describe()} would state one "
+                "figure for two promises"
+            )
+        else:
+            joint = joint.narrowed(relation)
+    if joint is None:
+        raise ValueError("no relation: no charges")
+    return joint
 
 
 DESCRIPTIONS = {

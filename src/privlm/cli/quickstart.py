@@ -64,11 +64,12 @@ def budget_example(n_units: int, batch_size: int = 256, epochs: int = 3) -> dict
     sigma = plan["sigma_for_epsilon"]["8.0"]["rdp"]
     with tempfile.TemporaryDirectory() as tmp:
         ledger = PrivacyLedger(Path(tmp) / "ledger.db", "quickstart", Budget(8.0, delta))
-        from privlm.accounting import DpSgdPlan
+        from privlm.accounting import DpSgdPlan, Relation
 
         run = Charge(
             "dpsgd",
             rdp=DpSgdPlan(sigma, q, steps).rdp_curve(),
+            relation=Relation.RECORD,
             params={"noise_multiplier": sigma, "sample_rate": q, "steps": steps},
         )
         first = ledger.charge(run)

@@ -50,7 +50,12 @@ def load_ensemble(
         prompts = json.loads(manifest.prompts_path(path).read_text())["prompts"]
         tok = lm.tokenizer
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-        engine: EnsembleEngine = InContextEngine(lm.model, prompts, pad or 0)
+        # every prompt padded to the declared width, never to the longest prompt: the
+        # longest is a function of the private records, and the rounding of every row moves
+        # with the padded width (docs/sharp_edges.md, "In-context members")
+        engine: EnsembleEngine = InContextEngine(
+            lm.model, prompts, pad or 0, width=manifest.prompt_tokens
+        )
     else:
         engine = EnsembleEngine.from_directories(lm.model, manifest.member_dirs(path))
     return LoadedEnsemble(lm, engine, manifest)

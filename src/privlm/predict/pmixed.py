@@ -19,7 +19,7 @@ import torch
 from numpy.typing import NDArray
 from transformers import PreTrainedTokenizerBase
 
-from privlm.accounting import Budget, Charge, PrivacyLedger, RdpCurve
+from privlm.accounting import Budget, Charge, PrivacyLedger, RdpCurve, Relation
 from privlm.accounting.analysis import pmixed as analysis
 from privlm.accounting.ledger import ChargeRecord
 from privlm.errors import BudgetExceededError, PrivlmError
@@ -103,6 +103,7 @@ def legacy_restatement(
             CORRECTION,
             rdp=RdpCurve.from_arrays(grid, extra),
             unit=UNIT,
+            relation=Relation.UNIT,
             params={"queries_restated": len(old), "members": n_models},
         )
         try:
@@ -209,6 +210,7 @@ class PMixED(StreamingPredictor):
                 self.mechanism,
                 rdp=self.query_curve,
                 unit=UNIT,
+                relation=Relation.UNIT,
                 params={
                     "query": used + 1,
                     "radius": self.radius,

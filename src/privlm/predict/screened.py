@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from privlm.accounting import Budget, Charge, PrivacyLedger
+from privlm.accounting import Budget, Charge, PrivacyLedger, Relation
 from privlm.accounting.analysis import pmixed as pmixed_analysis
 from privlm.accounting.analysis.sparse_vector import AboveThreshold
 from privlm.accounting.ledger import LedgerTransaction
@@ -140,7 +140,7 @@ class ScreenedPMixED(StreamingPredictor):
         try:
             tx.charge(
                 Charge(
-                    INSTANCE, rdp=self.instance_curve, unit=UNIT,
+                    INSTANCE, rdp=self.instance_curve, unit=UNIT, relation=Relation.UNIT,
                     params={"instance": k, "instance_epsilon": self.test.epsilon,
                             "sensitivity": self.test.sensitivity},
                 )
@@ -193,7 +193,7 @@ class ScreenedPMixED(StreamingPredictor):
         try:
             tx.charge(
                 Charge(
-                    PAID, rdp=self.query_curve, unit=UNIT,
+                    PAID, rdp=self.query_curve, unit=UNIT, relation=Relation.UNIT,
                     params={"paid": state.paid + 1, "instance": state.instance,
                             "radius": self.radius, "q": self.config.sample_rate,
                             "alpha": self.config.alpha, "members": self.engine.n_adapters,

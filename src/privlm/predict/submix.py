@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from privlm.accounting import Charge, PrivacyLedger, RdpCurve, charge_together
+from privlm.accounting import Charge, PrivacyLedger, RdpCurve, Relation, charge_together
 from privlm.errors import BudgetExceededError, PrivlmError
 from privlm.predict.config import SubMixConfig as SubMixConfig
 from privlm.predict.config import part_ledgers as part_ledgers
@@ -91,6 +91,7 @@ class SubMix(StreamingPredictor):
                             self.mechanism,
                             rdp=RdpCurve.from_mapping({self.config.alpha: x}),
                             unit="part",
+                            relation=Relation.PART,
                             # no data-dependent values beyond the charge itself (λ* is one)
                             params={"alpha": self.config.alpha, "beta": self.config.beta},
                         ),

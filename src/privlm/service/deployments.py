@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, Discriminator, Field, Tag, TypeAdapter, create_model
 
-from privlm.accounting import Charge, PrivacyLedger, RdpCurve
+from privlm.accounting import Charge, PrivacyLedger, RdpCurve, Relation
 from privlm.accounting.analysis.pmixed import REPLACEMENT
 from privlm.config import request_field
 from privlm.errors import BudgetExceededError, PrivlmError
@@ -262,6 +262,7 @@ def restate_reservation(
         RESTATEMENT,
         rdp=RdpCurve.from_arrays(grid, shortfall(lifetime, dataset.recorded_rdp(reserved, grid))),
         unit=PMIXED_UNIT,
+        relation=Relation.UNIT,
         params={"deployment": row.id, "job": job.id, "bound": REPLACEMENT},
     )
     try:

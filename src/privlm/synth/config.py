@@ -4,7 +4,7 @@ torch is imported, so ``privlm synth --help`` and ``privlm plan`` stay fast."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import numpy as np
@@ -15,7 +15,7 @@ from privlm.accounting.analysis import pmixed as analysis
 from privlm.accounting.orders import DEFAULT_ORDERS
 from privlm.config import check_settings, setting
 from privlm.errors import PrivlmError
-from privlm.predict.config import ScreenedPMixEDConfig, rdp_budget_for
+from privlm.predict.config import PMixEDConfig, ScreenedPMixEDConfig, rdp_budget_for
 
 DEFAULT_DESCRIPTION = "Write one more text like the examples."
 # the orders the plan may pick from (public, data-blind)
@@ -28,7 +28,13 @@ class SynthConfig:
     """One synthetic dataset: ``count`` texts of at most ``max_tokens`` tokens, each from a
     disjoint batch of the data's privacy units, every token one release over the batch's
     ``members`` in-context members: PMixED's mollified mixture, or InvisibleInk's clipped
-    exponential mechanism (DClip) (docs/sharp_edges.md, "DP synthetic text")."""
+    exponential mechanism (DClip) (docs/sharp_edges.md, "DP synthetic text").
+
+    ``texts_per_unit`` is not a setting: it is how many texts one unit's records can reach
+    (one per declared label for a user), fixed by the data's unit kind and the declared
+    labels, both public. Each text is calibrated to that share of the budget (its RDP budget
+    at α, or DClip's ρ, divided by it), so that the texts one unit reaches compose to the
+    requested (ε, δ) (:meth:`for_texts_per_unit`)."""
 
     epsilon: float = setting(
         8.0, "Synth: ε per privacy unit of the whole dataset, at δ", gt=0, le=1000
@@ -93,8 +99,14 @@ class SynthConfig:
         "assumes fresh randomness: tests and benchmarks only)",
     )  # fmt: skip
 
+    texts_per_unit: int = field(default=1)
+
     def __post_init__(self) -> None:
         check_settings(self)
+        if not (isinstance(self.texts_per_unit, int) and self.texts_per_unit >= 1):
+            raise PrivlmError(
+                f"texts_per_unit must be a whole number ≥ 1, got {self.texts_per_unit!r}"
+            )
         if self.alpha is not None:
             analysis.check_alpha(self.alpha)
             if rdp_budget_for(self.epsilon, self.delta, self.alpha) <= 0:
@@ -105,19 +117,51 @@ class SynthConfig:
         if not any(rdp_budget_for(self.epsilon, self.delta, a) > 0 for a in ALPHA_GRID):
             raise PrivlmError(f"ε={self.epsilon} at δ={self.delta} is too small for any order α")
 
+    def for_texts_per_unit(self, texts: int) -> SynthConfig:
+        """This config with each text calibrated to ``1/texts`` of the budget: the plan of
+        a run in which one unit's records reach ``texts`` texts."""
+        return replace(self, texts_per_unit=texts)
+
+    def text_epsilon(self, alpha: int) -> float:
+        """The ε whose RDP budget at α (:func:`rdp_budget_for`, affine in ε with slope 1) is
+        one text's share, 1/``texts_per_unit`` of Theorem C.3's budget for (ε, δ), so that
+        the texts a unit reaches sum to it and convert to exactly (ε, δ); ε itself when a
+        unit reaches one text. The per-text PMixED and screened configs are built at it, so
+        the plan and the generator compute one radius."""
+        if self.texts_per_unit == 1:
+            return self.epsilon
+        whole = rdp_budget_for(self.epsilon, self.delta, alpha)
+        return self.epsilon - whole * (1.0 - 1.0 / self.texts_per_unit)
+
+    def pmixed_config(self, alpha: int | None = None) -> PMixEDConfig:
+        """pmixed: one text's PMixED (q = 1, ``max_tokens`` queries) at order ``alpha``
+        (default: the plan's), at the text's share of the budget."""
+        a = self.order if alpha is None else alpha
+        return PMixEDConfig(
+            epsilon=self.text_epsilon(a), delta=self.delta, alpha=a, queries=self.max_tokens,
+            sample_rate=1.0,
+        )  # fmt: skip
+
     @cached_property
     def order(self) -> int:
         """α: as given, or the one of ``ALPHA_GRID`` with the largest radius."""
         if self.alpha is not None:
             return self.alpha
-        usable = [a for a in ALPHA_GRID if rdp_budget_for(self.epsilon, self.delta, a) > 0]
+        usable = [
+            a for a in ALPHA_GRID
+            if rdp_budget_for(self.epsilon, self.delta, a) > 0 and self.text_epsilon(a) > 0
+        ]  # fmt: skip
+        if not usable:
+            raise PrivlmError(
+                f"ε={self.epsilon} at δ={self.delta} over {self.texts_per_unit} texts per unit "
+                "leaves no order α a budget; raise ε or lower δ"
+            )
         return max(usable, key=lambda a: (self._radius_at(a), -a))
 
     def _radius_at(self, alpha: int) -> float:
         if self.mechanism == "screened":
             return self.screened_config(alpha).query_cost(self.members)[0]
-        per_query = rdp_budget_for(self.epsilon, self.delta, alpha) / self.max_tokens
-        return analysis.solve_radius(per_query, alpha, self.members, 1.0)
+        return self.pmixed_config(alpha).query_cost(self.members)[0]
 
     @property
     def paid(self) -> int:
@@ -128,11 +172,12 @@ class SynthConfig:
 
     def screened_config(self, alpha: int | None = None) -> ScreenedPMixEDConfig:
         """screened: one text's Screened PMixED (q = 1; the public model once its paid
-        tokens are spent), at order ``alpha`` (default: the plan's)."""
+        tokens are spent), at order ``alpha`` (default: the plan's), at the text's share of
+        the budget."""
+        a = self.order if alpha is None else alpha
         return ScreenedPMixEDConfig(
-            epsilon=self.epsilon, delta=self.delta, alpha=self.order if alpha is None else alpha,
-            paid_tokens=self.paid, sample_rate=1.0, threshold=self.threshold,
-            when_spent="public",
+            epsilon=self.text_epsilon(a), delta=self.delta, alpha=a, paid_tokens=self.paid,
+            sample_rate=1.0, threshold=self.threshold, when_spent="public",
         )  # fmt: skip
 
     @cached_property
@@ -142,10 +187,13 @@ class SynthConfig:
 
     @cached_property
     def clip(self) -> float:
-        """DClip's C: the largest whose ``max_tokens`` tokens fit (ε, δ)."""
+        """DClip's C: the largest whose ``max_tokens`` tokens of each of the
+        ``texts_per_unit`` texts fit (ε, δ) together."""
         orders = np.asarray([a for a in DEFAULT_ORDERS if a > 1.0])
         rho = bounded_range.calibrate_rho(self.epsilon, self.delta, orders)
-        return bounded_range.dclip_clip_for(rho / self.max_tokens, self.members)
+        return bounded_range.dclip_clip_for(
+            rho / (self.max_tokens * self.texts_per_unit), self.members
+        )
 
     @cached_property
     def token_curve(self) -> RdpCurve:
@@ -155,8 +203,7 @@ class SynthConfig:
             orders = np.asarray([a for a in DEFAULT_ORDERS if a > 1.0])
             rho = bounded_range.dclip_token_rho(self.clip, self.members)
             return RdpCurve.from_arrays(orders, bounded_range.zcdp_rdp(rho, orders))
-        curve = analysis.query_rdp_curve(self.radius, self.order, self.members, 1.0)
-        return RdpCurve.from_mapping(curve)
+        return self.pmixed_config().query_cost(self.members)[1]
 
     def parameters(self) -> dict[str, float | int]:
         """The mechanism's derived parameters, as the statement gives them."""

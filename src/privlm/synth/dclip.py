@@ -105,7 +105,7 @@ class DClipPredictor(StreamingPredictor):
 
     def charge_one(self) -> None:
         """Charge one token durably, or refuse (the text's ``tokens`` are all used)."""
-        from privlm.accounting import Charge
+        from privlm.accounting import Charge, Relation
         from privlm.errors import BudgetExceededError
 
         used = self.ledger.count()
@@ -115,6 +115,7 @@ class DClipPredictor(StreamingPredictor):
             )
         self.ledger.charge(Charge(
             self.mechanism, rdp=self.curve, unit="unit (one member's records replaced)",
+            relation=Relation.UNIT,
             params={"token": used + 1, "clip": self.clip, "members": self.engine.n_adapters,
                     "top_k": self.top_k},
         ))  # fmt: skip

@@ -9,8 +9,10 @@ released. A unit is in one batch (or one per declared label, for a user whose re
 several): its loss is that many texts' losses, whatever the number of texts (parallel
 composition; docs/sharp_edges.md, "DP synthetic text").
 
-1. **Plan and check.** The run's per-unit cost, ``max_tokens`` tokens of one text (times
-   the batches a unit can be in), is checked against the dataset's ledger before any work.
+1. **Plan and check.** A unit's records reach one text, or one per declared label for a
+   user: each text is calibrated to that share of (ε, δ), so the run's per-unit cost, the
+   texts a unit reaches composed, is the (ε, δ) asked for. It is checked against the
+   dataset's ledger before any work.
 2. **Charge.** It is recorded durably, with the run's id, before the first text.
 3. **Generate.** Each text's tokens are charged to its own ledger (in the run's private
    folder) before they are released; a text is appended to the output and then marked
@@ -19,7 +21,9 @@ composition; docs/sharp_edges.md, "DP synthetic text").
    (its tokens were charged), never redrawn from the same batch.
 
 What leaves: the texts (``text``, ``label``) and the privacy statement beside them
-(``<out>.privacy.json``), which holds settings and the guarantee only. Exact counts of the
+(``<out>.privacy.json``), which holds settings and the guarantee only; the guarantee is
+computed from the run's charges (:mod:`privlm.accounting.statements`), never restated from
+the settings. Exact counts of the
 data (units, records per member, records of undeclared labels) are the curator's, returned
 apart and never written beside the output. No work depends on the data's sizes: the number
 of texts and members is public, every member's prompt is padded to ``prompt_tokens`` (a
@@ -32,12 +36,13 @@ import hashlib
 import json
 import os
 import secrets
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from privlm.accounting import Budget, Charge, PrivacyLedger
+from privlm.accounting import Budget, Charge, PrivacyLedger, Relation
 from privlm.accounting.budgeted import BudgetedRun
+from privlm.accounting.statements import Guarantee, guarantee_of, recorded_guarantee
 from privlm.data import Dataset
 from privlm.data.partition import KEY_BYTES
 from privlm.errors import PrivlmError
@@ -50,6 +55,7 @@ from privlm.synth.config import CountPlan, SynthConfig, plan_count
 
 MECHANISM = "synth"
 COUNT_MECHANISM = "synth-count"
+RUN_MECHANISMS = (MECHANISM, COUNT_MECHANISM)
 STATE_FORMAT = "privlm-synth-state/1"
 STATEMENT_FORMAT = "privlm-synth/1"
 EXAMPLE = "Text: {text}\n"  # one record in a member's prompt
@@ -89,13 +95,25 @@ class SynthResult:
         }  # fmt: skip
 
 
+def plan_config(config: SynthConfig, labels: list[str] | None, unit_kind: str) -> SynthConfig:
+    """``config`` with each text calibrated to its share: one over the batches one unit's
+    records can reach (:func:`batches_per_unit`)."""
+    return config.for_texts_per_unit(batches_per_unit(labels, unit_kind))
+
+
 def plan_charge(config: SynthConfig, labels: list[str] | None, unit_kind: str) -> Charge:
     """The run's per-unit cost: one text's ``max_tokens`` tokens, times the batches one
-    unit can be in."""
+    unit can be in (``config`` as :func:`plan_config` makes it: each text at that share)."""
     times = batches_per_unit(labels, unit_kind)
+    if config.texts_per_unit != times:
+        raise PrivlmError(
+            f"the plan needs each text at 1/{times} of the budget (plan_config), not "
+            f"1/{config.texts_per_unit}"
+        )
     return Charge(
         MECHANISM,
         rdp=config.text_curve().times(times),
+        relation=Relation.of_unit_kind(unit_kind),
         unit=f"{unit_kind} (one unit changes one member's records in {times} batch"
         f"{'es' if times > 1 else ''})",
         params={**config.parameters(), "mechanism": config.mechanism,
@@ -107,8 +125,9 @@ def plan_charge(config: SynthConfig, labels: list[str] | None, unit_kind: str) -
 def count_charge(plan: CountPlan, unit_kind: str) -> Charge:
     """``auto_count``'s Gaussian count of the units per label, as a charge (ρ-zCDP)."""
     return Charge(
-        COUNT_MECHANISM, rdp=plan.curve(), unit=f"{unit_kind} (one unit moves each count of "
-        "its labels by one)", params={"sigma": plan.sigma, "sensitivity": plan.sensitivity},
+        COUNT_MECHANISM, rdp=plan.curve(), relation=Relation.of_unit_kind(unit_kind),
+        unit=f"{unit_kind} (one unit moves each count of its labels by one)",
+        params={"sigma": plan.sigma, "sensitivity": plan.sensitivity},
     )  # fmt: skip
 
 
@@ -118,10 +137,12 @@ def statement(
     unit_kind: str,
     model: str,
     seed: int | None,
+    guarantee: Guarantee,
     counted: tuple[CountPlan, list[int]] | None = None,
 ) -> dict[str, Any]:
-    """The released privacy statement: settings and the guarantee, no exact count of the
-    data (with ``auto_count``: the texts per label, a function of the noisy count)."""
+    """The released privacy statement: the ``guarantee`` computed from the run's charges
+    (:func:`run_guarantee`), the settings, and no exact count of the data (with
+    ``auto_count``: the texts per label, a function of the noisy count)."""
     total = config
     if counted is not None:
         plan, texts = counted
@@ -137,14 +158,17 @@ def statement(
     times = batches_per_unit(labels, unit_kind)
     return {
         "format": STATEMENT_FORMAT,
-        "guarantee": f"({total.epsilon:g}, {total.delta:g})-DP per {unit_kind}",
+        "guarantee": guarantee.text,
         "relation": f"one {unit_kind} added or removed changes the records of one in-context "
         f"member in {'one batch' if times == 1 else f'each of at most {times} batches (one per label)'}"
         "; the number of texts and members is fixed, so that member's next-token "
         "distribution is replaced and nothing else changes (docs/sharp_edges.md, "
         "\"DP synthetic text\")",
         "mechanism": MECHANISM_TEXT[config.mechanism],
-        "epsilon": total.epsilon, "delta": total.delta, **how,
+        "epsilon": guarantee.epsilon, "delta": guarantee.delta,
+        "epsilon_requested": total.epsilon, "texts_per_unit": times,
+        "budget_share_per_text": f"1/{times}" if times > 1 else "whole",
+        **how,
         "max_tokens": config.max_tokens, "members": config.members,
         "prompt_tokens": config.prompt_tokens, **config.parameters(),
         "labels": labels,
@@ -216,13 +240,25 @@ def _charge_run(ledger: PrivacyLedger | None, charges: list[Charge], run_id: str
         r.mechanism == MECHANISM and r.params.get("run") == run_id for r in ledger.charges()
     ):
         return
-    tagged = [
-        Charge(c.mechanism, rdp=c.rdp, unit=c.unit, params={**c.params, "run": run_id})
-        for c in charges
-    ]  # the texts' charge first: a resume looks for it
-    run = BudgetedRun.start(ledger, "this synth run", *tagged)
-    for charge in tagged:
+    run = BudgetedRun.start(ledger, "this synth run", *_tagged(charges, run_id))
+    for charge in run.planned:  # the texts' charge first: a resume looks for it
         run.release(charge, lambda: None)
+
+
+def _tagged(charges: list[Charge], run_id: str) -> list[Charge]:
+    return [replace(c, params={**c.params, "run": run_id}) for c in charges]
+
+
+def run_guarantee(
+    ledger: PrivacyLedger | None, charges: list[Charge], run_id: str, delta: float
+) -> Guarantee:
+    """The run's guarantee from what it charged: the ledger's records of the run, or, with
+    no ledger, its planned charges composed the same way."""
+    if ledger is None:
+        return guarantee_of(charges, delta)
+    return recorded_guarantee(
+        ledger, lambda r: r.params.get("run") == run_id and r.mechanism in RUN_MECHANISMS, delta
+    )
 
 
 def _draw_counts(
@@ -276,12 +312,13 @@ def synthesize(
     name = lm.loaded_as or lm.name
     folder = Path(state_dir) if state_dir is not None else run_folder(out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    shared = plan_config(cfg, labels, data.unit_kind)
     plan = (
-        plan_count(cfg, len(labels or [None]), data.unit_kind != "record")
+        plan_count(shared, len(labels or [None]), data.unit_kind != "record")
         if cfg.auto_count
         else None
     )
-    gen = plan.generation if plan is not None else cfg
+    gen = plan.generation if plan is not None else shared
     charges = [plan_charge(gen, labels, data.unit_kind)]
     if plan is not None:
         charges.append(count_charge(plan, data.unit_kind))
@@ -291,7 +328,8 @@ def synthesize(
     _charge_run(ledger, charges, state.run_id)
     counts = None if plan is None else _draw_counts(state, data, labels, plan, cfg.seed)
     counted = None if plan is None or counts is None else (plan, counts)
-    released = statement(cfg, labels, data.unit_kind, name, cfg.seed, counted)
+    guarantee = run_guarantee(ledger, charges, state.run_id, cfg.delta)
+    released = statement(cfg, labels, data.unit_kind, name, cfg.seed, guarantee, counted)
     write_json_atomically(statement_path(out), released)
     batches = plan_batches(data, gen.count, gen.members, state.data["key"], labels, counts)
     written, lost = state.written(), state.lost()
@@ -378,7 +416,6 @@ class TextGenerator:
         return ids
 
     def text(self, batch: Batch) -> str:
-        from privlm.predict.config import PMixEDConfig
         from privlm.predict.in_context import InContextEngine
         from privlm.predict.pmixed import PMixED
 
@@ -404,11 +441,8 @@ class TextGenerator:
             predictor = ScreenedPMixED(
                 engine, self.lm.tokenizer, ledger, cfg.screened_config(), seed=self.rng
             )
-        else:
-            pmixed = PMixEDConfig(
-                epsilon=cfg.epsilon, delta=cfg.delta, alpha=cfg.order, queries=cfg.max_tokens,
-                sample_rate=1.0,
-            )  # fmt: skip
+        else:  # the text's share of the budget: the plan's radius
+            pmixed = cfg.pmixed_config()
             predictor = PMixED(engine, self.lm.tokenizer, ledger, pmixed, seed=self.rng)
         stream = predictor.stream(self.context(batch.label), cfg.max_tokens)
         ids: list[int] = []

@@ -41,6 +41,7 @@ from privlm.accounting import (
     Charge,
     DpSgdPlan,
     PrivacyLedger,
+    Relation,
     calibrate_noise_multiplier,
     dpsgd_epsilon,
 )
@@ -315,6 +316,7 @@ class DpSgdRun:
             event=accounted.event(),
             compose="pld" if accountant == "prv" else "rdp",
             unit=unit,
+            relation=Relation.of_unit_kind(unit),
             params={
                 "noise_multiplier": self.noise_multiplier,
                 "sample_rate": self.sample_rate,
