@@ -165,3 +165,84 @@ def test_teachers_answer_from_a_bf16_model_with_float64_votes():
     both = teacher_answer_matrix(lm, task, teachers, recs("p", 4), 8, False)
     voting = [i for i, t in enumerate(teachers) if not t.abstains]
     assert voting and set(np.unique(both.labels[voting])) <= {0, 1}
+
+
+def _voting_alike(monkeypatch):
+    """Teachers that answer by the query's second word (the random tiny model rarely says a
+    label word), and a record of how often they were asked."""
+    import numpy as np
+
+    from privlm.prompting import pate_pipeline
+
+    asked: list[int] = []
+
+    def answers(lm, task, teachers, public, batch_size, progress):
+        asked.append(len(public))
+        labels = np.array([1 if r.text.split()[1] in ("good", "fine") else 0 for r in public])
+        rows = len(teachers)
+        return pate_pipeline.TeacherAnswers(np.tile(labels, (rows, 1)), np.tile(labels, (rows, 1)))
+
+    monkeypatch.setattr(pate_pipeline, "teacher_answer_matrix", answers)
+    return asked
+
+
+def test_a_budget_that_affords_fewer_queries_than_asked_is_refused_with_the_number(
+    tmp_path, monkeypatch
+):
+    """σ1 = σ2 = 2 on ε 8 affords a handful of 300 queries: refused before any vote and any
+    charge, naming how many it affords (it would spend and release nothing useful)."""
+    from privlm.accounting import data_independent_query_curve
+    from privlm.errors import BudgetExceededError
+
+    asked = _voting_alike(monkeypatch)
+    cfg = PromptPateConfig(teachers=20, sigma_threshold=2, sigma=2, epsilon=8, threshold=5)
+    led = pate_ledger(tmp_path / "l.db", "pate", cfg, 60)
+    worst = data_independent_query_curve(2, 2)
+    fits = max(k for k in range(1, 300) if worst.times(k).to_dp(led.budget.delta).epsilon <= 8)
+    with pytest.raises(BudgetExceededError, match=f"affords {fits} of the 300"):
+        run_prompt_pate(
+            load_public_model("tiny"), PateExamples(get_task("sst2"), recs("s", 60), recs("p", 300)),
+            tmp_path / "o", cfg, ledger=led, progress=False,
+        )  # fmt: skip
+    assert led.count() == 0 and asked == [] and not (tmp_path / "o").exists()
+
+
+def test_a_job_restarted_after_its_labels_were_charged_resumes_without_paying_twice(
+    tmp_path, monkeypatch
+):
+    """A service job killed after charging some of its labels (nothing released) restarts
+    on its job-tagged ledger: the charged queries are drawn again under their charges, the
+    rest charged once, and the budget that fitted the whole plan still fits it."""
+    from privlm.prompting import pate as pate_module
+
+    _voting_alike(monkeypatch)
+    cfg = PromptPateConfig(
+        teachers=20, threshold=5, sigma_threshold=20, sigma=10, epsilon=50, student_candidates=3,
+        holdout=5, queries=24, seed=0,
+    )  # fmt: skip
+    worst = pate_module.data_independent_query_curve(20, 10)
+    budget = worst.times(24).to_dp(suggested_delta(60)).epsilon * 1.0001  # 24 queries, no more
+    cfg = PromptPateConfig(**{**cfg.__dict__, "epsilon": budget})
+    led = pate_ledger(tmp_path / "l.db", "pate", cfg, 60).tagged(job="job-1")
+    data = PateExamples(get_task("sst2"), recs("secret", 60), recs("public", 30))
+    real = pate_module.label_with_confident_gnmax
+
+    def killed(hist, threshold, s1, s2, plan, teachers, rng):  # dies after 10 charged labels
+        for charge in plan.budget.planned[:10]:
+            plan.budget.release(charge, lambda: None)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pate_module, "label_with_confident_gnmax", killed)
+    from privlm.prompting import pate_pipeline
+
+    monkeypatch.setattr(pate_pipeline, "label_with_confident_gnmax", killed)
+    with pytest.raises(KeyboardInterrupt):
+        run_prompt_pate("tiny", data, tmp_path / "out", cfg, ledger=led, progress=False)
+    assert led.count() == 10
+    monkeypatch.setattr(pate_pipeline, "label_with_confident_gnmax", real)
+    res = run_prompt_pate("tiny", data, tmp_path / "out", cfg, ledger=led, progress=False)
+    assert res.queries == 24 and led.count() == 24  # 10 + 14: none charged twice
+    assert res.epsilon == led.spent().epsilon <= budget
+    fresh = pate_ledger(tmp_path / "l.db", "pate", cfg, 60).tagged(job="job-2")
+    with pytest.raises(Exception, match="affords 0 of the 24"):  # another job pays anew
+        run_prompt_pate("tiny", data, tmp_path / "o2", cfg, ledger=fresh, progress=False)

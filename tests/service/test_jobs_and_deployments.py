@@ -156,7 +156,7 @@ def test_pate_job_labels_public_data_under_the_dataset_budget(service):
     q = service.upload("acme", public, filename="q.txt", public="true").json()
     j = submit(
         service, "acme", "pate", p["id"], task="sst2", public_dataset_id=q["id"], teachers=12,
-        threshold=0, sigma_threshold=1, sigma=1, teacher_votes="labels", student_candidates=2,
+        threshold=0, sigma_threshold=3, sigma=3, teacher_votes="labels", student_candidates=2,
         holdout=3,
     )  # fmt: skip
     run_queue(service)
@@ -165,6 +165,33 @@ def test_pate_job_labels_public_data_under_the_dataset_budget(service):
     assert 0 < done["epsilon"]["spent"] <= 20
     ledger = PrivacyLedger(service.ledgers, f"dataset-{p['id']}")
     assert ledger.spent().epsilon == pytest.approx(done["epsilon"]["spent"])
+
+
+def test_a_pate_job_the_budget_cannot_finish_is_refused_at_submission_with_the_number(
+    service,
+):
+    """σ1 = σ2 = 1 on ε 20 affords a few of 12 queries at their worst case: refused (400)
+    before any job exists or any charge, naming how many inputs it could label."""
+    from privlm.accounting import data_independent_query_curve
+
+    p = service.upload("acme", PRIVATE_SST, filename="p.jsonl", budget_epsilon=20).json()
+    public = "\n".join(f"a film number {i}" for i in range(12))
+    q = service.upload("acme", public, filename="q.txt", public="true").json()
+    r = service.client.post(
+        "/v1/jobs", headers=service.auth("acme"),
+        json={"kind": "pate", "dataset_id": p["id"], "params": {
+            "task": "sst2", "public_dataset_id": q["id"], "sigma_threshold": 1, "sigma": 1}},
+    )  # fmt: skip
+    ledger = PrivacyLedger(service.ledgers, f"dataset-{p['id']}")
+    worst = data_independent_query_curve(1, 1)
+    fits = max(
+        k for k in range(12) if worst.times(max(k, 1)).to_dp(ledger.budget.delta).epsilon <= 20
+    )
+    assert r.status_code == 400, r.text
+    assert f"affords {fits} of the 12" in r.json()["error"]["message"]
+    assert ledger.count() == 0
+    listed = service.client.get("/v1/jobs", headers=service.auth("acme")).json()["data"]
+    assert listed == []
 
 
 def test_a_job_on_another_tenants_public_data_is_refused(service):

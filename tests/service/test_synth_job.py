@@ -19,13 +19,29 @@ def reviews(n=24):
     )  # fmt: skip
 
 
+def test_labels_on_unlabelled_data_are_refused_at_submission_before_any_charge(service):
+    r = service.upload("acme", "a note\nanother note\na third", budget_epsilon=10)
+    d = r.json()["id"]
+    r = service.client.post(
+        "/v1/jobs", headers=service.auth("acme"),
+        json={"kind": "synth", "dataset_id": d, "params": {"epsilon": 1, "labels": ["a", "b"]}},
+    )  # fmt: skip
+    assert r.status_code == 400 and "the data has none" in r.json()["error"]["message"], r.text
+    assert PrivacyLedger(service.ledgers, f"dataset-{d}").count() == 0
+    assert service.client.get("/v1/jobs", headers=service.auth("acme")).json()["data"] == []
+
+
 def test_a_synth_job_charges_the_budget_and_its_texts_become_a_public_dataset(service):
     r = service.upload("acme", reviews(), filename="r.jsonl", budget_epsilon=10)
     private = r.json()["id"]
-    unlabelled = submit(service, "acme", "synth", private, epsilon=4, count=2)
-    run_queue(service)
-    failed = job(service, "acme", unlabelled["id"])
-    assert failed["status"] == "failed" and "labels" in failed["error"]
+    for labels, why in ((None, "declare the label set"), (["neg", "neg"], "given once"),
+                        (["neg", "pos", "meh"], "no record has")):  # fmt: skip
+        r = service.client.post(
+            "/v1/jobs", headers=service.auth("acme"),
+            json={"kind": "synth", "dataset_id": private,
+                  "params": {"epsilon": 4, "count": 2, "labels": labels}},
+        )  # fmt: skip
+        assert r.status_code == 400 and why in r.json()["error"]["message"], r.text
     params = dict(
         epsilon=4, count=2, max_tokens=3, members=2, prompt_tokens=16, labels=["neg", "pos"]
     )

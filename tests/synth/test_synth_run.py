@@ -89,6 +89,24 @@ def test_labelled_data_needs_declared_labels(tiny, tmp_path):
         synthesize(tiny, data(), tmp_path / "x.jsonl", SynthConfig(**CFG), progress=False)
 
 
+@pytest.mark.parametrize(
+    ("labels", "unlabelled", "why"),
+    [(["neg", "neg"], False, "given once"), (["neg", "pos", "meh"], False, "no record has"),
+     (["neg", ""], False, "empty"), (["neg", "pos"], True, "the data has none")],
+)  # fmt: skip
+def test_a_label_set_that_does_not_fit_the_data_is_refused_before_any_charge(
+    tiny, tmp_path, labels, unlabelled, why
+):
+    ds = data()
+    if unlabelled:
+        ds = Dataset([Record(r.text, r.unit, None) for r in ds.records], "t", "record")
+    ledger = PrivacyLedger(tmp_path / "l.db", "d", Budget(50.0, 1e-5))
+    with pytest.raises(PrivlmError, match=why):
+        synthesize(tiny, ds, tmp_path / "x.jsonl", SynthConfig(**CFG), labels=labels,
+                   ledger=ledger, progress=False)  # fmt: skip
+    assert ledger.count() == 0 and not (tmp_path / "x.jsonl").exists()
+
+
 def test_an_interrupted_text_is_lost_not_redrawn(tiny, tmp_path, monkeypatch):
     from privlm.predict.pmixed import PMixEDSequence
 

@@ -72,7 +72,8 @@ class PromptPateConfig:
     )
     accounting: str = setting(
         "data-independent",
-        "data-independent: each query charged its worst case, as many queries as that fits "
+        "data-independent: each query charged its worst case (a budget that fits fewer queries "
+        "than asked is refused, with the number it fits) "
         "(data-dependent, PATE 2018's noisy estimate of the per-vote cost, is refused: a "
         "ledger figure must be an upper bound)",
         choices=ACCOUNTING,

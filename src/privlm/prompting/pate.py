@@ -21,6 +21,7 @@ inputs labelled by Confident-GNMax on the vote histogram, a student prompt from 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -28,8 +29,14 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from privlm.accounting import Charge, PrivacyLedger, RdpCurve, data_independent_query_curve
-from privlm.accounting.budgeted import BudgetedRun
+from privlm.accounting import (
+    Charge,
+    PrivacyLedger,
+    RdpCurve,
+    Relation,
+    data_independent_query_curve,
+)
+from privlm.accounting.budgeted import BudgetedRun, recorded_steps
 from privlm.data import Record
 from privlm.data.partition import (
     assign_parts,
@@ -38,7 +45,7 @@ from privlm.data.partition import (
     new_partition_key,
     record_identities,
 )
-from privlm.errors import PrivlmError
+from privlm.errors import BudgetExceededError, PrivlmError
 from privlm.prompting.config import ACCOUNTING as ACCOUNTING
 from privlm.prompting.scoring import OTHER
 from privlm.prompting.tasks import Task, build_prompt
@@ -123,17 +130,22 @@ class LabellingResult:
         return asdict(self)
 
 
-def affordable_queries(ledger: PrivacyLedger, per_query: RdpCurve, wanted: int) -> int:
+def affordable_queries(
+    ledger: PrivacyLedger, per_query: RdpCurve, wanted: int, relation: Relation
+) -> int:
     """The most queries, up to ``wanted``, whose data-independent worst case fits ``ledger``
     now: a function of the budget, the charges so far and σ's, never of the votes."""
     lo, hi = 0, wanted
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if ledger.fits(Charge("pate-query", rdp=per_query.times(mid))):
+        if ledger.fits(Charge("pate-query", rdp=per_query.times(mid), relation=relation)):
             lo = mid
         else:
             hi = mid - 1
     return lo
+
+
+LABELLING = "PromptPATE's labelling"
 
 
 @dataclass(frozen=True)
@@ -141,7 +153,10 @@ class LabellingPlan:
     """Steps 1 and 2 of :mod:`privlm.accounting.budgeted` for PromptPATE, before any vote is
     computed: the queries the budget affords at their data-independent worst case (every
     one answered: threshold check and GNMax), one planned charge each, checked together.
-    Step 4 charges each durably before its label is drawn (:func:`label_with_confident_gnmax`)."""
+    Step 4 charges each durably before its label is drawn (:func:`label_with_confident_gnmax`).
+    A job restarted after an interruption finds the queries it already charged
+    (:func:`~privlm.accounting.budgeted.recorded_steps`) and draws their labels again
+    under those charges, never charging them twice (no label of the first attempt left)."""
 
     budget: BudgetedRun
     wanted: int
@@ -158,12 +173,25 @@ class LabellingPlan:
         """``unit``: the privacy unit teachers are keyed by (a record, or a user: each
         unit's examples are in one teacher), the relation every charge carries."""
         worst = data_independent_query_curve(sigma_threshold, sigma)
-        count = affordable_queries(ledger, worst, wanted)
+        relation = Relation.of_unit_kind(unit)
+        paid = min(wanted, len(recorded_steps(ledger, LABELLING)))  # charged before a restart
+        if paid < wanted:
+            with contextlib.suppress(BudgetExceededError):  # a cost is counted below; a
+                ledger.require_fits(  # relation the ledger refuses is refused now
+                    Charge("pate-query", rdp=worst, unit=unit, relation=relation), LABELLING
+                )
+        count = paid + affordable_queries(ledger, worst, wanted - paid, relation)
         charges = [
-            Charge("pate-query", rdp=worst, unit=unit, params={"data_independent": True})
+            Charge(
+                "pate-query",
+                rdp=worst,
+                unit=unit,
+                relation=relation,
+                params={"data_independent": True},
+            )
             for _ in range(count)
         ]
-        return cls(BudgetedRun.start(ledger, "PromptPATE's labelling", *charges), wanted)
+        return cls(BudgetedRun.start(ledger, LABELLING, *charges), wanted)
 
     @property
     def queries(self) -> int:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from privlm.accounting import Budget, PrivacyLedger
+from privlm.accounting import Budget, PrivacyLedger, Relation, data_independent_query_curve
 from privlm.accounting.advice import suggested_delta, threshold_warning
 from privlm.curator import PLACEMENT, PUBLIC, PUBLIC_SIZE, RANDOMNESS, Schema, release_statement
 from privlm.data import Record
@@ -27,6 +27,7 @@ from privlm.prompting.config import PromptPateConfig as PromptPateConfig
 from privlm.prompting.pate import (
     LabellingPlan,
     Teacher,
+    affordable_queries,
     blackbox_accuracy,
     label_with_confident_gnmax,
     labelled_public,
@@ -182,6 +183,26 @@ def unit_kind(private: list[Record]) -> str:
     return "record" if all(r.unit.startswith("record-") for r in private) else "user"
 
 
+def refuse_short_plan(affordable: int, wanted: int, when: str) -> None:
+    """Refuse a labelling the budget cannot finish: it would spend and deliver less than
+    asked. The refusal gives the number it could deliver, a function of the budget, the
+    charges so far and σ's only (never of the votes)."""
+    if affordable < wanted:
+        raise BudgetExceededError(
+            f"refused {when}: the budget left affords {affordable} of the {wanted} "
+            "PromptPATE queries asked, at their data-independent worst case. Label at most "
+            f"{affordable} public inputs (--queries {affordable}), raise σ and σ1, or raise "
+            "the budget; nothing was charged"
+        )
+
+
+def affordable_labels(ledger: PrivacyLedger, cfg: PromptPateConfig, wanted: int, unit: str) -> int:
+    """How many of ``wanted`` PromptPATE queries ``ledger`` affords now under ``cfg``'s
+    σ's (what :class:`LabellingPlan` would plan), charging nothing."""
+    worst = data_independent_query_curve(cfg.sigma_threshold, cfg.sigma)
+    return affordable_queries(ledger, worst, wanted, Relation.of_unit_kind(unit))
+
+
 def run_prompt_pate(
     model: ModelSource,
     data: PateExamples,
@@ -216,12 +237,7 @@ def run_prompt_pate(
     public = public[: cfg.queries]  # fixed before any vote: never stopped by the votes
     unit = unit_kind(private)
     plan = LabellingPlan.start(ledger, cfg.sigma_threshold, cfg.sigma, len(public), unit)
-    if plan.queries < cfg.shots + 1:  # refused before any vote is computed
-        raise BudgetExceededError(
-            f"refused before any teacher voted: the budget left affords {plan.queries} "
-            f"PromptPATE queries at their worst case, and the student needs at least "
-            f"{cfg.shots + 1} labels. Raise the budget, or raise σ and σ1."
-        )
+    refuse_short_plan(plan.queries, len(public), "before any teacher voted")
     both = teacher_answer_matrix(lm, task, teachers, public, cfg.batch_size, progress)
     answers = both.votes(cfg.teacher_votes)
     hist = vote_histograms(answers, len(task.labels))

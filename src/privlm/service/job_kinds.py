@@ -35,7 +35,10 @@ from privlm.service.job_params import (
 from privlm.synth.config import SynthConfig
 from privlm.training.config import DpSgdConfig, EnsembleConfig, JftConfig, LoraTrainingConfig
 
-RESTARTS = "restarts (nothing was released before the interruption)"
+RESTARTS = (
+    "restarts, and what it charged before the interruption is not charged again (nothing "
+    "was released; privlm.accounting.budgeted)"
+)
 
 
 @dataclass(frozen=True)

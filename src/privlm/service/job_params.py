@@ -320,6 +320,38 @@ def check_task_data(
     return None
 
 
+def check_pate_plan(params: PateParams, ledger: Any, private: Dataset, queries: int) -> None:
+    """At submission: refuse a PromptPATE job whose dataset's budget cannot label every
+    public input at its data-independent worst case (it would spend and release nothing
+    useful), naming how many inputs it could label. The unit is the run's
+    (:func:`privlm.prompting.pate_pipeline.unit_kind` of the private records)."""
+    from privlm.prompting.pate_pipeline import affordable_labels, unit_kind
+
+    cfg = params.config(ledger.budget.epsilon, ledger.budget.delta)
+    unit = unit_kind(task_records(private, job_task(params), "private"))
+    fits = affordable_labels(ledger, cfg, queries, unit)
+    if fits < queries:
+        raise PrivlmError(
+            f"refused before any work: the dataset's budget left affords {fits} of the "
+            f"{queries} PromptPATE queries (one per public input) at their data-independent "
+            f"worst case under σ1 {cfg.sigma_threshold:g} and σ2 {cfg.sigma:g}. Give a public "
+            f"dataset of at most {fits} inputs, or raise sigma_threshold and sigma; nothing "
+            "was charged"
+        )
+
+
+def check_synth_labels(params: SynthParams, ds: Dataset) -> None:
+    """At submission, before any charge: the declared label set fits the dataset
+    (:func:`privlm.synth.run.declared_labels`)."""
+    from privlm.service.datasets import load_records
+    from privlm.synth.run import declared_labels
+
+    try:
+        declared_labels(load_records(ds), params.labels)
+    except PrivlmError as exc:
+        raise PrivlmError(f"params.labels: {exc}") from None
+
+
 @lru_cache(maxsize=4)
 def tokenizer_of(model: str) -> Any:
     """The service model's tokenizer (verbalisers are checked against it at submission)."""

@@ -4,8 +4,9 @@ Durability: the job row is the truth. A running job carries its worker's pid,
 host and a heartbeat. When a worker starts (and every minute after) it looks for running jobs
 whose worker is gone (pid dead on this host, or heartbeat older than ``STALE_SECONDS``):
 such a job is put back in the queue to resume (an ensemble resumes from its finished
-adapters; DP-SGD, JFT and PromptPATE restart, which costs no privacy, since nothing was
-released before the ledger charge that precedes writing the artefact), or, after
+adapters, synth from its written texts; DP-SGD, JFT, PromptDPSGD and PromptPATE restart:
+nothing was released, and each charge the job recorded is found by its step and not made
+again, so a restart never pays twice; ``privlm.accounting.budgeted``), or, after
 ``MAX_ATTEMPTS`` interruptions, marked failed with the reason. No job is silently lost.
 """
 

@@ -307,7 +307,7 @@ def synthesize(
     (default: hidden beside ``out``). See the module docstring."""
     cfg = config or SynthConfig()
     out = Path(out)
-    labels = _declared_labels(data, labels)
+    labels = declared_labels(data, labels)
     lm = model if isinstance(model, LoadedModel) else load_public_model(model)
     name = lm.loaded_as or lm.name
     folder = Path(state_dir) if state_dir is not None else run_folder(out)
@@ -356,16 +356,37 @@ def synthesize(
     )  # fmt: skip
 
 
-def _declared_labels(data: Dataset, labels: list[str] | None) -> list[str] | None:
-    has_labels = any(r.label is not None for r in data.records)
-    if labels:
-        return list(labels)
-    if has_labels:
+def declared_labels(data: Dataset, labels: list[str] | None) -> list[str] | None:
+    """The declared label set, checked against the data before any charge: each label once
+    and not empty, labels only on labelled data, every declared label held by some record
+    (else its texts would come from the public model alone), and a label set declared
+    whenever the data has labels. Refusals go to the curator, before any work."""
+    present = {r.label for r in data.records if r.label is not None}
+    if not labels:
+        if present:
+            raise PrivlmError(
+                "the data has labels: declare the label set public with --labels A,B,… (texts "
+                "are generated per declared label; a label set read off the data would not be "
+                "private)"
+            )
+        return None
+    if any(not str(label).strip() for label in labels):
+        raise PrivlmError("a declared label is empty")
+    repeated = sorted({x for x in labels if labels.count(x) > 1})
+    if repeated:
+        raise PrivlmError(f"each declared label must be given once; repeated: {repeated}")
+    if not present:
         raise PrivlmError(
-            "the data has labels: declare the label set public with --labels A,B,… (texts are "
-            "generated per declared label; a label set read off the data would not be private)"
+            "labels were declared but the data has none: its texts would be generated from no "
+            "record; drop the labels, or give data with a label column"
         )
-    return None
+    missing = [x for x in labels if x not in present]
+    if missing:
+        raise PrivlmError(
+            f"no record has the declared label(s) {missing}: their texts would come from the "
+            "public model alone; declare only labels the data uses"
+        )
+    return list(labels)
 
 
 def _curator(data: Dataset, batches: list[Batch]) -> dict[str, Any]:

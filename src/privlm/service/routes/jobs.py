@@ -22,8 +22,11 @@ from privlm.service.db import Dataset, Job, new_id, now
 from privlm.service.job_kinds import StoredParams, checked_params, job_kind, stored_params
 from privlm.service.job_params import (
     PateParams,
+    SynthParams,
     TaskParams,
     check_dataset_policy,
+    check_pate_plan,
+    check_synth_labels,
     check_task_data,
 )
 from privlm.service.job_queue import positions
@@ -122,6 +125,10 @@ def submit_job(req: Any, s: Db, me: Me, state: State) -> dict[str, Any]:
         inputs = check_task_data(params, dataset, public, state.settings.model)
         if inputs is not None:
             check_never_private(s, me.id, inputs, state.record_secret)
+        if isinstance(params, PateParams) and inputs is not None:
+            check_pate_plan(params, state.dataset_ledger(dataset), dataset, len(inputs))
+    if isinstance(params, SynthParams):
+        check_synth_labels(params, dataset)
     planned = params.planned_epsilon
     if planned is not None:
         check_fits_remaining(planned, state.dataset_ledger(dataset))
