@@ -279,3 +279,36 @@ def test_stop_strings_hold_back_what_could_begin_a_stop():
     t = StopText(["END"])
     assert t.feed("fooEN") == "foo" and t.flush() == "EN" and not t.hit
     assert StopText([]).feed("anything") == "anything"
+
+
+def test_work_abandoned_by_its_client_ends_as_client_gone_not_a_500():
+    """The client leaves while a whole answer is being collected: the work is cancelled and
+    awaited, and the route answers 499; reading the result of a task only asked to cancel
+    raised InvalidStateError (a 500)."""
+    import asyncio
+
+    from privlm.service.openai_api import ClientGone, unless_gone
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        gone: asyncio.Future[None] = loop.create_future()
+        stopped = asyncio.Event()
+
+        async def collect() -> str:
+            try:
+                await asyncio.sleep(30)
+            finally:
+                stopped.set()
+            return "never"
+
+        loop.call_later(0.05, gone.set_result, None)
+        with pytest.raises(ClientGone):
+            await unless_gone(collect(), gone)
+        assert stopped.is_set()  # the work was cancelled, not left running
+
+        async def quick() -> str:
+            return "answer"
+
+        assert await unless_gone(quick(), loop.create_future()) == "answer"
+
+    asyncio.run(scenario())

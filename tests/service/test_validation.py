@@ -217,3 +217,39 @@ def test_an_upload_without_a_valid_key_is_refused_before_its_body_is_read(servic
         asyncio.run(service.state.asgi(scope, never_read, send))
         assert sent[0]["status"] == 401
         assert json.loads(sent[1]["body"])["error"]["type"] == "unauthorized"
+
+
+def _files_under(root):
+    return sorted(p.name for p in root.rglob("*") if p.is_file() and "datasets" in p.parts)
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [('"hello"', "must be a JSON object"), ("[1, 2]", "must be a JSON object"),
+     ("5", "must be a JSON object"), ('{"epsilon": NaN}', "must be JSON"),
+     ('{"a": "\\ud800"}', "lone surrogate"), ('{"a": "x\\u0000"}', "escaped NUL"),
+     ('{"a": ' * 9 + "1" + "}" * 9, "nested deeper"), ("[" * 5000 + "]" * 5000, "nested deeper"), ("{not json", "must be JSON")],
+)  # fmt: skip
+def test_a_bad_perturbation_field_is_a_400_and_keeps_nothing(service, value, says, caplog):
+    """Each was a 500 after the file had been moved into place (a file with no row, which
+    the tenant could neither list nor delete), or accepted against the docs."""
+    before = _files_under(service.settings.data_dir)
+    r = service.upload("acme", perturbation=value)
+    assert r.status_code == 400, r.text
+    assert says in r.json()["error"]["message"]
+    assert _files_under(service.settings.data_dir) == before
+    listed = service.client.get("/v1/datasets", headers=service.auth("acme")).json()["data"]
+    assert listed == []
+    assert "hello" not in caplog.text
+
+
+def test_an_upload_refused_at_its_commit_leaves_no_file(service, monkeypatch):
+    from privlm.service import datasets as ds_api
+
+    def broken(*args, **kwargs):
+        raise ds_api.UploadError("the commit failed")
+
+    monkeypatch.setattr(ds_api, "commit_upload", broken)
+    before = _files_under(service.settings.data_dir)
+    r = service.upload("acme")
+    assert r.status_code == 400 and _files_under(service.settings.data_dir) == before

@@ -11,8 +11,9 @@ Records are separated by ``\n`` or ``\r\n`` only: a form feed, a vertical tab, U
 U+0085 inside a line is text, never a new record (and a new privacy unit).
 
 Every problem is a :class:`DataError` naming the file, the line and what is wrong: a
-missing file, undecodable bytes, a NUL byte, invalid JSON (NaN and Infinity included, or
-nested deeper than ``MAX_JSON_DEPTH``) or CSV, a duplicated CSV column, a label that is
+missing file, undecodable bytes, a NUL byte (raw or escaped as ``\u0000``), a lone
+surrogate escape, invalid JSON (NaN and Infinity included, or nested deeper than
+``MAX_JSON_DEPTH``) or CSV, a duplicated CSV column, a label that is
 neither a string nor an integer (or a file mixing the two), a user id that is neither, a
 missing column, a record over the size limit, no records at all. No error quotes a record's content, nor a header row's
 (which, in a file without one, is a record). Rows with empty text are skipped, counted and reported,
@@ -129,8 +130,34 @@ def jsonl_rows(path: Path, content: str) -> list[tuple[int, dict[str, Any]]]:
             raise DataError(path, f"invalid JSON: {exc}", i) from None
         if not isinstance(obj, dict):
             raise DataError(path, f"each line must be a JSON object, got {type(obj).__name__}", i)
+        if "\\u" in line:  # only an escape can make a NUL or a lone surrogate
+            problem = escaped_problem(obj)
+            if problem:
+                raise DataError(path, problem, i)
         rows.append((i, obj))
     return rows
+
+
+def escaped_problem(value: Any) -> str | None:
+    """What is wrong with a parsed JSON value's strings (keys included), or None: an
+    escaped NUL (``\\u0000``), which a file may not hold raw either, or a lone surrogate
+    (``\\ud800``), which is no Unicode text. Never quotes the content."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str):
+            if "\x00" in item:
+                return "an escaped NUL (\\u0000) in a string"
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return "a lone surrogate escape (e.g. \\ud800) in a string: not Unicode text"
+    return None
 
 
 def _no_constant(name: str) -> Any:

@@ -10,7 +10,7 @@ import shutil
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from sqlalchemy.orm import Session
 
@@ -21,10 +21,10 @@ from privlm.data import load_file
 from privlm.errors import DataError, PrivlmError
 from privlm.service.db import Dataset, new_id, now
 from privlm.service.record_index import (
-    budgets_sharing,
     describe_sharing,
     index_records,
     keyed_digests,
+    known_digests,
     tenant_key,
 )
 from privlm.service.storage import dataset_path
@@ -105,59 +105,107 @@ class Stored:
     shared: int = 0
 
 
-def store_dataset(
-    session: Session,
+@dataclass(frozen=True)
+class PreparedUpload:
+    """An upload written, parsed and digested off the event loop, outside any database
+    transaction (:func:`prepare_upload`): what :func:`commit_upload` stores, in a short
+    transaction of its own."""
+
+    tmp: Path
+    path: Path
+    tenant_id: str
+    ds_id: str
+    suffix: str
+    display: str
+    records: int
+    size: int
+    digests: set[str]
+
+    def discard(self) -> None:
+        self.tmp.unlink(missing_ok=True)
+
+
+def prepare_upload(
     root: Path,
     tenant_id: str,
     filename: str,
-    content: bytes,
-    budget: DatasetBudget | None,
+    content: bytes | BinaryIO,
     secret: bytes,
-    perturbation: dict[str, Any] | None = None,
     name: str | None = None,
-    require_dp: bool = False,
     fields: tuple[str, ...] = (),
-    public: bool = False,
-) -> Stored:
-    """Validate ``content`` as a ``.txt``/``.jsonl``/``.csv`` file and store it; besides
-    :data:`USED_FIELDS` it keeps only the ``fields`` named (a task template's). A private
-    upload that shares a record with one of the tenant's budgets joins it (``budget`` then
-    does not apply); nothing of a refused upload stays on disk."""
+) -> PreparedUpload:
+    """Write ``content`` (bytes, or a file object copied in chunks) beside its final place,
+    validate it as a ``.txt``/``.jsonl``/``.csv`` file (besides :data:`USED_FIELDS` only the
+    ``fields`` named) and digest its records. No database is touched; nothing of a refused
+    upload stays on disk."""
     suffix = _suffix(filename)
     display = (name or Path(filename).name).strip()[:MAX_NAME] or "dataset"
     ds_id = new_id("ds")
     path = dataset_path(root, tenant_id, ds_id, suffix)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{UPLOAD_PREFIX}{path.name}")
-    tmp.write_bytes(content)
     try:
+        with tmp.open("wb") as out:
+            if isinstance(content, bytes):
+                out.write(content)
+            else:
+                shutil.copyfileobj(content, out, 1 << 20)
         records = _validated(tmp, display, fields)
         digests = keyed_digests(records.records, tenant_key(secret, tenant_id))
-        owners = budgets_sharing(session, tenant_id, digests)
-        joined = _budget_owner(session, owners, public, display, len(records))
-        os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    given = budget or DEFAULT_BUDGET
-    epsilon, delta = (
-        (joined.budget_epsilon, joined.budget_delta) if joined else (given.epsilon, given.delta)
+    return PreparedUpload(
+        tmp, path, tenant_id, ds_id, suffix, display, len(records), tmp.stat().st_size, digests
     )
-    row = Dataset(
-        id=ds_id, tenant_id=tenant_id, name=display, format=suffix.lstrip("."),
-        records=len(records), bytes=len(content), path=str(path),
-        budget_epsilon=epsilon, budget_delta=delta,
-        perturbation=None if perturbation is None else json.dumps(perturbation),
-        require_dp=require_dp, kind="public" if public else "private",
-        budget_id=None if public else (joined.budget_id or joined.id) if joined else ds_id,
-        records_indexed=not public,
-    )  # fmt: skip
-    session.add(row)
-    session.flush()
-    if not public:
-        index_records(session, tenant_id, digests, row.budget_id or ds_id)
-    shared = sum(owners.values())
-    return Stored(row, joined, shared)
+
+
+def commit_upload(
+    session: Session,
+    prepared: PreparedUpload,
+    budget: DatasetBudget | None,
+    perturbation: dict[str, Any] | None = None,
+    require_dp: bool = False,
+    public: bool = False,
+) -> Stored:
+    """Store a prepared upload: a private upload that shares a record with one of the
+    tenant's budgets joins it (``budget`` then does not apply). The lookup and the insert
+    are one transaction (two uploads of the same records cannot both found a budget). The
+    caller commits, then moves the file into place (:func:`place_upload`); a failure here
+    removes it."""
+    p = prepared
+    tenant_id = p.tenant_id
+    try:
+        known = known_digests(session, tenant_id, p.digests)
+        owners = Counter(known.values())
+        joined = _budget_owner(session, owners, public, p.display, p.records)
+        given = budget or DEFAULT_BUDGET
+        epsilon, delta = (
+            (joined.budget_epsilon, joined.budget_delta) if joined else (given.epsilon, given.delta)
+        )
+        row = Dataset(
+            id=p.ds_id, tenant_id=tenant_id, name=p.display, format=p.suffix.lstrip("."),
+            records=p.records, bytes=p.size, path=str(p.path),
+            budget_epsilon=epsilon, budget_delta=delta,
+            perturbation=None if perturbation is None else json.dumps(perturbation),
+            require_dp=require_dp, kind="public" if public else "private",
+            budget_id=None if public else (joined.budget_id or joined.id) if joined else p.ds_id,
+            records_indexed=not public,
+        )  # fmt: skip
+        session.add(row)
+        session.flush()
+        if not public:
+            index_records(session, tenant_id, p.digests, row.budget_id or p.ds_id, known)
+    except BaseException:
+        p.discard()
+        raise
+    return Stored(row, joined, sum(owners.values()))
+
+
+def place_upload(prepared: PreparedUpload) -> None:
+    """Move a committed upload's file into place (after its row is committed: a refused or
+    failed commit leaves only the ``.upload-`` file, which is removed or swept)."""
+    os.replace(prepared.tmp, prepared.path)
 
 
 def store_release(session: Session, root: Path, tenant_id: str, source: Path, name: str) -> Dataset:

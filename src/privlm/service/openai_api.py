@@ -167,7 +167,8 @@ async def unless_gone(work: Any, gone: asyncio.Future[None]) -> Any:
         await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         if not task.done():
-            task.cancel()
+            task.cancel()  # scheduled, not yet done: wait for it to finish cancelling
+            await asyncio.gather(task, return_exceptions=True)
     if task.cancelled():
         raise ClientGone
     return task.result()

@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
 from privlm.data.records import Record
@@ -94,38 +94,46 @@ def keyed_digests(records: Iterable[Record], key: bytes) -> set[str]:
     }
 
 
-def budgets_sharing(session: Session, tenant_id: str, digests: set[str]) -> Counter[str]:
-    """How many of ``digests`` each of the tenant's budgets already holds."""
-    found: Counter[str] = Counter()
+LOOKUP_CHUNK = 2000  # digests per bounded IN list (SQLite allows 32,766 variables)
+
+
+def known_digests(session: Session, tenant_id: str, digests: set[str]) -> dict[str, str]:
+    """The budget of each of ``digests`` the tenant's index already holds."""
+    found: dict[str, str] = {}
     items = sorted(digests)
-    for i in range(0, len(items), 500):  # bounded IN lists
+    for i in range(0, len(items), LOOKUP_CHUNK):
         rows = session.execute(
-            select(RecordDigest.budget_id).where(
-                RecordDigest.tenant_id == tenant_id, RecordDigest.digest.in_(items[i : i + 500])
+            select(RecordDigest.digest, RecordDigest.budget_id).where(
+                RecordDigest.tenant_id == tenant_id,
+                RecordDigest.digest.in_(items[i : i + LOOKUP_CHUNK]),
             )
-        ).scalars()
-        found.update(rows)
+        )
+        found.update((d, b) for d, b in rows)
     return found
 
 
-def index_records(session: Session, tenant_id: str, digests: set[str], budget_id: str) -> None:
-    """Record ``digests`` as the budget's (those already indexed keep their budget)."""
-    items = sorted(digests)
-    known: set[str] = set()
-    for i in range(0, len(items), 500):
-        known.update(
-            session.execute(
-                select(RecordDigest.digest).where(
-                    RecordDigest.tenant_id == tenant_id,
-                    RecordDigest.digest.in_(items[i : i + 500]),
-                )
-            ).scalars()
-        )
-    session.add_all(
-        RecordDigest(tenant_id=tenant_id, digest=d, budget_id=budget_id)
-        for d in items
-        if d not in known
-    )
+def budgets_sharing(session: Session, tenant_id: str, digests: set[str]) -> Counter[str]:
+    """How many of ``digests`` each of the tenant's budgets already holds."""
+    return Counter(known_digests(session, tenant_id, digests).values())
+
+
+def index_records(
+    session: Session,
+    tenant_id: str,
+    digests: set[str],
+    budget_id: str,
+    known: Iterable[str] | None = None,
+) -> None:
+    """Record ``digests`` as the budget's (those already indexed keep their budget;
+    ``known``: those, when the caller has looked them up already). One bulk insert."""
+    have = set(known_digests(session, tenant_id, digests) if known is None else known)
+    rows = [
+        {"tenant_id": tenant_id, "digest": d, "budget_id": budget_id}
+        for d in sorted(digests)
+        if d not in have
+    ]
+    if rows:
+        session.execute(insert(RecordDigest), rows)
     session.flush()
 
 

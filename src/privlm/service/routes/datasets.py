@@ -8,12 +8,13 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, File, Form, UploadFile
+from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from privlm.service import datasets as ds_api
 from privlm.service.api_errors import ApiError
-from privlm.service.auth import Db, Me
+from privlm.service.auth import Db, Me, MeBriefly
 from privlm.service.db import Dataset, Deployment, Job, now
 from privlm.service.job_runners import add_event
 from privlm.service.protocol import (
@@ -24,6 +25,7 @@ from privlm.service.protocol import (
     UploadedDataset,
 )
 from privlm.service.state import ServiceState, State, own
+from privlm.service.strict import FormError, form_object
 
 router = APIRouter(prefix="/v1/datasets")
 # a dataset's answer leaves out what it does not have (a shared budget, a note): unset
@@ -37,8 +39,7 @@ router = APIRouter(prefix="/v1/datasets")
     response_model_exclude_unset=True,
 )
 async def upload(
-    s: Db,
-    me: Me,
+    me: MeBriefly,
     state: State,
     file: Annotated[UploadFile, File()],
     budget_epsilon: Annotated[float | None, Form()] = None,
@@ -49,30 +50,63 @@ async def upload(
     fields: Annotated[str | None, Form(max_length=500)] = None,
     public: Annotated[bool, Form()] = False,
 ) -> dict[str, Any]:
-    content = await file.read()
-    meta = None
-    if perturbation:
-        try:
-            meta = json.loads(perturbation)
-        except json.JSONDecodeError:
-            raise ApiError(400, "invalid_request", "perturbation must be JSON") from None
+    """Every form field is checked before anything is written; the file is then written,
+    parsed and digested in a worker thread with no database transaction open, and stored
+    in a short transaction of its own: a large upload never holds the event loop or the
+    database's write lock while it is read."""
     try:
-        budget = None
-        if budget_epsilon is not None or budget_delta is not None:
-            default = ds_api.DEFAULT_BUDGET
-            budget = ds_api.check_budget(
-                default.epsilon if budget_epsilon is None else budget_epsilon,
-                default.delta if budget_delta is None else budget_delta,
-            )
-        stored = ds_api.store_dataset(
-            s, state.settings.data_dir, me.id, file.filename or "upload.txt", content,
-            budget, state.record_secret, meta, name, require_dp,
-            ds_api.parse_fields(fields), public,
+        meta = form_object(perturbation, "perturbation")
+        budget = upload_budget(budget_epsilon, budget_delta)
+        keep = ds_api.parse_fields(fields)
+        if name is not None:
+            form_object(json.dumps({"name": name}), "name")  # no NUL or lone surrogate
+        prepared = await run_in_threadpool(
+            ds_api.prepare_upload, state.settings.data_dir, me.id,
+            file.filename or "upload.txt", file.file, state.record_secret, name, keep,
         )  # fmt: skip
+        stored = await run_in_threadpool(
+            store_prepared, state, prepared, (budget, budget_epsilon is None), meta,
+            require_dp, public,
+        )  # fmt: skip
+    except FormError as exc:
+        raise ApiError(400, "invalid_request", str(exc)) from None
     except ds_api.UploadError as exc:
         raise ApiError(400, "invalid_dataset", str(exc)) from None
-    out = ds_api.describe(stored.row, state.budget_ledger(stored.row))
-    note = budget_note(stored, out["budget"], budget, budget_epsilon is None)
+    return stored
+
+
+def upload_budget(epsilon: float | None, delta: float | None) -> ds_api.DatasetBudget | None:
+    """The budget the form asks for (None: the default, or the joined budget's)."""
+    if epsilon is None and delta is None:
+        return None
+    default = ds_api.DEFAULT_BUDGET
+    return ds_api.check_budget(
+        default.epsilon if epsilon is None else epsilon,
+        default.delta if delta is None else delta,
+    )
+
+
+def store_prepared(
+    state: ServiceState,
+    prepared: ds_api.PreparedUpload,
+    asked: tuple[ds_api.DatasetBudget | None, bool],
+    meta: dict[str, Any] | None,
+    require_dp: bool,
+    public: bool,
+) -> dict[str, Any]:
+    """The upload's row, index and answer, in one short transaction (a worker thread);
+    the file moves into place once the row is committed. ``asked``: the budget the form
+    gave, and whether it gave no ε."""
+    budget, no_epsilon = asked
+    try:
+        with state.sessions.begin() as s:
+            stored = ds_api.commit_upload(s, prepared, budget, meta, require_dp, public)
+            out = ds_api.describe(stored.row, state.budget_ledger(stored.row))
+            note = budget_note(stored, out["budget"], budget, no_epsilon)
+    except BaseException:
+        prepared.discard()
+        raise
+    ds_api.place_upload(prepared)
     return {**out, "budget_note": note} if note else out
 
 
