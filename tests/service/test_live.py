@@ -127,17 +127,24 @@ def test_one_tenant_flooding_a_deployment_does_not_stall_another(live):
                 assert r.headers["Retry-After"]
 
     latencies: dict[str, list[float]] = {"/v1/health": [], "/v1/datasets": []}
+    baseline: dict[str, list[float]] = {"/v1/health": [], "/v1/datasets": []}
 
-    def probe() -> None:
+    def probe(into: dict[str, list[float]], until: threading.Event | float) -> None:
+        def over() -> bool:
+            return (
+                until.is_set() if isinstance(until, threading.Event) else time.monotonic() > until
+            )
+
         with srv.client(other, timeout=30) as c:
-            while not flood_done.is_set():
-                for path, seen in latencies.items():
+            while not over():
+                for path, seen in into.items():
                     t = time.perf_counter()
                     assert c.get(path).status_code == 200
                     seen.append(time.perf_counter() - t)
                 time.sleep(0.05)
 
-    prober = threading.Thread(target=probe)
+    probe(baseline, time.monotonic() + 2)  # the same probes on the same machine, unloaded
+    prober = threading.Thread(target=probe, args=(latencies, flood_done))
     prober.start()
     with ThreadPoolExecutor(45) as pool:
         list(pool.map(flood, range(45)))
@@ -148,9 +155,12 @@ def test_one_tenant_flooding_a_deployment_does_not_stall_another(live):
     for path, seen in latencies.items():
         # a stalled event loop holds every probe for the flood's generation time; one slow
         # probe on a busy 2-core machine is not a stall (bench_service measures the p99)
-        ranked = sorted(seen)
+        # measured against the same probes before the flood: a machine busy with other work
+        # slows both, while a stalled loop holds every probe for the flood's generation time
+        ranked, before = sorted(seen), sorted(baseline[path])
         p95 = ranked[int(0.95 * (len(ranked) - 1))]
-        assert p95 < 2.0 and ranked[-1] < 10.0, (path, p95, ranked[-1], len(ranked))
+        bound = max(2.0, 10 * before[int(0.95 * (len(before) - 1))])
+        assert p95 < bound and ranked[-1] < 5 * bound, (path, p95, bound, ranked[-1], len(ranked))
 
 
 def test_sigkill_mid_generation_leaves_a_consistent_ledger(live):

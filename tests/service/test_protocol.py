@@ -83,6 +83,9 @@ def called(service, ensemble_job):
     call("get", "/v1/health")
     call("get", "/v1/datasets/{dataset_id}", "/v1/datasets/ds_missing")  # a documented 404
     call("delete", "/v1/datasets/{dataset_id}", f"/v1/datasets/{spare}", params={"cascade": True})
+    keys = call("get", "/v1/keys").json()["data"]
+    call("delete", "/v1/keys/{prefix}", "/v1/keys/plm_missing")  # a documented 404
+    call("delete", "/v1/keys/{prefix}", f"/v1/keys/{keys[0]['prefix']}")  # last: its own key
     return spec, calls
 
 

@@ -35,7 +35,7 @@ def alone(router, tmp_path) -> tuple[TestClient, object]:
 
 @pytest.mark.fast
 def test_the_app_is_an_assembly_of_routers():
-    assert {r.prefix for r in routers()} == {"", "/v1/datasets", "/v1/jobs", "/v1"}
+    assert {r.prefix for r in routers()} == {"", "/v1/datasets", "/v1/jobs", "/v1", "/v1/keys"}
 
 
 def test_the_page_router_alone(tmp_path):

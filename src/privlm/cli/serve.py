@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -83,23 +83,25 @@ def serve(
             prefill_chunk=prefill_chunk, deadline_s=deadline_s,
         ),
     )  # fmt: skip
-    app_ = asgi_app(settings)  # creates the schema before the worker starts
     threads = max(1, (os.cpu_count() or 1) // workers)
     command = [
         sys.executable, "-m", "privlm", "service", "worker", "--data-dir", str(settings.data_dir),
         "--db", url, "--model", model, "--die-with-parent",
         "--tenant-cap", str(max(1, workers - 1)), "--threads", str(threads),
     ]  # fmt: skip
-    children = [subprocess.Popen(command) for _ in range(workers if worker else 0)]
+    from privlm.service.supervision import WorkerPool
+
+    pool = WorkerPool.of_command(command, workers) if worker else None
+    app_ = asgi_app(settings, pool)  # creates the schema before the workers start
+    if pool is not None:
+        pool.start()  # a worker that dies is started again (privlm.service.supervision)
     try:
         # uvicorn's access log writes query strings; privlm's own (url_keys.AccessLog) does not
         _log_access()
         uvicorn.run(app_, host=host, port=port, log_level="info", access_log=False)
     finally:
-        for child in children:
-            child.terminate()
-        for child in children:
-            child.wait(timeout=30)
+        if pool is not None:
+            pool.stop()
 
 
 @app.command("worker")
@@ -146,27 +148,83 @@ def tenant_create(
         typer.echo(f"tenant {name} ({tid})\nAPI key (shown once): {key}")
 
 
+def _tenant_id(s: Any, name: str) -> str:
+    from sqlalchemy import select
+
+    from privlm.errors import PrivlmError
+    from privlm.service.db import Tenant
+
+    t = s.scalar(select(Tenant).where(Tenant.name == name))
+    if t is None:
+        raise PrivlmError(f"no tenant {name!r}")
+    return str(t.id)
+
+
+def _sessions(db: str | None, data_dir: Path) -> Any:
+    from privlm.service.db import make_engine, session_factory
+
+    return session_factory(make_engine(_url(db, data_dir)))
+
+
+EXPIRES_OPTION = typer.Option(
+    None, "--expires-days", help="The key stops working this many days from now (default: never)."
+)
+
+
 @app.command("key-add")
 @user_errors
 def key_add(
     name: str = typer.Argument(..., help="Tenant name."),
+    expires_days: float | None = EXPIRES_OPTION,
     data_dir: Path = DATA_DIR_OPTION,
     db: str | None = DB_OPTION,
 ) -> None:
-    """Add an API key to a tenant."""
+    """Add an API key to a tenant (shown once; only its hash is stored)."""
     require("service", "the service")
-    from sqlalchemy import select
-
-    from privlm.errors import PrivlmError
-    from privlm.service.db import Tenant, make_engine, session_factory
     from privlm.service.keys import add_key
 
-    with session_factory(make_engine(_url(db, data_dir))).begin() as s:
-        t = s.scalar(select(Tenant).where(Tenant.name == name))
-        if t is None:
-            raise PrivlmError(f"no tenant {name!r}")
-        key = add_key(s, t.id)
+    with _sessions(db, data_dir).begin() as s:
+        key = add_key(s, _tenant_id(s, name), expires_days)
     typer.echo(f"API key (shown once): {key}")
+
+
+@app.command("key-list")
+@user_errors
+def key_list(
+    name: str = typer.Argument(..., help="Tenant name."),
+    data_dir: Path = DATA_DIR_OPTION,
+    db: str | None = DB_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """A tenant's API keys: prefix, state (active, expired, revoked) and dates."""
+    require("service", "the service")
+    from privlm.service.keys import list_keys
+
+    with _sessions(db, data_dir).begin() as s:
+        keys = list_keys(s, _tenant_id(s, name))
+    if as_json:
+        emit_json({"tenant": name, "keys": keys})
+        return
+    for k in keys:
+        expires = k["expires_at"] or "never"
+        typer.echo(f"{k['prefix']}…  {k['state']:<8} created {k['created_at']}  expires {expires}")
+
+
+@app.command("key-revoke")
+@user_errors
+def key_revoke(
+    name: str = typer.Argument(..., help="Tenant name."),
+    prefix: str = typer.Argument(..., help="The key's first 12 characters (key-list), or the key."),
+    data_dir: Path = DATA_DIR_OPTION,
+    db: str | None = DB_OPTION,
+) -> None:
+    """Revoke one of a tenant's API keys: it stops working at once, on every route."""
+    require("service", "the service")
+    from privlm.service.keys import revoke_key
+
+    with _sessions(db, data_dir).begin() as s:
+        k = revoke_key(s, _tenant_id(s, name), prefix)
+    typer.echo(f"revoked {k['prefix']}… ({name})")
 
 
 def _log_access() -> None:
@@ -177,3 +235,10 @@ def _log_access() -> None:
     access.addHandler(handler)
     access.setLevel(logging.INFO)
     access.propagate = False
+
+
+keys_app = typer.Typer(help="A tenant's API keys: add, list, revoke.", no_args_is_help=True)
+keys_app.command("add")(key_add)
+keys_app.command("list")(key_list)
+keys_app.command("revoke")(key_revoke)
+app.add_typer(keys_app, name="keys")

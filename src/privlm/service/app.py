@@ -21,10 +21,11 @@ from privlm.service.datasets import load_records, sweep_uploads
 from privlm.service.db import ledger_url, make_engine, session_factory
 from privlm.service.deployments import DeploymentRuntime
 from privlm.service.errors_http import install_error_handlers
+from privlm.service.health import ServiceHealth
 from privlm.service.keys import tenant_for_key
 from privlm.service.limits import BodySizeLimit
 from privlm.service.record_index import backfill, server_secret
-from privlm.service.routes import datasets, deployments, jobs, page
+from privlm.service.routes import datasets, deployments, jobs, keys, page
 from privlm.service.state import ServiceSettings as ServiceSettings
 from privlm.service.state import ServiceState
 from privlm.service.url_keys import AccessLog, KeyBeforeBody, KeysNotInUrls
@@ -39,6 +40,7 @@ def routers() -> tuple[Any, ...]:
         jobs.assembled(),
         deployments.assembled(),
         openai_api.router,
+        keys.router,
     )
 
 
@@ -56,7 +58,7 @@ def service_state(settings: ServiceSettings) -> ServiceState:
         backfill(s, secret, load_records)
     return ServiceState(
         settings, engine, sessions, ledgers, durable_engine(ledgers),
-        DeploymentRuntime(ledgers, settings.scheduling), secret,
+        DeploymentRuntime(ledgers, settings.scheduling), secret, ServiceHealth(sessions),
     )  # fmt: skip
 
 
@@ -93,7 +95,10 @@ def guarded(app: FastAPI, state: ServiceState) -> Any:
     return AccessLog(KeysNotInUrls(KeyBeforeBody(limited, known, ("/v1/datasets",))))
 
 
-def asgi_app(settings: ServiceSettings) -> Any:
+def asgi_app(settings: ServiceSettings, workers: Any = None) -> Any:
     """The FastAPI app wrapped in the body-size limit, the key-in-URL guard and privlm's
-    access log: what uvicorn serves."""
-    return create_app(settings).state.asgi
+    access log: what uvicorn serves. ``workers``: the supervised job workers' pool
+    (privlm.service.supervision), reported by /health."""
+    app = create_app(settings)
+    app.state.service.health.workers = workers
+    return app.state.asgi

@@ -55,6 +55,8 @@ class ApiKey(Base):
     key_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column(default=now)
     revoked: Mapped[bool] = mapped_column(Boolean, default=False)
+    revoked_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    expires_at: Mapped[datetime | None] = mapped_column(nullable=True)  # None: never
 
 
 class Dataset(Base):
@@ -98,6 +100,19 @@ class RecordDigest(Base):
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
     digest: Mapped[str] = mapped_column(String(64), primary_key=True)
     budget_id: Mapped[str] = mapped_column(String(40), index=True)
+
+
+class IdempotencyKey(Base):
+    """A POST's ``Idempotency-Key`` and the answer it got: a retry with the same key and
+    request gets the same answer and creates nothing (privlm.service.idempotency)."""
+
+    __tablename__ = "idempotency_keys"
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    route: Mapped[str] = mapped_column(String(40))
+    request_digest: Mapped[str] = mapped_column(String(64))
+    answer: Mapped[str] = mapped_column(Text, default="")  # JSON, once answered
+    created_at: Mapped[datetime] = mapped_column(default=now)
 
 
 class ServiceMeta(Base):
@@ -174,6 +189,8 @@ ADDED_COLUMNS = [
     ("datasets", "budget_id", "VARCHAR(40)"),
     ("datasets", "records_indexed", "BOOLEAN NOT NULL DEFAULT FALSE"),
     ("datasets", "deleted_at", "TIMESTAMP"),
+    ("api_keys", "revoked_at", "TIMESTAMP"),
+    ("api_keys", "expires_at", "TIMESTAMP"),
 ]
 
 

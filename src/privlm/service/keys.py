@@ -7,12 +7,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from datetime import timedelta
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from privlm.errors import PrivlmError
-from privlm.service.db import ApiKey, Tenant, new_id
+from privlm.service.db import ApiKey, Tenant, new_id, now
 
 KEY_PREFIX = "plm_"
 
@@ -34,14 +36,22 @@ def create_tenant(session: Session, name: str) -> tuple[Tenant, str]:
     return tenant, add_key(session, tenant.id)
 
 
-def add_key(session: Session, tenant_id: str) -> str:
+def add_key(session: Session, tenant_id: str, expires_in_days: float | None = None) -> str:
+    """A new key for the tenant (returned once, never stored); ``expires_in_days``: it stops
+    working that long from now (None: until revoked)."""
+    if expires_in_days is not None and not 0 < expires_in_days <= 3650:
+        raise PrivlmError("a key's expiry must lie between 0 and 3650 days from now")
     key = KEY_PREFIX + secrets.token_urlsafe(32)
-    session.add(ApiKey(tenant_id=tenant_id, prefix=key[:12], key_hash=hash_key(key)))
+    expires = None if expires_in_days is None else now() + timedelta(days=expires_in_days)
+    session.add(
+        ApiKey(tenant_id=tenant_id, prefix=key[:12], key_hash=hash_key(key), expires_at=expires)
+    )
+    session.flush()
     return key
 
 
 def tenant_for_key(session: Session, key: str) -> Tenant | None:
-    """The tenant owning ``key``, or None (unknown or revoked)."""
+    """The tenant owning ``key``, or None (unknown, revoked or expired)."""
     if not key.startswith(KEY_PREFIX) or len(key) > 200:
         return None
     digest = hash_key(key)
@@ -49,5 +59,45 @@ def tenant_for_key(session: Session, key: str) -> Tenant | None:
         select(ApiKey).where(ApiKey.prefix == key[:12], ApiKey.revoked.is_(False))
     ):
         if hmac.compare_digest(row.key_hash, digest):
+            if row.expires_at is not None and row.expires_at <= now():
+                return None
             return session.get(Tenant, row.tenant_id)
     return None
+
+
+def describe_key(row: ApiKey) -> dict[str, Any]:
+    """A key as its owner sees it: its prefix and dates, never the key or its hash."""
+    state = "revoked" if row.revoked else "active"
+    if not row.revoked and row.expires_at is not None and row.expires_at <= now():
+        state = "expired"
+    return {
+        "prefix": row.prefix,
+        "state": state,
+        "created_at": row.created_at.isoformat() + "Z",
+        "expires_at": None if row.expires_at is None else row.expires_at.isoformat() + "Z",
+        "revoked_at": None if row.revoked_at is None else row.revoked_at.isoformat() + "Z",
+    }
+
+
+def list_keys(session: Session, tenant_id: str) -> list[dict[str, Any]]:
+    rows = session.scalars(select(ApiKey).where(ApiKey.tenant_id == tenant_id).order_by(ApiKey.id))
+    return [describe_key(r) for r in rows]
+
+
+def revoke_key(session: Session, tenant_id: str, prefix: str) -> dict[str, Any]:
+    """Revoke the tenant's key whose first 12 characters are ``prefix`` (what
+    :func:`list_keys` shows, and what a leaked key begins with: a full key works too).
+    It stops working at once, for every route; refused when no such key is the tenant's."""
+    prefix = prefix.strip()[:12]
+    rows = list(
+        session.scalars(
+            select(ApiKey).where(ApiKey.tenant_id == tenant_id, ApiKey.prefix == prefix)
+        )
+    )
+    if not rows:
+        raise PrivlmError(f"this tenant has no API key beginning {prefix!r}")
+    for row in rows:
+        if not row.revoked:
+            row.revoked, row.revoked_at = True, now()
+    session.flush()
+    return describe_key(rows[0])

@@ -474,9 +474,43 @@ def streamed(model: type[BaseModel]) -> dict[int | str, dict[str, Any]]:
 # -- the page's public routes ------------------------------------------------------------------
 
 
+class ApiKeyView(Answer):
+    """An API key as its tenant sees it: never the key nor its hash."""
+
+    prefix: str = Field(description="The key's first 12 characters")
+    state: Literal["active", "expired", "revoked"]
+    created_at: str
+    expires_at: str | None = Field(description="When it stops working (None: never)")
+    revoked_at: str | None
+
+
+class ApiKeyList(Answer):
+    data: list[ApiKeyView]
+
+
+class WorkersHealth(Answer):
+    expected: int = Field(description="Job workers privlm serve keeps running")
+    alive: int
+    restarts: int = Field(description="Workers started again after one died")
+    gave_up: bool = Field(description="A worker died too often and is not started again")
+
+
+class QueueHealth(Answer):
+    queued: int
+    running: int
+    stale_running: int = Field(description="Running jobs whose worker stopped beating")
+    oldest_queued_s: float | None
+    age_s: float | None = Field(description="How old these numbers are (refreshed every 2 s)")
+
+
 class Health(Answer):
-    status: Literal["ok"]
+    status: Literal["ok", "degraded"]
     model: str
+    problems: list[str] = Field(description="Why it is degraded (empty when ok)")
+    workers: WorkersHealth | None = Field(
+        description="The supervised job workers (None: they run elsewhere)"
+    )
+    queue: QueueHealth | None = Field(description="None until the first snapshot")
 
 
 class Defaults(Answer):

@@ -19,6 +19,7 @@ from privlm.service.admission import SchedulerLimits
 from privlm.service.api_errors import not_found
 from privlm.service.db import Dataset, Tenant
 from privlm.service.deployments import DeploymentRuntime
+from privlm.service.health import ServiceHealth
 from privlm.service.job_runners import dataset_ledger
 
 
@@ -44,6 +45,7 @@ class ServiceState:
     ledger_engine: Engine  # one pool for the datasets' ledgers
     runtime: DeploymentRuntime
     record_secret: bytes  # keys the tenants' record digests (privlm.service.record_index)
+    health: ServiceHealth  # what /health and /metrics report (privlm.service.health)
 
     def dataset_ledger(self, row: Dataset) -> PrivacyLedger:
         """The dataset's one budget."""

@@ -20,7 +20,8 @@ from privlm.service.limits import refuse
 KEY_PARAMETERS = frozenset({"api_key", "apikey", "key", "token", "access_token", "authorization"})
 REFUSAL = (
     "an API key in a URL is refused (URLs are logged and cached); send it in the header "
-    "Authorization: Bearer <key>, and revoke a key that was sent this way"
+    "Authorization: Bearer <key>, and revoke a key that was sent this way (DELETE "
+    "/v1/keys/{prefix}, or privlm service keys revoke)"
 )
 log = logging.getLogger("privlm.service.access")
 

@@ -20,11 +20,13 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import select, update
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from privlm.errors import PrivlmError
@@ -43,10 +45,45 @@ from privlm.service.job_runners import (
 from privlm.service.job_views import scrub, server_roots
 from privlm.service.storage import job_dir
 
+T = TypeVar("T")
+
 MAX_ATTEMPTS = 3
 STALE_SECONDS = 30.0
 HEARTBEAT_SECONDS = 2.0
 PROGRESS_EVERY = 0.5
+
+
+BUSY_BACKOFF = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)  # seconds between tries; then 8 s each
+BUSY_GIVE_UP_S = 600.0  # a database busy this long is down, not busy
+
+
+def is_busy(exc: BaseException) -> bool:
+    """A database that is busy (SQLite's lock, PostgreSQL's lock timeout), not broken."""
+    text = str(exc).lower()
+    return isinstance(exc, OperationalError) and any(
+        w in text for w in ("locked", "busy", "lock timeout", "could not obtain lock")
+    )
+
+
+def retrying_busy(work: Callable[[], T], what: str, waited: list[float] | None = None) -> T:
+    """``work()``, tried again with back-off while the database is busy: a long write of
+    another request (an upload's commit) delays a worker, never kills it. ``waited``
+    collects the seconds spent waiting (for the job's events)."""
+    start, tries = time.monotonic(), 0
+    while True:
+        try:
+            return work()
+        except OperationalError as exc:
+            elapsed = time.monotonic() - start
+            if not is_busy(exc) or elapsed > BUSY_GIVE_UP_S:
+                raise
+            pause = BUSY_BACKOFF[min(tries, len(BUSY_BACKOFF) - 1)]
+            print(f"worker: the database is busy ({what}); retrying in {pause:g} s",
+                  file=sys.stderr)  # fmt: skip
+            time.sleep(pause)
+            tries += 1
+            if waited is not None:
+                waited.append(pause)
 
 
 def _pid_alive(pid: int | None) -> bool:
@@ -133,12 +170,16 @@ class Worker:
 
     def _heartbeat(self, job_id: str, stop: threading.Event) -> None:
         while not stop.wait(HEARTBEAT_SECONDS):
-            with self.sessions.begin() as s:
-                s.execute(
-                    update(Job)
-                    .where(Job.id == job_id, Job.worker_pid == self.pid)
-                    .values(heartbeat_at=now())
-                )
+            try:
+                with self.sessions.begin() as s:
+                    s.execute(
+                        update(Job)
+                        .where(Job.id == job_id, Job.worker_pid == self.pid)
+                        .values(heartbeat_at=now())
+                    )
+            except OperationalError as exc:  # busy: the next beat tries again
+                if not is_busy(exc):
+                    raise
 
     def _progress_listener(self, job_id: str, kind: str) -> Any:
         state: dict[str, Any] = {"last": 0.0, "outer": None}
@@ -156,18 +197,27 @@ class Worker:
                 o_done, o_total = state["outer"]
                 inner = 0.0 if desc.endswith("ensemble") else frac
                 percent = 100.0 * min(1.0, (o_done + inner) / o_total)
-            with self.sessions.begin() as s:
-                s.execute(
-                    update(Job)
-                    .where(Job.id == job_id)
-                    .values(stage=desc[:80], steps_done=done, steps_total=total, percent=percent)
-                )
-                if s.scalar(select(Job.cancel_requested).where(Job.id == job_id)):
-                    raise JobCancelled(f"job {job_id} was cancelled")  # stops at this step
+            try:
+                with self.sessions.begin() as s:
+                    s.execute(
+                        update(Job)
+                        .where(Job.id == job_id)
+                        .values(
+                            stage=desc[:80], steps_done=done, steps_total=total, percent=percent
+                        )
+                    )
+                    cancelled = s.scalar(select(Job.cancel_requested).where(Job.id == job_id))
+            except OperationalError as exc:  # busy: progress is shown at the next step
+                if not is_busy(exc):
+                    raise
+                state["last"] = t + 2.0  # and not asked again for a while
+                return
+            if cancelled:
+                raise JobCancelled(f"job {job_id} was cancelled")  # stops at this step
 
         return listener
 
-    def run(self, job_id: str) -> None:
+    def _started(self, job_id: str) -> tuple[Job, Dataset | None, Dataset | None, Any, Any]:
         with self.sessions.begin() as s:
             job = s.get(Job, job_id)
             assert job is not None
@@ -176,6 +226,13 @@ class Worker:
             pub = stored.params.public_dataset_id if isinstance(stored.params, PateParams) else None
             public = s.get(Dataset, pub) if pub else None
             add_event(job, f"started (attempt {job.attempts})")
+        return job, ds, public, stored, pub
+
+    def run(self, job_id: str) -> None:
+        job, ds, public, stored, pub = retrying_busy(
+            lambda: self._started(job_id), f"starting job {job_id}"
+        )
+        out = job_dir(self.root, job.tenant_id, job.id) / "output"
         stop = threading.Event()
         beat = threading.Thread(target=self._heartbeat, args=(job_id, stop), daemon=True)
         beat.start()
@@ -184,7 +241,6 @@ class Worker:
             gone = any(d is None or d.deleted_at is not None for d in needed)
             if ds is None or gone or (public is not None and public.tenant_id != job.tenant_id):
                 raise PrivlmError("a dataset of this job was deleted before it ran")
-            out = job_dir(self.root, job.tenant_id, job.id) / "output"
             out.parent.mkdir(parents=True, exist_ok=True)
             ctx = JobContext(job, ds, public, out, self.ledger_url, stored.model or self.model)
             with watch(self._progress_listener(job_id, job.kind)):
@@ -204,10 +260,25 @@ class Worker:
             status, error, result = "failed", f"internal error ({type(exc).__name__})", {}
         finally:
             stop.set()
+        waited: list[float] = []
+        retrying_busy(lambda: self._finish(job_id, ds, out, status, error, result, waited),
+                      f"recording job {job_id}'s end", waited)  # fmt: skip
+        if status == "succeeded":
+            (out.parent / "result.json").write_text(json.dumps(result, indent=2, default=str))
+
+    def _finish(
+        self, job_id: str, ds: Dataset | None, out: Path, status: str, error: str | None,
+        result: dict[str, Any], waited: list[float],
+    ) -> None:  # fmt: skip
+        """Record a job's end (one transaction; retried whole while the database is busy)."""
         with self.sessions.begin() as s:
             job = s.get(Job, job_id)
             assert job is not None
             error = None if error is None else scrub(error, server_roots(self.root))
+            if waited:
+                add_event(
+                    job, f"the database was busy: its end was recorded {sum(waited):g} s late"
+                )
             job.status, job.error, job.finished_at = status, error, now()
             job.worker_pid = None
             if status == "succeeded":
@@ -219,19 +290,17 @@ class Worker:
                     spent = job_epsilon(dataset_ledger(self.ledger_url, ds), job.id)
                 job.epsilon_spent = spent
             add_event(job, status if error is None else f"{status}: {error}")
-        if status == "succeeded":
-            (out.parent / "result.json").write_text(json.dumps(result, indent=2, default=str))
 
     def loop(self, once: bool = False, stop: threading.Event | None = None) -> int:
         """Run jobs until ``stop`` is set (or, with ``once``, until the queue is empty)."""
         ran = 0
-        self.recover()
+        retrying_busy(self.recover, "recovering interrupted jobs")
         last_recover = time.monotonic()
         while stop is None or not stop.is_set():
             if time.monotonic() - last_recover > 60:
-                self.recover()
+                retrying_busy(self.recover, "recovering interrupted jobs")
                 last_recover = time.monotonic()
-            job_id = self.claim()
+            job_id = retrying_busy(self.claim, "claiming a job")
             if job_id is None:
                 if once:
                     return ran

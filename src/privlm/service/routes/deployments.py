@@ -23,6 +23,7 @@ from privlm.service.deployments import (
     request_config,
     reserve_on_dataset,
 )
+from privlm.service.idempotency import KeyHeader, once
 from privlm.service.protocol import (
     ERRORS,
     DeploymentBudget,
@@ -66,39 +67,47 @@ def deploy_route(r: APIRouter) -> None:
         s: Db,
         me: Me,
         state: State,
+        key: KeyHeader = None,
     ) -> dict[str, Any]:
-        req: Any = body  # one variant of the union: its mechanism's settings
-        job = own(s, Job, req.job_id, me, "job")
-        check_deployable(job, req.mechanism)
-        cfg = request_config(req)  # refused now, not at the first token
-        epsilon, delta = getattr(cfg, "epsilon", 0.0), getattr(cfg, "delta", 0.0)
-        d = Deployment(
-            id=new_id("dep"), tenant_id=me.id, job_id=job.id, mechanism=req.mechanism,
-            params=json.dumps(req.model_dump()), budget_epsilon=epsilon, budget_delta=delta,
-            fallback=getattr(req, "fallback", False),
+        return once(
+            s, me.id, key, "deployments", body, lambda: create_deployment(body, s, me, state)
+        )
+
+
+def create_deployment(body: Any, s: Session, me: Tenant, state: ServiceState) -> dict[str, Any]:
+    """A deployment of a finished job, its budget reserved durably before it exists."""
+    req: Any = body  # one variant of the union: its mechanism's settings
+    job = own(s, Job, req.job_id, me, "job")
+    check_deployable(job, req.mechanism)
+    cfg = request_config(req)  # refused now, not at the first token
+    epsilon, delta = getattr(cfg, "epsilon", 0.0), getattr(cfg, "delta", 0.0)
+    d = Deployment(
+        id=new_id("dep"), tenant_id=me.id, job_id=job.id, mechanism=req.mechanism,
+        params=json.dumps(req.model_dump()), budget_epsilon=epsilon, budget_delta=delta,
+        fallback=getattr(req, "fallback", False),
+    )  # fmt: skip
+    dataset = s.get(Dataset, job.dataset_id)
+    gone = dataset is None or dataset.deleted_at is not None
+    if not job.output_dir or (gone and req.mechanism != "adapter"):
+        raise ApiError(
+            409, "conflict",
+            f"the dataset of job {job.id} was deleted, and the job's models with it (its "
+            "budget stays, spent as it was)",
         )  # fmt: skip
-        dataset = s.get(Dataset, job.dataset_id)
-        gone = dataset is None or dataset.deleted_at is not None
-        if not job.output_dir or (gone and req.mechanism != "adapter"):
+    if dataset is not None:  # fail-closed: reserved, durably, before it exists
+        try:
+            reserve_on_dataset(state.dataset_ledger(dataset), req, job, d.id)
+        except BudgetExceededError as exc:
             raise ApiError(
-                409, "conflict",
-                f"the dataset of job {job.id} was deleted, and the job's models with it (its "
-                "budget stays, spent as it was)",
-            )  # fmt: skip
-        if dataset is not None:  # fail-closed: reserved, durably, before it exists
-            try:
-                reserve_on_dataset(state.dataset_ledger(dataset), req, job, d.id)
-            except BudgetExceededError as exc:
-                raise ApiError(
-                    409, "budget_exceeded",
-                    f"refused: this deployment can release up to ε={epsilon:g} at "
-                    f"δ={delta:g} about dataset {dataset.id}, and that does not fit what is "
-                    f"left of the dataset's budget. {exc}",
-                ) from None  # fmt: skip
-        create_ledgers(d, job, state.ledgers)
-        s.add(d)
-        s.flush()
-        return describe_deployment(d, s)
+                409, "budget_exceeded",
+                f"refused: this deployment can release up to ε={epsilon:g} at "
+                f"δ={delta:g} about dataset {dataset.id}, and that does not fit what is "
+                f"left of the dataset's budget. {exc}",
+            ) from None  # fmt: skip
+    create_ledgers(d, job, state.ledgers)
+    s.add(d)
+    s.flush()
+    return describe_deployment(d, s)
 
 
 @router.get("/mechanisms", response_model=MechanismList)

@@ -19,6 +19,7 @@ from privlm.data import Record
 from privlm.service.api_errors import ApiError
 from privlm.service.auth import Db, Me
 from privlm.service.db import Dataset, Job, new_id, now
+from privlm.service.idempotency import KeyHeader, once
 from privlm.service.job_kinds import StoredParams, checked_params, job_kind, stored_params
 from privlm.service.job_params import (
     PateParams,
@@ -56,8 +57,8 @@ def assembled() -> APIRouter:
     r = APIRouter(prefix="/v1/jobs")
     Request, View = job_request(), job_view()
 
-    def submit(body: Any, s: Db, me: Me, state: State) -> Any:
-        return submit_job(body, s, me, state)
+    def submit(body: Any, s: Db, me: Me, state: State, key: KeyHeader = None) -> Any:
+        return once(s, me.id, key, "jobs", body, lambda: submit_job(body, s, me, state))
 
     # the union itself, not a string: this module's annotations are postponed
     submit.__annotations__["body"] = Annotated[Request, Body()]

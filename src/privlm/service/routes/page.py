@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter
-from fastapi.responses import FileResponse, Response
+from fastapi.responses import FileResponse, PlainTextResponse, Response
 
 from privlm.perturb.mechanisms import DEFAULT_CLIP
 from privlm.perturb.vocabulary import load_glove
@@ -66,5 +66,12 @@ def defaults() -> dict[str, Any]:
 @router.get("/v1/health", response_model=Health)
 @router.get("/health", include_in_schema=False)  # the path load balancers expect
 async def health(state: State) -> dict[str, Any]:
-    """A coroutine on the event loop: it never waits for a thread, or for generation."""
-    return {"status": "ok", "model": state.settings.model}
+    """A coroutine on the event loop: it never waits for a thread, the database, or
+    generation (the numbers are a snapshot: privlm.service.health). ``degraded`` says why."""
+    return {**state.health.report(), "model": state.settings.model}
+
+
+@router.get("/metrics", include_in_schema=False, response_class=PlainTextResponse)
+async def metrics(state: State) -> PlainTextResponse:
+    """The same numbers as /health, in Prometheus' text format."""
+    return PlainTextResponse(state.health.metrics(), media_type="text/plain; version=0.0.4")
