@@ -323,7 +323,9 @@ def test_privlm_serve_passes_every_scheduling_option_by_name(tmp_path, monkeypat
     for name in (DEVICE_ENV, DTYPE_ENV):  # serve sets them for its worker; restored after
         monkeypatch.setenv(name, "")
     seen = {}
-    monkeypatch.setattr(service_app, "asgi_app", lambda settings: seen.setdefault("s", settings))
+    monkeypatch.setattr(
+        service_app, "asgi_app", lambda settings, pool=None: seen.setdefault("s", settings)
+    )
     monkeypatch.setattr(uvicorn, "run", lambda *a, **kw: None)
     monkeypatch.setattr("privlm.cli.serve._log_access", lambda: None)  # leaves logging alone
     args = ["--max-batch", "3", "--max-queue", "5", "--tenant-max", "2",
