@@ -292,7 +292,7 @@ def train_prompt_dpsgd(
         rng=rng, device=place.device, progress=progress, desc=f"prompt-dpsgd ({cfg.kind})",
     )  # fmt: skip
     statement = PromptPrivacyStatement(
-        run.epsilon(cfg.accountant) if run.private else None,
+        run.guarantee(cfg.accountant, planned.unit).epsilon if run.private else None,
         run.delta if run.private else None,
         run.noise_multiplier if run.private else None,
         run.sample_rate, run.steps, cfg.accountant, run.units, cfg.kind,

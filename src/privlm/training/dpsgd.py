@@ -47,6 +47,7 @@ from privlm.accounting import (
 )
 from privlm.accounting.advice import suggested_delta, weak_delta_warning
 from privlm.accounting.budgeted import BudgetedRun
+from privlm.accounting.statements import Guarantee, guarantee_of
 from privlm.curator import PUBLIC, PUBLIC_SIZE, RANDOMNESS, Schema, release_statement
 from privlm.data import Dataset
 from privlm.detect import Detector
@@ -302,6 +303,11 @@ class DpSgdRun:
         )
         return float(report.epsilon)
 
+    def guarantee(self, accountant: str, unit: str) -> Guarantee:
+        """What the run's charge guarantees: (ε, δ) composed from the very charge the ledger
+        records (privlm.accounting.statements), not restated from the settings."""
+        return guarantee_of([self.charge("dpsgd", accountant, unit)], self.delta)
+
     def charge(
         self, name: str, accountant: str, unit: str, params: dict[str, Any] | None = None
     ) -> Charge:
@@ -428,9 +434,9 @@ def _statement(
     place: Any,
     rng: PrivacyRandomness,
 ) -> PrivacyStatement:
-    """What the run guarantees, at the rate its accountant used."""
+    """What the run guarantees, at the rate its accountant used: ε from its charge."""
     return PrivacyStatement(
-        run.epsilon(cfg.accountant), run.delta, run.noise_multiplier, run.sample_rate, run.steps,
+        run.guarantee(cfg.accountant, unit).epsilon, run.delta, run.noise_multiplier, run.sample_rate, run.steps,
         cfg.accountant, unit, run.units, cfg.max_grad_norm,
         accounted_sample_rate=run.accounted_rate if run.rate_factor != 1.0 else None,
         unit_detail=unit_description(unit, cfg),

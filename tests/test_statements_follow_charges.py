@@ -1,0 +1,81 @@
+"""Every statement privlm writes beside a release is computed from the charges its ledger
+recorded (privlm.accounting.statements; docs/sharp_edges.md): for each training mechanism
+and each unit, the statement's ε equals what the ledger's records of the run compose to,
+and its unit is the relation the records carry. A statement restated from the settings
+(the target ε) or from another accountant than the charge's would fail here."""
+
+from __future__ import annotations
+
+import pytest
+
+from privlm.accounting import Budget, PrivacyLedger
+from privlm.accounting.statements import recorded_guarantee
+from privlm.data import Dataset, Record
+from privlm.prompting.prompt_dpsgd import PromptDpSgdConfig, TaskExamples, train_prompt_dpsgd
+from privlm.prompting.tasks import get_task
+from privlm.training import dpsgd as dp
+from privlm.training.jft import train_jft
+from tests.training.test_jft import annotated
+from tests.training.test_jft import cfg as jft_cfg
+from tests.training.test_jft import dataset as jft_dataset
+
+TRAIN = dict(batch_size=16, physical_batch_size=4, epochs=1, block_size=24, learning_rate=1e-2)
+
+
+def _records(n: int, users: int | None) -> Dataset:
+    recs = [
+        Record(f"record {i} says the value is {i * 7 % 13}",
+               f"user-{i % users}" if users else f"record-{i}", line=i)
+        for i in range(n)
+    ]  # fmt: skip
+    return Dataset(recs, "mem", "user" if users else "record")
+
+
+def _ledger(tmp_path, name="data") -> PrivacyLedger:
+    return PrivacyLedger(tmp_path / "l.db", name, Budget(50.0, 1e-5))
+
+
+def _recorded(ledger: PrivacyLedger, delta: float):
+    return recorded_guarantee(ledger, lambda r: True, delta)
+
+
+@pytest.mark.parametrize("accountant", ["rdp", "prv"])
+@pytest.mark.parametrize("users", [None, 8])
+def test_dpsgd_states_what_its_charge_records(tmp_path, users, accountant):
+    ledger = _ledger(tmp_path)
+    cfg = dp.DpSgdConfig(target_epsilon=3.0, accountant=accountant, **TRAIN)
+    st = dp.train_dpsgd("tiny", _records(48, users), tmp_path / "a", cfg, ledger=ledger,
+                        progress=False)  # fmt: skip
+    got = _recorded(ledger, st.delta)
+    assert st.epsilon == pytest.approx(got.epsilon, rel=1e-9)
+    assert got.relation.noun == ("user" if users else "record") == st.unit
+
+
+@pytest.mark.parametrize("unit", ["record", "user"])
+def test_prompt_dpsgd_states_what_its_charge_records(tmp_path, unit):
+    words = ["great", "awful", "fine film", "boring and long", "a delight"]
+    recs = [
+        Record(f"{words[i % 5]} {i}", f"user-{i}" if unit == "user" else f"r{i}",
+               "positive" if i % 2 else "negative")
+        for i in range(30)
+    ]  # fmt: skip
+    ledger = _ledger(tmp_path)
+    cfg = PromptDpSgdConfig(virtual_tokens=3, target_epsilon=3.0, batch_size=10, epochs=1,
+                            unit=unit)  # fmt: skip
+    st = train_prompt_dpsgd("tiny", TaskExamples(get_task("sst2"), recs), tmp_path / "p", cfg,
+                            ledger=ledger, progress=False)  # fmt: skip
+    got = _recorded(ledger, st.delta)
+    assert st.epsilon == pytest.approx(got.epsilon, rel=1e-9)
+    assert got.relation.noun == unit == st.unit
+
+
+@pytest.mark.parametrize("phase1", ["direct", "light-noise"])
+def test_jft_states_what_its_charges_record(tmp_path, phase1):
+    extra = {"annotated_file": annotated(tmp_path / "a.jsonl")} if phase1 == "light-noise" else {}
+    ledger = _ledger(tmp_path)
+    st = train_jft("tiny", jft_dataset(), tmp_path / "m", jft_cfg(phase1=phase1, **extra),
+                   phase1_dir=tmp_path / "m-phase1", ledger=ledger, progress=False)  # fmt: skip
+    got = _recorded(ledger, st.delta)
+    assert ledger.count() == (2 if phase1 == "light-noise" else 1)
+    assert st.epsilon == pytest.approx(got.epsilon, rel=1e-9)
+    assert got.relation.noun == "record"
