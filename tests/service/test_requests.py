@@ -14,7 +14,8 @@ from privlm.service.deployments import parse_request
 from privlm.service.keys import create_tenant
 from privlm.service.protocol import job_request
 from privlm.service.record_index import (
-    budgets_sharing,
+    find_matches,
+    fingerprint,
     index_records,
     keyed_digests,
     server_secret,
@@ -74,9 +75,9 @@ def test_records_are_keyed_per_tenant_and_a_subset_finds_its_budget(tmp_path):
         records = [Record(f"note {i}", f"record-{i}") for i in range(10)]
         mine, theirs = tenant_key(secret, a.id), tenant_key(secret, b.id)
         assert keyed_digests(records, mine).isdisjoint(keyed_digests(records, theirs))
-        index_records(s, a.id, keyed_digests(records, mine), "ds_first")
-        subset = [Record(" note  3 ", "record-0"), Record("note 4", "record-1")]  # spacing
-        assert budgets_sharing(s, a.id, keyed_digests(subset, mine)) == {"ds_first": 2}
-        assert not budgets_sharing(s, b.id, keyed_digests(subset, theirs))
+        index_records(s, a.id, fingerprint(records, mine, "ds_first"), "ds_first")
+        subset = [Record(" note  3 ", "record-0"), Record("Note 4.", "record-1")]  # spacing, case
+        assert find_matches(s, a.id, fingerprint(subset, mine, "x")).owners() == {"ds_first": 2}
+        assert not find_matches(s, b.id, fingerprint(subset, theirs, "x")).owners()
     with sessions.begin() as s:
         assert server_secret(s, tmp_path) == secret  # the same key, checked against the db

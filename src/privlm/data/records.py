@@ -13,6 +13,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from privlm.data.canonical import canonical_text
+
 
 @dataclass(frozen=True)
 class Record:
@@ -81,9 +83,15 @@ def record_digest(text: str) -> str:
 
 
 def shared_record_count(a: Iterable[Record], b: Iterable[Record]) -> int:
-    """How many records of ``b`` have the text of a record of ``a`` (by digest)."""
-    seen = {record_digest(r.text) for r in a}
-    return sum(record_digest(r.text) in seen for r in b)
+    """How many records of ``b`` have a text-bearing field (text or extra field) whose
+    canonical form (:func:`privlm.data.canonical.canonical_text`: case, Unicode form,
+    quotes, HTML escapes, zero-width characters, end punctuation) is that of a field of a
+    record of ``a``."""
+    def texts(r: Record) -> set[str]:
+        return {canonical_text(t) for t in (r.text, *r.fields.values()) if t and t.strip()}
+
+    seen = set().union(*(texts(r) for r in a))
+    return sum(not texts(r).isdisjoint(seen) for r in b)
 
 
 def content_digest(records: Iterable[Record]) -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -18,13 +17,18 @@ from privlm.accounting import PrivacyLedger
 from privlm.config import check_settings, setting
 from privlm.data import Dataset as Records
 from privlm.data import load_file
+from privlm.data.sketch import Sketcher
 from privlm.errors import DataError, PrivlmError
 from privlm.service.db import Dataset, new_id, now
 from privlm.service.record_index import (
+    Matches,
+    RecordPrint,
+    describe_lines,
     describe_sharing,
+    find_matches,
+    fingerprint,
     index_records,
-    keyed_digests,
-    known_digests,
+    split_units,
     tenant_key,
 )
 from privlm.service.storage import dataset_path
@@ -103,6 +107,8 @@ class Stored:
     row: Dataset
     joined: Dataset | None = None
     shared: int = 0
+    near: int = 0  # of ``shared``, how many are near copies (not exact ones)
+    where: str = ""  # the upload's own lines that matched, e.g. "lines 3, 7"
 
 
 @dataclass(frozen=True)
@@ -119,7 +125,8 @@ class PreparedUpload:
     display: str
     records: int
     size: int
-    digests: set[str]
+    prints: list[RecordPrint]
+    unit_kind: str  # "record" or "user"
 
     def discard(self) -> None:
         self.tmp.unlink(missing_ok=True)
@@ -151,13 +158,15 @@ def prepare_upload(
             else:
                 shutil.copyfileobj(content, out, 1 << 20)
         records = _validated(tmp, display, fields)
-        digests = keyed_digests(records.records, tenant_key(secret, tenant_id))
+        key = tenant_key(secret, tenant_id)
+        prints = fingerprint(records.records, key, ds_id, Sketcher(key))
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     return PreparedUpload(
-        tmp, path, tenant_id, ds_id, suffix, display, len(records), tmp.stat().st_size, digests
-    )
+        tmp, path, tenant_id, ds_id, suffix, display, len(records), tmp.stat().st_size,
+        prints, records.unit_kind,
+    )  # fmt: skip
 
 
 def commit_upload(
@@ -176,9 +185,10 @@ def commit_upload(
     p = prepared
     tenant_id = p.tenant_id
     try:
-        known = known_digests(session, tenant_id, p.digests)
-        owners = Counter(known.values())
-        joined = _budget_owner(session, owners, public, p.display, p.records)
+        matches = find_matches(session, tenant_id, p.prints)
+        joined = _budget_owner(session, matches, public, p)
+        if joined is not None:
+            _check_one_unit(session, joined, matches, p)
         given = budget or DEFAULT_BUDGET
         epsilon, delta = (
             (joined.budget_epsilon, joined.budget_delta) if joined else (given.epsilon, given.delta)
@@ -190,16 +200,20 @@ def commit_upload(
             perturbation=None if perturbation is None else json.dumps(perturbation),
             require_dp=require_dp, kind="public" if public else "private",
             budget_id=None if public else (joined.budget_id or joined.id) if joined else p.ds_id,
-            records_indexed=not public,
+            unit_kind=p.unit_kind, records_indexed=not public,
         )  # fmt: skip
         session.add(row)
         session.flush()
         if not public:
-            index_records(session, tenant_id, p.digests, row.budget_id or p.ds_id, known)
+            index_records(session, tenant_id, p.prints, row.budget_id or p.ds_id, matches.known)
     except BaseException:
         p.discard()
         raise
-    return Stored(row, joined, sum(owners.values()))
+    shared = matches.records()
+    return Stored(
+        row, joined, len(shared), matches.near_count(),
+        describe_lines(p.prints, shared) if shared else "",
+    )  # fmt: skip
 
 
 def place_upload(prepared: PreparedUpload) -> None:
@@ -259,29 +273,57 @@ def _validated(tmp: Path, display: str, fields: tuple[str, ...]) -> Records:
 
 
 def _budget_owner(
-    session: Session, owners: Counter[str], public: bool, display: str, size: int
+    session: Session, matches: Matches, public: bool, p: PreparedUpload
 ) -> Dataset | None:
     """The dataset whose budget a private upload joins (None: a new budget); refuses a
     public upload of private records, and an upload that would join two budgets."""
+    owners = matches.owners()
     if not owners:
         return None
-    shared = sum(owners.values())
+    shared = matches.records()
+    near = matches.near_count()
+    how = f" ({near} of them near copies)" if near else ""
+    where = describe_lines(p.prints, shared)
     if public:
         raise UploadError(
-            f"{display}: {shared} of its {size} records are records of the tenant's private "
-            f"data ({describe_sharing(session, owners)}); private records cannot be declared "
-            "public, even after their dataset was deleted"
+            f"{p.display}: {len(shared)} of its {p.records} records{how} are records of the "
+            f"tenant's private data ({describe_sharing(session, owners)}): {where}. Private "
+            "records cannot be declared public, even after their dataset was deleted"
         )
     if len(owners) > 1:
         raise UploadError(
-            f"{display}: its records are shared with {len(owners)} different budgets "
-            f"({describe_sharing(session, owners)}). One body of records has one budget, and "
-            "this upload would join two; upload the records of each separately"
+            f"{p.display}: its records are shared with {len(owners)} different budgets "
+            f"({describe_sharing(session, owners)}; {where}). One body of records has one "
+            "budget, and this upload would join two; upload the records of each separately"
         )
     owner = session.get(Dataset, next(iter(owners)))
     if owner is None:
-        raise UploadError(f"{display}: the budget its records belong to is missing")
+        raise UploadError(f"{p.display}: the budget its records belong to is missing")
     return owner
+
+
+def _check_one_unit(session: Session, joined: Dataset, matches: Matches, p: PreparedUpload) -> None:
+    """Refuse an upload that would charge a per-user budget per some finer unit: a
+    record-level upload, or one that spreads a user of the budget over several of its own
+    units (docs/sharp_edges.md, "One unit per body of records")."""
+    founder = session.get(Dataset, joined.budget_id or joined.id)
+    declared = founder.unit_kind if founder is not None else None
+    budget = joined.budget_id or joined.id
+    if declared == "user" and p.unit_kind != "user":
+        raise UploadError(
+            f"{p.display}: it shares records with dataset {budget}, whose budget protects "
+            "one user, but it has no user id column, so each of its records would be a unit "
+            "of its own and a user with several records would pay group privacy over them. "
+            "Upload it with the same user_id column as the first dataset"
+        )
+    split = split_units(p.prints, matches) if declared == "user" else []
+    if split:
+        raise UploadError(
+            f"{p.display}: {describe_lines(p.prints, split)} hold records that one privacy "
+            f"unit of dataset {budget}'s budget holds, spread over more than one user id "
+            "here: a charge per user of this upload would not bound what it releases about "
+            "that unit. Give each of those records the user id it has in the first dataset"
+        )
 
 
 def load_records(row: Dataset) -> Records:

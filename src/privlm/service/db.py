@@ -18,6 +18,7 @@ from sqlalchemy import (
     Float,
     ForeignKey,
     Integer,
+    LargeBinary,
     String,
     Text,
     inspect,
@@ -80,6 +81,9 @@ class Dataset(Base):
     # the dataset whose ledger is this one's budget: its own id, or the first dataset it
     # shares a record with (privlm.service.record_index); None in databases made before
     budget_id: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    # "record" or "user": the privacy unit of its records; for the dataset that founded a
+    # budget, the budget's one declared unit (None in databases made before)
+    unit_kind: Mapped[str | None] = mapped_column(String(8), nullable=True)
     records_indexed: Mapped[bool] = mapped_column(Boolean, default=False)
     # a deleted dataset is a tombstone: its file and text are gone, its row, ledger and
     # record digests stay, so an upload of the same records draws on the same budget
@@ -93,13 +97,28 @@ class Dataset(Base):
 
 
 class RecordDigest(Base):
-    """A record a tenant uploaded in a private dataset, as a keyed digest of its text, and
-    the budget it belongs to; kept when the dataset is deleted."""
+    """A text a tenant uploaded in a private dataset (any text-bearing field), as a keyed
+    digest of its canonical form, with the budget it belongs to, the keyed privacy unit it
+    was in ("*": several) and its near-copy sketch; kept when the dataset is deleted
+    (privlm.service.record_index)."""
 
     __tablename__ = "record_digests"
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
     digest: Mapped[str] = mapped_column(String(64), primary_key=True)
     budget_id: Mapped[str] = mapped_column(String(40), index=True)
+    unit: Mapped[str | None] = mapped_column(String(32), nullable=True)  # None: made before
+    sketch_size: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    sketch: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+
+
+class SketchBand(Base):
+    """One LSH band of a text's near-copy sketch, as a keyed digest: texts that share a
+    band are near-copy candidates (privlm.data.sketch)."""
+
+    __tablename__ = "sketch_bands"
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    band: Mapped[str] = mapped_column(String(16), primary_key=True)
+    digest: Mapped[str] = mapped_column(String(64), primary_key=True)
 
 
 class IdempotencyKey(Base):
@@ -191,6 +210,10 @@ ADDED_COLUMNS = [
     ("datasets", "deleted_at", "TIMESTAMP"),
     ("api_keys", "revoked_at", "TIMESTAMP"),
     ("api_keys", "expires_at", "TIMESTAMP"),
+    ("datasets", "unit_kind", "VARCHAR(8)"),
+    ("record_digests", "unit", "VARCHAR(32)"),
+    ("record_digests", "sketch_size", "INTEGER"),
+    ("record_digests", "sketch", "BLOB"),
 ]
 
 
@@ -203,6 +226,8 @@ def make_engine(url: str) -> Engine:
         have = inspect(conn)
         for table, column, ddl in ADDED_COLUMNS:
             if column not in {c["name"] for c in have.get_columns(table)}:
+                if conn.dialect.name == "postgresql":
+                    ddl = ddl.replace("BLOB", "BYTEA")
                 conn.exec_driver_sql(f"ALTER TABLE {table} ADD COLUMN {column} {ddl}")
     return engine
 

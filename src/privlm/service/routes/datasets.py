@@ -128,8 +128,9 @@ def budget_note(
             else ""
         )
         return (
-            f"shares {stored.shared} of its {stored.row.records} records with dataset "
-            f"{j.budget_id or j.id}{gone}, so it joins that budget: ε "
+            f"shares {stored.shared} of its {stored.row.records} records"
+            f"{f' ({stored.near} of them near copies)' if stored.near else ''} with dataset "
+            f"{j.budget_id or j.id}{gone} ({stored.where}), so it joins that budget: ε "
             f"{budget['remaining']['epsilon']:.4g} of {budget['epsilon']:g} left at δ "
             f"{budget['delta']:g}{ignored}"
         )

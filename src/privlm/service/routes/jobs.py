@@ -43,10 +43,11 @@ from privlm.service.protocol import (
     job_view,
 )
 from privlm.service.record_index import (
-    budgets_sharing,
+    describe_lines,
     describe_sharing,
-    keyed_digests,
-    tenant_key,
+    find_matches,
+    fingerprint,
+    sketcher_for,
 )
 from privlm.service.state import State, own
 
@@ -103,12 +104,18 @@ def check_never_private(s: Session, tenant_id: str, inputs: list[Record], secret
     """Refuse PromptPATE public inputs that are records of any private dataset the tenant
     ever uploaded (deleted ones included): they would leave verbatim in the student prompt.
     The refusal gives the count, never the text."""
-    owners = budgets_sharing(s, tenant_id, keyed_digests(inputs, tenant_key(secret, tenant_id)))
+    sketcher = sketcher_for(secret, tenant_id)
+    prints = fingerprint(inputs, sketcher.key, "pate-inputs", sketcher)
+    matches = find_matches(s, tenant_id, prints)
+    owners = matches.owners()
     if owners:
+        shared, near = matches.records(), matches.near_count()
         raise ApiError(
             400, "invalid_request",
-            f"refused: {sum(owners.values())} of the {len(inputs)} public inputs are records of "
-            f"the tenant's private data ({describe_sharing(s, owners)}). PromptPATE releases "
+            f"refused: {len(shared)} of the {len(inputs)} public inputs"
+            f"{f' ({near} of them near copies)' if near else ''} are records of the tenant's "
+            f"private data ({describe_sharing(s, owners)}; public dataset "
+            f"{describe_lines(prints, shared)}). PromptPATE releases "
             "its public inputs verbatim in the student prompt, so the public data must hold "
             "no private record, even of a deleted dataset",
         )  # fmt: skip
