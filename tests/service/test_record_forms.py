@@ -203,3 +203,51 @@ def test_a_per_record_budget_admits_a_per_user_copy(service):
     first = _upload(service, PLAIN).json()
     r = _upload(service, _by_user(USERS), "users.jsonl")
     assert r.status_code == 201 and r.json()["budget_of"] == first["id"], r.text
+
+
+def test_an_index_made_before_is_rebuilt_for_stored_datasets_at_start(tmp_path):
+    """A database whose index holds only whitespace digests of the text column: at start
+    its stored datasets are indexed again in canonical form, and the old digests of a
+    deleted dataset still match an exact re-upload."""
+    from privlm.data import load_file
+    from privlm.service.db import Dataset as Row
+    from privlm.service.db import (
+        RecordDigest,
+        ServiceMeta,
+        database_url,
+        make_engine,
+        session_factory,
+    )
+    from privlm.service.keys import create_tenant
+    from privlm.service.record_index import (
+        VERSION_KEY,
+        backfill,
+        find_matches,
+        fingerprint,
+        server_secret,
+        tenant_key,
+    )
+
+    path = tmp_path / "notes.txt"
+    path.write_text(PLAIN)
+    sessions = session_factory(make_engine(database_url(None, tmp_path)))
+    with sessions.begin() as s:
+        secret = server_secret(s, tmp_path)
+        t, _ = create_tenant(s, "a")
+        s.add(Row(id="ds_old", tenant_id=t.id, name="notes", format="txt", records=8, bytes=1,
+                  path=str(path), budget_epsilon=8.0, budget_delta=1e-5, budget_id="ds_old",
+                  records_indexed=True))  # fmt: skip
+        key = tenant_key(secret, t.id)
+        legacy = {f.legacy for p in fingerprint(load_file(path).records, key, "") for f in p.fields}
+        s.add_all(RecordDigest(tenant_id=t.id, digest=d, budget_id="ds_old") for d in legacy)
+        gone = Record("A record of a dataset deleted long ago", "r0")
+        [old] = fingerprint([gone], key, "")[0].fields
+        s.add(RecordDigest(tenant_id=t.id, digest=old.legacy, budget_id="ds_gone"))
+    with sessions.begin() as s:
+        assert s.get(ServiceMeta, VERSION_KEY) is None
+        backfill(s, secret, lambda row: load_file(row.path))
+        assert s.get(ServiceMeta, VERSION_KEY) is not None
+        lower = [Record(x.lower(), f"r{i}") for i, x in enumerate(SENTENCES)]
+        assert find_matches(s, t.id, fingerprint(lower, key, "x")).owners() == {"ds_old": 8}
+        assert s.get(Row, "ds_old").unit_kind == "record"
+        assert find_matches(s, t.id, fingerprint([gone], key, "y")).owners() == {"ds_gone": 1}
