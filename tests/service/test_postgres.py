@@ -71,3 +71,27 @@ def test_service_on_postgres(pg, tmp_path):
     led = PrivacyLedger(pg.url, f"deployment-{dep}")
     assert led.count() == sum(returned) == 12 and led.verify()
     assert led.spent().epsilon <= 8
+
+
+def test_record_index_units_and_idempotency_on_postgres(pg, tmp_path):
+    """The record index's canonical digests, near-copy sketches (bytea), bands and units,
+    and Idempotency-Key, on PostgreSQL as on SQLite."""
+    from tests.service.test_record_forms import PLAIN, SENTENCES, USERS, _by_user
+
+    settings = ServiceSettings(data_dir=tmp_path / "svc", db_url=pg.url, model="tiny")
+    app = create_app(settings)
+    svc = Service(TestClient(app.state.asgi), settings, make_tenants(pg.url, "pgidx"))
+    first = svc.upload("pgidx", PLAIN).json()
+    lower = svc.upload("pgidx", PLAIN.lower()).json()
+    assert lower["budget_of"] == first["id"]
+    near = svc.upload("pgidx", "\n".join(f"Fwd: {s.replace('the', 'teh', 1)}" for s in SENTENCES))
+    assert near.json()["budget_of"] == first["id"] and "near copies" in near.json()["budget_note"]
+    users = svc.upload("pgidx", _by_user(USERS), "users.jsonl")  # per-user copy: joins
+    assert users.json()["budget_of"] == first["id"], users.text
+    acme = {**svc.auth("pgidx"), "Idempotency-Key": "pg-submit-1"}
+    body = {"kind": "ensemble", "dataset_id": first["id"], "params": {"parts": 2}}
+    a = svc.client.post("/v1/jobs", headers=acme, json=body)
+    b = svc.client.post("/v1/jobs", headers=acme, json=body)
+    assert a.status_code == b.status_code == 201 and a.json()["id"] == b.json()["id"]
+    jobs = svc.client.get("/v1/jobs", headers=svc.auth("pgidx")).json()["data"]
+    assert len(jobs) == 1
