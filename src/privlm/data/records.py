@@ -87,6 +87,7 @@ def shared_record_count(a: Iterable[Record], b: Iterable[Record]) -> int:
     canonical form (:func:`privlm.data.canonical.canonical_text`: case, Unicode form,
     quotes, HTML escapes, zero-width characters, end punctuation) is that of a field of a
     record of ``a``."""
+
     def texts(r: Record) -> set[str]:
         return {canonical_text(t) for t in (r.text, *r.fields.values()) if t and t.strip()}
 
