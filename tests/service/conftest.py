@@ -123,3 +123,20 @@ def assert_names_no_server_path(service, zipped: bytes) -> None:
         text = files.read(name).decode(errors="replace")
         for shape in (str(service.settings.data_dir), "tenants/", "/jobs/", "ten_", "<server>"):
             assert shape not in text, (name, shape)
+
+
+@pytest.fixture(scope="module")
+def pg():
+    """A throwaway PostgreSQL cluster for the module (tests.service.pg)."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from tests.service.pg import Postgres
+
+    # not under pytest's tmp (mode 700 for root): the postgres user must reach the cluster
+    root = Path(tempfile.mkdtemp(prefix="privlm-pg-"))
+    db = Postgres(root).start()
+    yield db
+    db.stop()
+    shutil.rmtree(root, ignore_errors=True)

@@ -22,9 +22,15 @@ def free_port() -> int:
 
 class LiveServer:
     def __init__(
-        self, data_dir: Path, worker: bool = True, model: str = "tiny", extra: tuple[str, ...] = ()
+        self,
+        data_dir: Path,
+        worker: bool = True,
+        model: str = "tiny",
+        extra: tuple[str, ...] = (),
+        db: str | None = None,
     ) -> None:
         self.data_dir, self.worker, self.model, self.extra = data_dir, worker, model, extra
+        self.db = ("--db", db) if db else ()  # None: SQLite under data_dir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -32,7 +38,7 @@ class LiveServer:
 
     def cli(self, *args: str) -> str:
         run = subprocess.run(
-            [sys.executable, "-m", "privlm", *args, "--data-dir", str(self.data_dir)],
+            [sys.executable, "-m", "privlm", *args, "--data-dir", str(self.data_dir), *self.db],
             capture_output=True, text=True, check=True, timeout=120,
         )  # fmt: skip
         return run.stdout
@@ -48,7 +54,7 @@ class LiveServer:
         ]  # fmt: skip
         if not self.worker:
             cmd.append("--no-worker")
-        cmd += self.extra
+        cmd += [*self.extra, *self.db]
         env = {**os.environ, "OMP_NUM_THREADS": "1"} if self.model == "tiny" else dict(os.environ)
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)

@@ -33,6 +33,17 @@ class Postgres:
     def url(self) -> str:
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
 
+    def database(self, name: str) -> str:
+        """The URL of a new, empty database ``name`` in the cluster: a test whose data
+        directory (and so record key) is its own needs a database of its own too."""
+        from sqlalchemy import create_engine, text
+
+        engine = create_engine(self.url, isolation_level="AUTOCOMMIT")
+        with engine.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+        engine.dispose()
+        return self.url.rsplit("/", 1)[0] + f"/{name}"
+
     def start(self) -> Postgres:
         self.root.mkdir(parents=True, exist_ok=True)
         if self.as_user:

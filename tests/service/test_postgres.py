@@ -5,28 +5,12 @@ from __future__ import annotations
 
 import threading
 
-import pytest
 from fastapi.testclient import TestClient
 
 from privlm.accounting import PrivacyLedger
 from privlm.service.app import ServiceSettings, create_app
 from privlm.service.worker import Worker
 from tests.service.conftest import TEXT, Service, make_tenants
-from tests.service.pg import Postgres
-
-
-@pytest.fixture(scope="module")
-def pg():
-    import shutil
-    import tempfile
-    from pathlib import Path
-
-    # not under pytest's tmp (mode 700 for root): the postgres user must reach the cluster
-    root = Path(tempfile.mkdtemp(prefix="privlm-pg-"))
-    db = Postgres(root).start()
-    yield db
-    db.stop()
-    shutil.rmtree(root, ignore_errors=True)
 
 
 def test_service_on_postgres(pg, tmp_path):
@@ -78,9 +62,10 @@ def test_record_index_units_and_idempotency_on_postgres(pg, tmp_path):
     and Idempotency-Key, on PostgreSQL as on SQLite."""
     from tests.service.test_record_forms import PLAIN, SENTENCES, USERS, _by_user
 
-    settings = ServiceSettings(data_dir=tmp_path / "svc", db_url=pg.url, model="tiny")
+    url = pg.database("record_index")
+    settings = ServiceSettings(data_dir=tmp_path / "svc", db_url=url, model="tiny")
     app = create_app(settings)
-    svc = Service(TestClient(app.state.asgi), settings, make_tenants(pg.url, "pgidx"))
+    svc = Service(TestClient(app.state.asgi), settings, make_tenants(url, "pgidx"))
     first = svc.upload("pgidx", PLAIN).json()
     lower = svc.upload("pgidx", PLAIN.lower()).json()
     assert lower["budget_of"] == first["id"]
