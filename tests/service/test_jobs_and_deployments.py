@@ -578,3 +578,51 @@ def test_an_in_context_ensemble_is_built_deployed_and_charged_through_the_api(se
     b = service.client.get(f"/v1/deployments/{dep}/budget", headers=service.auth("acme")).json()
     assert b["queries"] == {"used": 3, "total": 64, "left": 61}
     assert 0 < b["growth"]["later_token_epsilon"] < b["growth"]["first_token_epsilon"]
+
+
+def test_a_deployment_states_what_its_reservation_records(service, ensemble_job):
+    """The deployment's (ε, δ) is composed from the charges its dataset's budget recorded
+    for it (the reservation, then any restatement), not restated from its settings."""
+    from privlm.accounting import Charge, RdpCurve
+    from privlm.accounting.statements import recorded_guarantee
+    from privlm.service.db import Dataset
+    from privlm.service.deployments import RESTATEMENT
+
+    r = deploy(service, "acme", ensemble_job["id"], mechanism="pmixed", epsilon=6, queries=4)
+    assert r.status_code == 201, r.text
+    dep = r.json()
+    state = service.state.service
+    with state.sessions.begin() as s:
+        ledger = state.dataset_ledger(s.get(Dataset, ensemble_job["dataset_id"]))
+
+    def mine(rec) -> bool:
+        return rec.params.get("deployment") == dep["id"]
+
+    def shown() -> dict:
+        got = service.client.get(f"/v1/deployments/{dep['id']}", headers=service.auth("acme"))
+        return got.json()["guarantee"]
+
+    first = recorded_guarantee(ledger, mine, 1e-5)
+    assert shown()["epsilon"] == pytest.approx(first.epsilon) and first.epsilon <= 6
+    assert f"({first.epsilon:.4g}, 1e-05)-DP" in shown()["text"]
+    ledger.charge(Charge(
+        RESTATEMENT, rdp=RdpCurve.from_arrays(ledger.orders, [0.5] * len(ledger.orders)),
+        relation=Relation.UNIT, params={"deployment": dep["id"]},
+    ))  # fmt: skip
+    after = recorded_guarantee(ledger, mine, 1e-5)
+    assert after.epsilon > first.epsilon
+    assert shown()["epsilon"] == pytest.approx(after.epsilon)  # the record moved it
+    (model,) = [
+        m for m in service.client.get("/v1/models", headers=service.auth("acme")).json()["data"]
+        if m["id"] == dep["id"]
+    ]  # fmt: skip
+    assert model["privlm"]["guarantee"]["epsilon"] == pytest.approx(after.epsilon)
+
+
+def test_a_deployment_without_a_recorded_reservation_says_nothing_is_covered():
+    from privlm.predict.config import PMixEDConfig
+    from privlm.predict.mechanisms import mechanism
+
+    got = mechanism("pmixed").guarantee(PMixEDConfig(epsilon=7), {}).to_dict()
+    assert "no reservation is recorded" in got["text"] and "epsilon" not in got
+    assert "7" not in got["text"]  # the setting is never restated as a guarantee

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from privlm.accounting import Charge, PrivacyLedger, Relation
+from privlm.accounting.statements import recorded_guarantee
 from privlm.errors import PrivlmError
 from privlm.predict.config import (
     PlainConfig,
@@ -110,6 +111,32 @@ def reserve(
                     **(params or {})},
         )
     )  # fmt: skip
+
+
+def reserved(budget: PrivacyLedger, config: Any, deployment: str) -> dict[str, Any] | None:
+    """What deployment ``deployment``'s reservation on the dataset's ``budget`` records, the
+    figure its statement gives (never its settings): (ε, δ) at the config's δ composed from
+    the recorded charges (the reservation and any restatement of it, whose mechanism names
+    begin with :data:`RESERVATION`), and for a Rényi mechanism its ε at the config's order α. None: no
+    reservation is recorded (nothing it answers is covered)."""
+    m = mechanism_of(config)
+    target = budget_for(budget, m.relation)
+
+    def mine(r: Any) -> bool:
+        return bool(
+            r.mechanism.startswith(RESERVATION) and r.params.get("deployment") == deployment
+        )
+
+    records = [r for r in target.charges() if mine(r)]
+    if not records:
+        return None
+    g = recorded_guarantee(target, mine, getattr(config, "delta", None))
+    out: dict[str, Any] = {"epsilon": g.epsilon, "delta": g.delta, "ledger": target.name}
+    order = getattr(config, "alpha", None)
+    if m.relation is Relation.PART and order is not None and float(order) in target.orders:
+        out["order"] = float(order)
+        out["rdp_epsilon"] = float(target.recorded_rdp(records, [float(order)])[0])
+    return out
 
 
 def _ensemble_of(loaded: LoadedEnsemble, protocol: str, mechanism: str) -> None:

@@ -54,10 +54,13 @@ class Guarantee:
     relation: str
     text: str
     order: float | None = None
+    epsilon: float | None = None  # the recorded figure, where the statement is (ε, δ)
+    delta: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        out = {"kind": self.kind, "relation": self.relation, "text": self.text}
-        return out if self.order is None else {**out, "order": self.order}
+        out: dict[str, Any] = {"kind": self.kind, "relation": self.relation, "text": self.text}
+        extra = {"order": self.order, "epsilon": self.epsilon, "delta": self.delta}
+        return {**out, **{k: v for k, v in extra.items() if v is not None}}
 
 
 @dataclass(frozen=True)
@@ -70,8 +73,9 @@ class Mechanism:
       seed) -> Predictor``.
     - ``lifetime(config, members)``: everything a deployment can ever release about its
       dataset, reserved on the dataset's budget when it is made (None: nothing more).
-    - ``guarantee(config, statement)``: what its answers guarantee (``statement``: a served
-      adapter's ``privacy.json`` facts).
+    - ``guarantee(config, statement)``: what its answers guarantee, from what was recorded
+      (``statement``: a served adapter's ``privacy.json`` facts; ``reserved``: the figures
+      of the deployment's reservation on its dataset's budget, or absent when none is).
     - ``open_ledgers(target, name, config, members)``: the ledgers a deployment opens.
     - ``relation``: the neighbouring relation of its charges and reservation.
     - ``contextual(given, context)``: defaults that follow other values (SubMix's β = ε/T)
@@ -215,30 +219,53 @@ def _adapter_context(given: Mapping[str, Any], context: Mapping[str, Any]) -> di
     return {"members": "adapter", "statement": dict(context.get("statement", {}))}
 
 
-def _pmixed_guarantee(cfg: PMixEDConfig, _: Mapping[str, Any]) -> Guarantee:
+UNRESERVED = "no reservation is recorded on its dataset's budget, so nothing it answers is covered"
+
+
+def _recorded(statement: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The figures of the deployment's recorded reservation (``reserved`` in
+    ``statement``, from :func:`privlm.predict.factory.reserved`), or None."""
+    found = statement.get("reserved")
+    return found if isinstance(found, Mapping) else None
+
+
+def _pmixed_guarantee(cfg: PMixEDConfig, statement: Mapping[str, Any]) -> Guarantee:
+    got = _recorded(statement)
+    if got is None:
+        return Guarantee("DP", MIXTURE_RELATION, UNRESERVED)
     return Guarantee(
         "DP", MIXTURE_RELATION,
-        f"({cfg.epsilon:g}, {cfg.delta:g})-DP over all its private tokens, per unit of the "
-        "dataset (adding or removing one unit replaces one ensemble member's model)",
+        f"({got['epsilon']:.4g}, {got['delta']:g})-DP over all its private tokens, as "
+        "reserved on its dataset's budget, per unit of the dataset (adding or removing one "
+        "unit replaces one ensemble member's model)",
+        epsilon=got["epsilon"], delta=got["delta"],
     )  # fmt: skip
 
 
-def _screened_guarantee(cfg: ScreenedPMixEDConfig, _: Mapping[str, Any]) -> Guarantee:
+def _screened_guarantee(cfg: ScreenedPMixEDConfig, statement: Mapping[str, Any]) -> Guarantee:
+    got = _recorded(statement)
+    if got is None:
+        return Guarantee("DP", MIXTURE_RELATION, UNRESERVED)
     return Guarantee(
         "DP", MIXTURE_RELATION,
-        f"({cfg.epsilon:g}, {cfg.delta:g})-DP over its {cfg.paid_tokens} paid tokens and any "
-        "number of free ones (a sparse-vector screen sends each query to the public model or "
-        "to a paid PMixED query), per unit of the dataset (adding or removing one unit "
-        "replaces one ensemble member's model)",
+        f"({got['epsilon']:.4g}, {got['delta']:g})-DP over its {cfg.paid_tokens} paid tokens "
+        "and any number of free ones (a sparse-vector screen sends each query to the public "
+        "model or to a paid PMixED query), as reserved on its dataset's budget, per unit of "
+        "the dataset (adding or removing one unit replaces one ensemble member's model)",
+        epsilon=got["epsilon"], delta=got["delta"],
     )  # fmt: skip
 
 
-def _submix_guarantee(cfg: SubMixConfig, _: Mapping[str, Any]) -> Guarantee:
+def _submix_guarantee(cfg: SubMixConfig, statement: Mapping[str, Any]) -> Guarantee:
+    got = _recorded(statement)
+    if got is None or "rdp_epsilon" not in got:
+        return Guarantee("RDP", Relation.PART.describe(), UNRESERVED, order=cfg.alpha)
     return Guarantee(
         "RDP", Relation.PART.describe(),
-        f"(α={cfg.alpha:g}, ε={cfg.epsilon:g})-Rényi operational privacy per part (a part "
-        "removed), not a per-unit DP guarantee",
-        order=cfg.alpha,
+        f"(α={got['order']:g}, ε={got['rdp_epsilon']:.4g})-Rényi operational privacy per "
+        "part (a part removed), as reserved on its dataset's budget, not a per-unit DP "
+        "guarantee",
+        order=got["order"],
     )  # fmt: skip
 
 

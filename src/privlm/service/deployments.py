@@ -27,7 +27,13 @@ from privlm.config import request_field
 from privlm.errors import BudgetExceededError, PrivlmError
 from privlm.models.pool import ModelPool
 from privlm.predict.config import PlainConfig
-from privlm.predict.factory import build_predictor, deployment_ledger, reserve
+from privlm.predict.factory import (
+    RESERVATION,
+    build_predictor,
+    deployment_ledger,
+    reserve,
+    reserved,
+)
 from privlm.predict.loading import LoadedEnsemble, load_adapter, load_ensemble
 from privlm.predict.mechanisms import Mechanism, mechanism, mechanisms, serving
 from privlm.predict.pmixed import UNIT as PMIXED_UNIT
@@ -40,7 +46,7 @@ from privlm.service.scheduler import DeploymentScheduler
 from privlm.service.strict import STRICT_BODY
 
 LEGACY_BOUND = "jensen"  # what deployments stored without a bound were reserved with
-RESTATEMENT = "deployment-reservation-restatement"
+RESTATEMENT = f"{RESERVATION}-restatement"  # read with the reservation: factory.reserved
 MAX_DERIVED = 1000.0  # the service's ceiling on a derived setting a request gives
 
 
@@ -252,7 +258,7 @@ def restate_reservation(
         return
     reserved = [
         r for r in records
-        if r.mechanism == "deployment-reservation" and r.params.get("deployment") == row.id
+        if r.mechanism == RESERVATION and r.params.get("deployment") == row.id
     ]  # fmt: skip
     grid = dataset.orders
     released = predictor.ledger.recorded_rdp(predictor.ledger.charges(), grid)
@@ -281,14 +287,19 @@ def restate_reservation(
         )
 
 
-def deployment_guarantee(row: Deployment, job: Job | None) -> dict[str, Any]:
-    """What a deployment's answers guarantee, from its mechanism's record: PMixED in
-    (ε, δ), SubMix in Rényi DP at its order, a DP adapter's training statement (a JFT
-    adapter's SDP)."""
+def deployment_guarantee(
+    row: Deployment, job: Job | None, budget: PrivacyLedger | None
+) -> dict[str, Any]:
+    """What a deployment's answers guarantee, from what was recorded: PMixED's (ε, δ) and
+    SubMix's Rényi ε from its reservation on the dataset's ``budget`` (never its settings),
+    a DP adapter's from its training statement (a JFT adapter's SDP)."""
     req = stored_request(row)
     m = mechanism(req.mechanism)
     statement = adapter_statement(job) if job is not None and m.serves == "adapter" else {}
-    return m.guarantee(request_config(req, statement), statement).to_dict()
+    cfg = request_config(req, statement)
+    found = reserved(budget, cfg, row.id) if budget is not None else None
+    recorded = {**statement, "reserved": found} if found is not None else statement
+    return m.guarantee(cfg, recorded).to_dict()
 
 
 def adapter_statement(job: Job) -> dict[str, Any]:

@@ -339,6 +339,8 @@ class Guarantee(Answer):
     relation: str
     text: str
     order: float | None = None
+    epsilon: float | None = Field(None, description="ε of the recorded reservation, if (ε, δ)")
+    delta: float | None = None
 
 
 class DeploymentView(Answer):

@@ -37,13 +37,13 @@ from privlm.service.state import ServiceState, State, own
 router = APIRouter(prefix="/v1")
 
 
-def describe_deployment(d: Deployment, s: Session) -> dict[str, Any]:
+def describe_deployment(d: Deployment, s: Session, state: ServiceState) -> dict[str, Any]:
     job = s.get(Job, d.job_id)
     return {
         "id": d.id, "job_id": d.job_id, "mechanism": d.mechanism,
         "params": json.loads(d.params), "fallback": d.fallback,
         "budget": {"epsilon": d.budget_epsilon, "delta": d.budget_delta},
-        "guarantee": deployment_guarantee(d, job),
+        "guarantee": recorded_guarantee(d, job, s, state),
         "created_at": d.created_at.isoformat() + "Z",
     }  # fmt: skip
 
@@ -107,7 +107,15 @@ def create_deployment(body: Any, s: Session, me: Tenant, state: ServiceState) ->
     create_ledgers(d, job, state.ledgers)
     s.add(d)
     s.flush()
-    return describe_deployment(d, s)
+    return describe_deployment(d, s, state)
+
+
+def recorded_guarantee(
+    d: Deployment, job: Job | None, s: Session, state: ServiceState
+) -> dict[str, Any]:
+    """The deployment's guarantee from what its dataset's budget recorded for it."""
+    dataset = s.get(Dataset, job.dataset_id) if job is not None else None
+    return deployment_guarantee(d, job, state.dataset_ledger(dataset) if dataset else None)
 
 
 @router.get("/mechanisms", response_model=MechanismList)
@@ -136,13 +144,13 @@ def describe_mechanism(m: Mechanism) -> dict[str, Any]:
 
 
 @router.get("/deployments", response_model=DeploymentList, responses=ERRORS)
-def list_deployments(s: Db, me: Me) -> dict[str, Any]:
+def list_deployments(s: Db, me: Me, state: State) -> dict[str, Any]:
     rows = s.scalars(select(Deployment).where(Deployment.tenant_id == me.id))
-    return {"data": [describe_deployment(d, s) for d in rows]}
+    return {"data": [describe_deployment(d, s, state) for d in rows]}
 
 
 @router.get("/models", response_model=ModelList, responses=ERRORS)
-def list_models(s: Db, me: Me) -> dict[str, Any]:
+def list_models(s: Db, me: Me, state: State) -> dict[str, Any]:
     """The tenant's deployments as OpenAI models, each with what its answers guarantee."""
     rows = s.scalars(select(Deployment).where(Deployment.tenant_id == me.id))
     return {
@@ -155,7 +163,7 @@ def list_models(s: Db, me: Me) -> dict[str, Any]:
                 "owned_by": me.name,
                 "privlm": {
                     "mechanism": d.mechanism,
-                    "guarantee": deployment_guarantee(d, s.get(Job, d.job_id)),
+                    "guarantee": recorded_guarantee(d, s.get(Job, d.job_id), s, state),
                 },
             }
             for d in rows
@@ -164,8 +172,8 @@ def list_models(s: Db, me: Me) -> dict[str, Any]:
 
 
 @router.get("/deployments/{deployment_id}", response_model=DeploymentView, responses=ERRORS)
-def get_deployment(deployment_id: str, s: Db, me: Me) -> dict[str, Any]:
-    return describe_deployment(own(s, Deployment, deployment_id, me, "deployment"), s)
+def get_deployment(deployment_id: str, s: Db, me: Me, state: State) -> dict[str, Any]:
+    return describe_deployment(own(s, Deployment, deployment_id, me, "deployment"), s, state)
 
 
 def loaded_deployment(state: ServiceState, me: Tenant, deployment_id: str) -> LoadedDeployment:
