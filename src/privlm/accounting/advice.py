@@ -94,3 +94,22 @@ def threshold_warning(
             f"labels carry no consensus and cost ε; {advice}"
         )
     return None
+
+
+FEW_STEPS = 20  # fewer noisy steps than this barely move an adapter
+
+
+def few_steps_warning(steps: int, sample_rate: float, units: int, batch_size: int) -> str | None:
+    """A warning when a DP-SGD run takes fewer than :data:`FEW_STEPS` steps (a batch size
+    near the data size makes q ≈ 1 and one step an epoch): it pays its ε and learns almost
+    nothing. None when the run has steps enough."""
+    if steps >= FEW_STEPS:
+        return None
+    per_epoch = max(1, round(1 / sample_rate)) if sample_rate > 0 else 1
+    smaller = max(1, units // 20)
+    return (
+        f"only {steps} noisy step{'s' if steps != 1 else ''} (q = {sample_rate:.3g}: a batch "
+        f"of {batch_size} of {units} units, {per_epoch} step{'s' if per_epoch != 1 else ''} "
+        "an epoch): the adapter will barely move for its ε. Lower --batch-size (e.g. "
+        f"{smaller}) or raise --epochs so the run takes at least {FEW_STEPS} steps."
+    )

@@ -59,7 +59,9 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     create_engine,
+    delete,
     event,
+    func,
     insert,
     select,
     update,
@@ -518,6 +520,27 @@ class PrivacyLedger:
                 conn, OVERDRAWN_FLAG, reason if before is None else f"{before}; {reason}"
             )
         return spent
+
+    def discard_if_unused(self) -> bool:
+        """Remove this ledger if it records no charge (a run that opened it was refused
+        before charging anything), so a retry creates it afresh with the budget it asks
+        for. A ledger with any charge is history and stays; returns whether it went."""
+        with self._engine.begin() as conn:
+            used = conn.execute(
+                select(func.count()).select_from(charges_table)
+                .where(charges_table.c.ledger == self.name)
+            ).scalar_one()  # fmt: skip
+            if used:
+                return False
+            conn.execute(delete(flags_table).where(flags_table.c.ledger == self.name))
+            conn.execute(delete(ledgers_table).where(ledgers_table.c.name == self.name))
+        return True
+
+    def database_is_empty(self) -> bool:
+        """Whether this ledger's database holds no ledger at all (e.g. after
+        :meth:`discard_if_unused` removed the only one)."""
+        with self._engine.connect() as conn:
+            return not conn.execute(select(func.count()).select_from(ledgers_table)).scalar_one()
 
     def count(self) -> int:
         """How many charges are recorded."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -59,6 +60,15 @@ def warn_if_weak_delta(delta: float, units: int, unit: str = "record") -> None:
         typer.echo(f"warning: {message}", err=True)
 
 
+def warn_if_few_steps(steps: int, sample_rate: float, units: int, batch_size: int) -> None:
+    """Print, on stderr, when a DP-SGD run has too few steps to train."""
+    from privlm.accounting.advice import few_steps_warning
+
+    message = few_steps_warning(steps, sample_rate, units, batch_size)
+    if message is not None:
+        typer.echo(f"warning: {message}", err=True)
+
+
 def _clean(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return "inf" if value > 0 else ("-inf" if value < 0 else "nan")
@@ -101,18 +111,60 @@ NO_HEADER_OPTION = typer.Option(
 )
 
 
-def open_run_ledger(
+@contextmanager
+def run_ledger(
     path: Path, name: str, budget_epsilon: float | None, run_cost: float, delta: float
-) -> Any:
-    """A training run's ledger: an existing one as it is, or a new one with the given budget
-    (default: the run's own cost, so the run fits exactly once)."""
+) -> Iterator[Any]:
+    """A run's ledger: ledger ``name`` in ``path`` (default ``./privlm-ledger.db``) as it
+    is, or a new one whose budget is ``budget_epsilon`` (default: what this run costs, so
+    it fits exactly once). A new ledger the run leaves without a charge (it was refused) is
+    removed again, and the file with it if the run made it, so a retry starts afresh; a
+    refusal by an existing ledger says how to give several runs one budget."""
     from privlm.accounting import Budget, PrivacyLedger
-    from privlm.errors import AccountingError
+    from privlm.errors import AccountingError, BudgetExceededError
 
-    if path.is_file():
+    new_file = not path.exists()
+    if not new_file:
         try:
-            return PrivacyLedger(path, name)
+            led = PrivacyLedger(path, name)
         except AccountingError:
             pass  # no ledger of that name in the file yet
+        else:
+            _check_budget_flag(led, path, budget_epsilon)
+            try:
+                yield led
+            except BudgetExceededError as exc:
+                raise BudgetExceededError(f"{exc}\n{_one_budget_hint(led, path)}") from None
+            return
     eps = budget_epsilon if budget_epsilon is not None else run_cost
-    return PrivacyLedger(path, name, Budget(eps, delta))
+    led = PrivacyLedger(path, name, Budget(eps, delta))
+    try:
+        yield led
+    finally:
+        if led.discard_if_unused() and new_file and led.database_is_empty():
+            led.close()
+            for leftover in (path, *(Path(f"{path}{x}") for x in ("-wal", "-shm"))):
+                leftover.unlink(missing_ok=True)
+
+
+def _check_budget_flag(led: Any, path: Path, budget_epsilon: float | None) -> None:
+    """``--budget-epsilon`` sets a new ledger's budget; on an existing one it is refused
+    unless it says the same, never silently ignored."""
+    from privlm.errors import PrivlmError
+
+    if budget_epsilon is not None and abs(budget_epsilon - led.budget.epsilon) > 1e-9:
+        raise PrivlmError(
+            f"ledger {led.name!r} in {path} already has budget ε={led.budget.epsilon:.6g}; "
+            "--budget-epsilon sets the budget of a new ledger only (a budget never changes). "
+            "Use another --ledger file or --ledger-name for a new budget"
+        )
+
+
+def _one_budget_hint(led: Any, path: Path) -> str:
+    return (
+        f"ledger {led.name!r} in {path} was created by an earlier run with budget "
+        f"ε={led.budget.epsilon:.6g}; runs on the same data share one budget and their ε add "
+        "up. To give several runs one budget, create the ledger with --budget-epsilon "
+        "covering them all on the first run (`privlm ledger show "
+        f"{path} --name {led.name}` shows what is spent)"
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from privlm.cli.common import (
     JSON_OPTION,
     emit_json,
     noise_from_flags,
-    open_run_ledger,
+    run_ledger,
     user_errors,
     warn_if_seeded,
 )
@@ -145,12 +146,13 @@ def dpsgd(
     warn_if_seeded(cfg.seed)
     kind, device, dtype = cfg.kind, cfg.device, cfg.dtype
     examples = TaskExamples(t, splits.private)
-    led = None
     run = PromptRun.plan(examples, cfg).run
+    opened: Any = nullcontext(None)
     if ledger is not None and run.private:
         cost = run.epsilon(cfg.accountant), run.delta
-        led = open_run_ledger(ledger, ledger_name, budget_epsilon, *cost)
-    st = train_prompt_dpsgd(model, examples, out, cfg, ledger=led, progress=not as_json)
+        opened = run_ledger(ledger, ledger_name, budget_epsilon, *cost)
+    with opened as led:
+        st = train_prompt_dpsgd(model, examples, out, cfg, ledger=led, progress=not as_json)
     result = {**st.to_dict(), "adapter": str(out), "task": t.name}
     if splits.test:
         from privlm.prompting.serving import prompt_adapter_accuracy

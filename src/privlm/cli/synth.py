@@ -14,7 +14,7 @@ from privlm.cli.common import (
     TEXT_COLUMN_OPTION,
     USER_COLUMN_OPTION,
     emit_json,
-    open_run_ledger,
+    run_ledger,
     user_errors,
     warn_if_seeded,
 )
@@ -58,7 +58,7 @@ def synth(
     ),
     ledger_name: str = typer.Option("synth", help="Ledger name (one per dataset)."),
     budget_epsilon: float | None = typer.Option(
-        None, help="Budget ε of a new ledger (default: what this run costs)."
+        None, help="Budget ε of a new ledger (default: this run's --epsilon, what it may cost)."
     ),
     resume: bool = typer.Option(
         False, "--resume", help="Resume an interrupted run into the same --out (no second charge)."
@@ -83,11 +83,12 @@ def synth(
     declared = [x.strip() for x in labels.split(",") if x.strip()] if labels else None
     # a new ledger's default budget is the run's per-unit cost (checked again, with every
     # other charge of the ledger, before the first text)
-    led = open_run_ledger(ledger, ledger_name, budget_epsilon, cfg.epsilon, cfg.delta)
-    warn_if_seeded(cfg.seed)
-    res = synthesize(
-        model, ds, out, cfg, labels=declared, ledger=led, resume=resume, progress=not as_json
-    )
+    with run_ledger(ledger, ledger_name, budget_epsilon, cfg.epsilon, cfg.delta) as led:
+        warn_if_seeded(cfg.seed)
+        res = synthesize(
+            model, ds, out, cfg, labels=declared, ledger=led, resume=resume,
+            progress=not as_json,
+        )  # fmt: skip
     if as_json:
         emit_json(res.to_dict())
         return

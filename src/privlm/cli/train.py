@@ -16,8 +16,9 @@ from privlm.cli.common import (
     USER_COLUMN_OPTION,
     emit_json,
     noise_from_flags,
-    open_run_ledger,
+    run_ledger,
     user_errors,
+    warn_if_few_steps,
     warn_if_seeded,
     warn_if_weak_delta,
 )
@@ -74,11 +75,12 @@ def dpsgd(
     run = plan_run(ds, cfg)
     # a new ledger's default budget is what this run costs, as the ledger composes it (by
     # the run's accountant: RDP, or PLD for prv), so the run fits exactly once
-    led = open_run_ledger(ledger, ledger_name, budget_epsilon, run.epsilon(cfg.accountant),
-                          run.delta)  # fmt: skip
-    warn_if_seeded(cfg.seed)
-    warn_if_weak_delta(run.delta, run.units, ds.unit_kind)
-    st = train_dpsgd(model, ds, out, cfg, progress=not as_json, ledger=led)
+    cost = run.epsilon(cfg.accountant)
+    with run_ledger(ledger, ledger_name, budget_epsilon, cost, run.delta) as led:
+        warn_if_seeded(cfg.seed)
+        warn_if_weak_delta(run.delta, run.units, ds.unit_kind)
+        warn_if_few_steps(run.steps, run.sample_rate, run.units, cfg.batch_size)
+        st = train_dpsgd(model, ds, out, cfg, progress=not as_json, ledger=led)
     if int(os.environ.get("RANK", "0")) != 0:  # under torchrun, rank 0 reports
         return
     if as_json:
@@ -167,9 +169,9 @@ def jft(
     )
     if cfg.phase1 == "light-noise":
         run_cost += cfg.phase1_epsilon  # a new ledger's default: room for both charges
-    led = open_run_ledger(ledger, ledger_name, budget_epsilon, run_cost, run.delta)
-    warn_if_seeded(cfg.phase2.seed)
-    st = train_jft(model, ds, out, cfg, phase1_dir=phase1_out, ledger=led, progress=not as_json)
+    with run_ledger(ledger, ledger_name, budget_epsilon, run_cost, run.delta) as led:
+        warn_if_seeded(cfg.phase2.seed)
+        st = train_jft(model, ds, out, cfg, phase1_dir=phase1_out, ledger=led, progress=not as_json)
     if as_json:
         emit_json(with_curator_heading(st.to_dict(), JFT_RELEASES))
         return

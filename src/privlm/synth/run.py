@@ -365,9 +365,9 @@ def declared_labels(data: Dataset, labels: list[str] | None) -> list[str] | None
     if not labels:
         if present:
             raise PrivlmError(
-                "the data has labels: declare the label set public with --labels A,B,… (texts "
-                "are generated per declared label; a label set read off the data would not be "
-                "private)"
+                "the data has labels: declare the label set public (CLI: --labels A,B,…; "
+                "service: params.labels). Texts are generated per declared label; a label set "
+                "read off the data would not be private"
             )
         return None
     if any(not str(label).strip() for label in labels):
@@ -412,6 +412,12 @@ class TextGenerator:
     def _ledger_name(self, index: int) -> str:
         return f"text-{index}"
 
+    def _ledger(self, batch: Batch, epsilon: float) -> PrivacyLedger:
+        """The text's own ledger, its budget the text's share (``epsilon``: the ε its
+        predictor is configured at, so a unit in several texts pays each its share)."""
+        budget = Budget(epsilon, self.config.delta)
+        return PrivacyLedger(self.ledgers, self._ledger_name(batch.index), budget)
+
     def started(self, index: int) -> bool:
         if not self.ledgers.exists():
             return False
@@ -445,25 +451,23 @@ class TextGenerator:
             self.lm.model, [self.prompt(m) for m in batch.members], self.pad_id,
             width=cfg.prompt_tokens,
         )  # fmt: skip
-        ledger = PrivacyLedger(
-            self.ledgers, self._ledger_name(batch.index), Budget(cfg.epsilon, cfg.delta)
-        )
         predictor: Any
         if cfg.mechanism == "dclip":
             from privlm.synth.dclip import DClipPredictor
 
             predictor = DClipPredictor(
-                engine, self.lm.tokenizer, ledger, cfg.clip, cfg.top_k, cfg.max_tokens,
-                cfg.token_curve, self.rng,
+                engine, self.lm.tokenizer, self._ledger(batch, cfg.epsilon), cfg.clip,
+                cfg.top_k, cfg.max_tokens, cfg.token_curve, self.rng,
             )  # fmt: skip
         elif cfg.mechanism == "screened":
             from privlm.predict.screened import ScreenedPMixED
 
-            predictor = ScreenedPMixED(
-                engine, self.lm.tokenizer, ledger, cfg.screened_config(), seed=self.rng
-            )
+            screened = cfg.screened_config()
+            ledger = self._ledger(batch, screened.epsilon)
+            predictor = ScreenedPMixED(engine, self.lm.tokenizer, ledger, screened, seed=self.rng)
         else:  # the text's share of the budget: the plan's radius
             pmixed = cfg.pmixed_config()
+            ledger = self._ledger(batch, pmixed.epsilon)
             predictor = PMixED(engine, self.lm.tokenizer, ledger, pmixed, seed=self.rng)
         stream = predictor.stream(self.context(batch.label), cfg.max_tokens)
         ids: list[int] = []

@@ -1,0 +1,85 @@
+"""A newcomer's first hour with the CLI: the default ledger, refusals that leave nothing
+behind, and user-level labelled data under ``privlm synth``'s defaults (tiny model)."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from privlm.accounting import PrivacyLedger
+from privlm.cli import app
+
+runner = CliRunner()
+LABELS = ("billing", "outage", "account")
+
+
+@pytest.fixture
+def tickets(tmp_path, monkeypatch):
+    """100 support tickets of 36 users in 3 labels, in a scratch working directory."""
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "tickets.csv"
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["user_id", "label", "text"])
+        for i in range(100):
+            label = LABELS[i % 3]
+            w.writerow([f"u{i % 36}", label, f"My {label} ticket {i}: I was charged twice."])
+    return path
+
+
+def synth(*extra: str):
+    args = ["synth", "tickets.csv", "--out", "s.jsonl", "--model", "tiny", "--count", "3",
+            "--max-tokens", "3", "--prompt-tokens", "16", *extra]  # fmt: skip
+    return runner.invoke(app, args)
+
+
+def test_synth_defaults_on_user_level_labelled_data_run_within_their_epsilon(tickets):
+    res = synth("--labels", ",".join(LABELS), "--json")
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.output[res.output.index("{") :])
+    assert report["written"] == 3 and report["statement"]["epsilon"] <= 8
+    ledger = PrivacyLedger("privlm-ledger.db", "synth")  # the default ledger, in the cwd
+    assert ledger.budget.epsilon == 8 and ledger.spent().epsilon <= 8
+
+
+def test_a_refused_run_leaves_no_ledger_and_a_retry_gets_its_budget(tickets):
+    res = synth()  # labelled data, no --labels: refused before any charge
+    assert res.exit_code == 2 and "--labels" in res.output
+    assert not (tickets.parent / "privlm-ledger.db").exists()
+    res = synth("--labels", ",".join(LABELS), "--budget-epsilon", "20")
+    assert res.exit_code == 0, res.output
+    assert PrivacyLedger("privlm-ledger.db", "synth").budget.epsilon == 20
+
+
+def test_an_existing_ledger_refuses_another_budget_and_says_how_to_share_one(tickets):
+    assert synth("--labels", ",".join(LABELS)).exit_code == 0
+    res = synth("--labels", ",".join(LABELS), "--budget-epsilon", "30")
+    assert res.exit_code == 2 and "sets the budget of a new ledger only" in res.output
+    res = synth("--labels", ",".join(LABELS), "--resume")  # same out: resumes, pays nothing
+    assert res.exit_code == 0, res.output
+    (tickets.parent / "s.jsonl").unlink()
+    res = runner.invoke(app, [
+        "synth", "tickets.csv", "--out", "t.jsonl", "--model", "tiny", "--count", "3",
+        "--max-tokens", "3", "--labels", ",".join(LABELS),
+    ])  # fmt: skip
+    assert res.exit_code == 2 and "--budget-epsilon covering them all" in res.output
+
+
+@pytest.mark.parametrize(("flag", "what"), [("--label-column", "label"), ("--user-column", "user")])
+def test_a_named_column_that_is_not_there_is_refused_with_the_columns_found(tickets, flag, what):
+    res = synth("--labels", ",".join(LABELS), flag, "topic")
+    assert res.exit_code == 2
+    assert f"no 'topic' column for the {what}" in res.output and "'user_id'" in res.output
+    assert not (tickets.parent / "privlm-ledger.db").exists()
+
+
+def test_dpsgd_with_too_few_steps_to_train_warns(tickets):
+    res = runner.invoke(app, [
+        "train", "dpsgd", "tickets.csv", "--out", "dp/", "--model", "tiny", "--epsilon", "3",
+        "--batch-size", "64", "--physical-batch-size", "8", "--block-size", "16",
+    ])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "warning: only 1 noisy step" in res.stderr and "Lower --batch-size" in res.stderr
