@@ -15,12 +15,15 @@ class PrivlmError(Exception):
 class DataError(PrivlmError, ValueError):
     """Input data that cannot be used: names the file, the line and the problem."""
 
-    def __init__(self, path: object, problem: str, line: int | None = None) -> None:
+    def __init__(
+        self, path: object, problem: str, line: int | None = None, cli_hint: str = ""
+    ) -> None:
         self.path = str(path)
         self.line = line
-        self.problem = problem
+        self.problem = problem  # in any surface's terms: what the service answers
+        self.cli_hint = cli_hint  # which CLI flags fix it: the CLI's message only
         where = self.path if line is None else f"{self.path}:{line}"
-        super().__init__(f"{where}: {problem}")
+        super().__init__(f"{where}: {problem}" + (f"; {cli_hint}" if cli_hint else ""))
 
 
 class ModelLoadError(PrivlmError):

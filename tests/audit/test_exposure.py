@@ -128,3 +128,17 @@ def test_random_canary():
 
     assert random_canary(6, seed=0) == random_canary(6, seed=0)
     assert len(random_canary(6)) == 6 and random_canary(6).isdigit()
+
+
+def test_a_patterned_canary_is_refused_before_any_model_loads():
+    from typer.testing import CliRunner
+
+    from privlm.audit.exposure import patterned, random_canary
+    from privlm.cli import app
+
+    assert all(patterned(c) for c in ("123456", "654321", "111111", "121212", "975319"))
+    assert not any(patterned(c) for c in ("703518", "280914", "95"))
+    draws = [random_canary(6) for _ in range(200)]
+    assert sum(patterned(c) for c in draws) <= 2  # about 0.01 % of random canaries
+    res = CliRunner().invoke(app, ["audit", "exposure", "--canary", "123456", "--model", "nope"])
+    assert res.exit_code == 2 and "is a pattern the public model already ranks" in res.output

@@ -241,3 +241,18 @@ def test_the_budget_says_tokens_left_and_why_epsilon_grows_fast_at_first(engine,
     line = budget_line(b)
     assert "63 of T=64 private tokens left" in line and "grows fast at first" in line
     assert f"{ledger.spent().epsilon:.4g} of 8" in line
+
+
+def test_submix_budget_line_states_its_figure_what_is_left_and_its_dp_conversion():
+    from privlm.accounting import RdpCurve
+    from privlm.predict.spending import budget_line
+
+    whole = RdpCurve.from_mapping({2.0: 2.0}).to_dp(1e-5).epsilon
+    used = RdpCurve.from_mapping({2.0: 0.5}).to_dp(1e-5).epsilon
+    line = budget_line({
+        "budget": {"rdp_epsilon": 2.0, "order": 2.0, "as_dp": {"epsilon": whole, "delta": 1e-5}},
+        "spent": {"rdp_epsilon": 0.5, "order": 2.0, "as_dp": {"epsilon": used, "delta": 1e-5}},
+    })  # fmt: skip
+    assert line.startswith("RDP ε spent 0.5 of 2 at order α=2 per part")
+    assert f"as (ε, δ): {used:.4g} of {whole:.4g} at δ=1e-05" in line
+    assert "1.5 left" in line and "not a per-unit guarantee" in line

@@ -176,3 +176,12 @@ def test_prompt_dpsgd_refuses_to_guess_the_unit_of_users_with_several_records():
     assert privacy_units(plain, "user") == (plain, "record", 0)
     with pytest.raises(PrivlmError, match="unit must be one of"):
         PromptDpSgdConfig(unit="group")
+
+
+def test_a_user_column_named_on_the_command_line_must_be_in_the_private_data(tmp_path, task):
+    f = tmp_path / "p.jsonl"
+    f.write_text(json.dumps({"msg": "refund please", "cls": "billing", "via": "mail"}) + "\n")
+    with pytest.raises(DataError, match="no 'who' column for the user"):
+        load_task_records(f, task, "private", ColumnOverrides(text="msg", label="cls", user="who"))
+    public = load_task_records(f, task, "public", ColumnOverrides(text="msg", user="who"))
+    assert public.records[0].text == "refund please"  # public inputs need no unit

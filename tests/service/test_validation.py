@@ -253,3 +253,17 @@ def test_an_upload_refused_at_its_commit_leaves_no_file(service, monkeypatch):
     before = _files_under(service.settings.data_dir)
     r = service.upload("acme")
     assert r.status_code == 400 and _files_under(service.settings.data_dir) == before
+
+
+def test_upload_and_job_refusals_speak_the_services_terms(service):
+    """A refusal names the service's fields, not the CLI's flags."""
+    r = service.upload("acme", "body,label\nhello there,neg\n", filename="t.csv")
+    assert r.status_code == 400 and "no 'text' column" in r.text
+    assert "--text-column" not in r.text and "--no-header" not in r.text
+    ds = service.upload("acme", "text,label\nhello there,neg\nfine day,pos\n", filename="l.csv")
+    assert ds.status_code == 201, ds.text
+    r = service.client.post(
+        "/v1/jobs", headers=service.auth("acme"),
+        json={"kind": "synth", "dataset_id": ds.json()["id"], "params": {"count": 2}},
+    )  # fmt: skip
+    assert r.status_code == 400 and "params.labels" in r.text

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 import torch
@@ -37,6 +38,17 @@ def random_canary(n_digits: int = 6, seed: int | None = None) -> str:
     maximum before any training), so its exposure would measure nothing."""
     rng = random.SystemRandom() if seed is None else random.Random(seed)
     return "".join(rng.choice("0123456789") for _ in range(n_digits))
+
+
+def patterned(canary: str) -> bool:
+    """Whether ``canary``'s digits follow a pattern a language model already favours: one
+    step repeated (111111, 123456, 975319; mod 10) or a repeated pair (121212)."""
+    d = [int(c) for c in canary if c.isdigit()]
+    if len(d) < 3:
+        return False
+    steps = {(b - a) % 10 for a, b in pairwise(d)}
+    pairs = len(set(d[0::2])) == 1 and len(set(d[1::2])) == 1
+    return len(steps) == 1 or pairs
 
 
 def digit_tokens(

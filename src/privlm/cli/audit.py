@@ -11,6 +11,7 @@ from privlm.audit import DEFAULT_PREFIX
 from privlm.audit.config import ExtractionConfig
 from privlm.cli.common import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit_json, user_errors
 from privlm.config import option
+from privlm.errors import PrivlmError
 from privlm.models import DEFAULT_MODEL
 
 app = typer.Typer(help="Attacks and audits.", no_args_is_help=True)
@@ -78,6 +79,14 @@ def exposure(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Exposure of a digit canary: log2|R| − log2 rank among all 10^d candidates (exact)."""
+    from privlm.audit.exposure import patterned, random_canary
+
+    if patterned(canary):
+        raise PrivlmError(
+            f"the canary {canary!r} is a pattern the public model already ranks near the top, "
+            "so its exposure measures nothing about training; plant random digits in the "
+            f"training data (e.g. {random_canary(len(canary))}) and measure those"
+        )
     from peft import PeftModel
 
     from privlm.audit.exposure import measure_exposure

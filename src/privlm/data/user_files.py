@@ -227,7 +227,9 @@ def _rows_csv(path: Path, content: str, no_header: bool) -> list[tuple[int, dict
             )
         rows.append((line, dict(zip(names, fields, strict=True))))
     if names is None and not no_header:
-        raise DataError(path, "no header row (a .csv needs column names, or --no-header)")
+        raise DataError(
+            path, "no header row (a .csv needs column names)", cli_hint="or use --no-header"
+        )
     return rows
 
 
@@ -256,6 +258,7 @@ def _tabular(
     unit_column: str,
     label_column: str,
     limit: int,
+    require_named: bool = True,
 ) -> Dataset:
     if not rows:
         raise DataError(path, "no records (the file has no data rows)")
@@ -264,10 +267,12 @@ def _tabular(
         # the column names are not quoted: in a file without a header they are a record
         raise DataError(
             path,
-            f"no {text_column!r} column among the file's {len(present)} columns; name the "
-            "text column with --text-column NAME, or, if the first row is data, use "
-            "--no-header with --text-column N (its position, from 1)",
+            f"no {text_column!r} column among the file's {len(present)} columns",
+            cli_hint="name the text column with --text-column NAME, or, if the first row is "
+            "data, use --no-header with --text-column N (its position, from 1)",
         )
+    if require_named:
+        _check_named_columns(path, present, unit_column, label_column)
     by_user = unit_column in present
     label_kinds: dict[type, int] = {}
     out: list[Record] = []
@@ -317,17 +322,39 @@ def _tabular(
     return Dataset(out, str(path), "user" if by_user else "record", skipped)
 
 
+DEFAULT_UNIT_COLUMN, DEFAULT_LABEL_COLUMN = "user_id", "label"
+
+
+def _check_named_columns(
+    path: Path, present: set[str], unit_column: str, label_column: str
+) -> None:
+    """A user or label column named other than its default must exist: a misspelt user
+    column would silently make each record its own unit, a misspelt label column every
+    record unlabelled. (The defaults are optional: a file may have neither.)"""
+    for column, default, what in (
+        (unit_column, DEFAULT_UNIT_COLUMN, "user"), (label_column, DEFAULT_LABEL_COLUMN, "label"),
+    ):  # fmt: skip
+        if column != default and column not in present:
+            found = ", ".join(repr(c) for c in sorted(present)[:12])
+            raise DataError(
+                path, f"no {column!r} column for the {what}; the file's columns are {found}"
+            )
+
+
 def load_file(
     path: str | Path,
     *,
     text_column: str = "text",
-    unit_column: str = "user_id",
-    label_column: str = "label",
+    unit_column: str = DEFAULT_UNIT_COLUMN,
+    label_column: str = DEFAULT_LABEL_COLUMN,
     records: str = "line",
     max_record_chars: int = MAX_RECORD_CHARS,
     no_header: bool = False,
+    require_named: bool = True,
 ) -> Dataset:
-    """Load ``path`` into a :class:`Dataset`; raise :class:`DataError` on any problem."""
+    """Load ``path`` into a :class:`Dataset`; raise :class:`DataError` on any problem.
+    ``require_named``: a user or label column named other than its default must exist (off
+    for files that need neither, such as a task's public inputs)."""
     p = Path(path).expanduser()
     suffix = data_suffix(p)
     if suffix not in SUFFIXES:
@@ -341,10 +368,14 @@ def load_file(
         ds = _txt(p, content, records, max_record_chars)
     elif suffix == ".jsonl":
         rows = jsonl_rows(p, content)
-        ds = _tabular(p, rows, text_column, unit_column, label_column, max_record_chars)
+        ds = _tabular(
+            p, rows, text_column, unit_column, label_column, max_record_chars, require_named
+        )
     else:
         rows = _rows_csv(p, content, no_header)
-        ds = _tabular(p, rows, text_column, unit_column, label_column, max_record_chars)
+        ds = _tabular(
+            p, rows, text_column, unit_column, label_column, max_record_chars, require_named
+        )
     if not ds.records:
         raise DataError(p, "no records (the file is empty or every row was skipped)")
     return ds

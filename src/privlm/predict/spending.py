@@ -48,13 +48,29 @@ def why_epsilon_grows_fast(growth: dict[str, float]) -> str:
     )
 
 
+def rdp_budget_line(spent: dict[str, Any], total: dict[str, Any]) -> str:
+    """SubMix's line: Rényi ε per part at its order, spent of budget and left, with the
+    (ε, δ) each converts to beside it; never a per-unit figure."""
+    used, cap = spent.get("rdp_epsilon", 0.0), total.get("rdp_epsilon")
+    if cap is None:
+        return f"RDP ε spent {used:.4g} per part"
+    order = total.get("order")
+    line = f"RDP ε spent {used:.4g} of {cap:g} at order α={order:g} per part (a part removed)"
+    dp, whole = spent.get("as_dp"), total.get("as_dp")
+    if dp and whole:
+        line += (
+            f", as (ε, δ): {dp['epsilon']:.4g} of {whole['epsilon']:.4g} at δ={whole['delta']:g}"
+        )
+    return f"{line}; {max(cap - used, 0.0):.4g} left; not a per-unit guarantee"
+
+
 def budget_line(budget: dict[str, Any]) -> str:
     """``ε spent x of y (δ=…); k of T private tokens left`` and, where the mechanism
     reports it, why ε grows fast at first: from a predictor's ``budget()``."""
     spent, total = budget.get("spent", {}), budget.get("budget", {})
     queries = budget.get("queries", {})
     if "epsilon" not in spent:  # SubMix: Rényi DP per part, said by its own note
-        return f"RDP ε spent {spent.get('rdp_epsilon', 0.0):.4g} per part"
+        return rdp_budget_line(spent, total)
     line = f"ε spent {spent['epsilon']:.4g} of {total['epsilon']:g} (δ={total['delta']:g})"
     if queries.get("left") is not None:
         line += f"; {queries['left']} of T={queries['total']} private tokens left"

@@ -119,7 +119,10 @@ class SubMix(StreamingPredictor):
                 "as_dp": {"epsilon": cfg.lifetime_curve().to_dp(cfg.delta).epsilon,
                           "delta": cfg.delta},
             },
-            "spent": {"rdp_epsilon": spent, "order": cfg.alpha},
+            "spent": {
+                "rdp_epsilon": spent, "order": cfg.alpha,
+                "as_dp": {"epsilon": _as_dp(spent, cfg.alpha, cfg.delta), "delta": cfg.delta},
+            },
             "remaining": {"rdp_epsilon": max(cfg.epsilon - spent, 0.0), "order": cfg.alpha},
             "exhausted": self.exhausted(),
             "queries": {"used": self.ledgers[0].count()},
@@ -184,3 +187,10 @@ class SubMixSequence:
         if self.done:
             self.stopped = p.stop_note()
         return Token(token, was_private)
+
+
+def _as_dp(rdp_epsilon: float, alpha: float, delta: float) -> float:
+    """(α, ε)-RDP converted to ε at δ (0 when nothing is spent)."""
+    if rdp_epsilon <= 0:
+        return 0.0
+    return float(RdpCurve.from_mapping({float(alpha): rdp_epsilon}).to_dp(delta).epsilon)

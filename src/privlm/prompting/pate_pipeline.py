@@ -249,7 +249,8 @@ def run_prompt_pate(
         raise PrivlmError(
             f"only {len(labelled)} of {labelling.queries} public inputs were labelled (the "
             "threshold check answered too few, or the budget ran out); the student needs at "
-            f"least {cfg.shots + 1}. Lower --threshold, raise the budget, or add teachers."
+            f"least {cfg.shots + 1}. Lower the threshold (--threshold; params.threshold), "
+            "raise the budget, or add teachers."
         )
     student = select_student(
         lm.model, lm.tokenizer, task, labelled, cfg.student_candidates, cfg.shots,

@@ -123,8 +123,13 @@ def load_task_records(
         )  # fmt: skip
     ds = load_file(
         path, text_column=cols["text"], unit_column=cols["user"], label_column=cols["label"],
-        no_header=columns.no_header,
+        no_header=columns.no_header, require_named=False,
     )  # fmt: skip
+    if role == "private" and columns.user is not None and ds.unit_kind != "user":
+        raise DataError(
+            path, f"no {columns.user!r} column for the user (named with --user-column): "
+            "without it each record would be its own privacy unit",
+        )  # fmt: skip
     renamed = [Record(r.text, r.unit, r.label, r.line, _template_fields(r, task, cols))
                for r in ds.records]  # fmt: skip
     records = check_task_records(renamed, task, ds.source, role, cols["label"])
