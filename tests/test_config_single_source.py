@@ -406,3 +406,28 @@ def test_cli_settings_makes_every_setting_an_option_and_passes_them_as_one_dict(
     helped = CliRunner().invoke(demo, ["--help"]).output
     assert helped.index("--out") < helped.index("--r") < helped.index("--verbose")
     assert "--no-fast" not in helped
+
+
+NO_JSON = {"serve", "service worker", "data fetch", "detect corpus", "detect train-tagger",
+           "service key-add", "service key-revoke", "service keys add", "service keys revoke"}  # fmt: skip
+MODEL_COMMANDS = {"quickstart", "synth", "ensemble train", "eval ppl", "audit extraction",
+                  "audit exposure", "train dpsgd", "train jft", "prompt dpsgd", "prompt pate",
+                  "prompt eval", "prompt mia"}  # fmt: skip
+
+
+def test_the_readmes_claims_about_json_device_and_dtype_hold():
+    """README: every command that reports a result takes --json (the exceptions it names);
+    every command that loads a public model to train, generate or score takes --device and
+    --dtype. A new command must join one side or the README's list."""
+    from pathlib import Path
+
+    readme = Path(__file__).resolve().parents[1].joinpath("README.md").read_text()
+    params = {path: {p.name for p in cmd.params} for path, cmd in every_command()}
+    assert {p for p, names in params.items() if "as_json" not in names} == NO_JSON
+    for path in NO_JSON:
+        assert f"`{path}`" in readme or path.startswith("service key")
+    for path in MODEL_COMMANDS:
+        assert {"device", "dtype"} <= params[path], path
+    loads = {p for p, names in params.items() if "model" in names}
+    assert loads - MODEL_COMMANDS <= {"serve", "data inspect", "detect train-tagger",
+                                      "service worker"}  # fmt: skip

@@ -8,6 +8,8 @@ from typing import Any
 import typer
 
 from privlm.cli.common import (
+    DEVICE_OPTION,
+    DTYPE_OPTION,
     JSON_OPTION,
     LABEL_COLUMN_OPTION,
     NO_HEADER_OPTION,
@@ -53,6 +55,8 @@ def synth(
     user_column: str = USER_COLUMN_OPTION,
     no_header: bool = NO_HEADER_OPTION,
     model: str = typer.Option(DEFAULT_MODEL, help="Public model (its members are it, prompted)."),
+    device: str = DEVICE_OPTION,
+    dtype: str = DTYPE_OPTION,
     ledger: Path = typer.Option(
         Path("privlm-ledger.db"), help="Budget ledger charged before the first text."
     ),
@@ -81,12 +85,17 @@ def synth(
     )  # fmt: skip
     cfg = SynthConfig(**settings, **count_settings(count))
     declared = [x.strip() for x in labels.split(",") if x.strip()] if labels else None
-    # a new ledger's default budget is the run's per-unit cost (checked again, with every
-    # other charge of the ledger, before the first text)
+    from privlm.models import load_public_model
+    from privlm.synth.run import declared_labels
+
+    declared_labels(ds, declared)  # refused before the model loads
+    lm = load_public_model(model, device=device, dtype=dtype)
+    # a new ledger's default budget is the run's ε (checked again, with every other charge
+    # of the ledger, before the first text)
     with run_ledger(ledger, ledger_name, budget_epsilon, cfg.epsilon, cfg.delta) as led:
         warn_if_seeded(cfg.seed)
         res = synthesize(
-            model, ds, out, cfg, labels=declared, ledger=led, resume=resume,
+            lm, ds, out, cfg, labels=declared, ledger=led, resume=resume,
             progress=not as_json,
         )  # fmt: skip
     if as_json:
