@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import platform
 import statistics
 import subprocess
 import sys
@@ -25,6 +26,27 @@ COMMANDS = [
     "audit extraction --help", "quickstart --help", "perturb --help", "serve --help",
     "detect redact --help", "account dpsgd --help",
 ]  # fmt: skip
+
+
+# simple mistakes, refused before any heavy import (run in a scratch folder holding data.csv)
+REFUSALS = [
+    "synth nope.csv --out x.jsonl", "synth data.csv --out x.jsonl",
+    "synth data.csv --out x.jsonl --labels a --label-column topic",
+    "train dpsgd nope.csv --out d/", "train dpsgd data.csv --out d/ --user-column who",
+]  # fmt: skip
+
+
+def median_cpu_seconds(argv: list[str], repeats: int, cwd: Path) -> float:
+    """The median CPU time (user + system) of a refused command's fresh process."""
+    import resource
+
+    times = []
+    for _ in range(repeats):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        times.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return statistics.median(times)
 
 
 def median_seconds(argv: list[str], repeats: int) -> float:
@@ -50,11 +72,31 @@ def main() -> None:
     print(f"baseline: python -c pass {bare:.2f} s; python -c 'import torch' {torch:.2f} s")
     worst = max(rows.values())
     print(f"slowest help {worst:.2f} s = {worst / torch:.2f}× importing torch alone")
+    refused = refusal_cpu(python, args.repeats)
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = {"repeats": args.repeats, "python_bare_s": bare, "import_torch_s": torch,
-           "help_s": rows, "slowest_s": worst}  # fmt: skip
+           "help_s": rows, "slowest_s": worst, "refusal_cpu_s": refused,
+           "cpu": platform.processor() or platform.machine()}  # fmt: skip
     (RESULTS / "cli_help.json").write_text(json.dumps(out, indent=2))
     print(f"wrote {RESULTS / 'cli_help.json'}")
+
+
+def refusal_cpu(python: str, repeats: int) -> dict[str, float]:
+    """CPU seconds of each refusal, against ``python -c 'import torch'``'s in the same run."""
+    import tempfile
+
+    torch_cpu = median_cpu_seconds([python, "-c", "import torch"], repeats, Path.cwd())
+    rows = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        (Path(scratch) / "data.csv").write_text("text,label\nhello there,a\nfine day,b\n")
+        for cmd in REFUSALS:
+            rows[cmd] = median_cpu_seconds(
+                [python, "-m", "privlm", *cmd.split()], repeats, Path(scratch)
+            )
+            print(f"refused: privlm {cmd:<58} {rows[cmd]:.2f} s CPU "
+                  f"({rows[cmd] / torch_cpu:.2f}× `import torch`'s CPU)")  # fmt: skip
+    print(f"baseline: python -c 'import torch' {torch_cpu:.2f} s CPU")
+    return {**rows, "import_torch_cpu_s": torch_cpu}
 
 
 if __name__ == "__main__":

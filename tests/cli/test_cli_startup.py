@@ -76,3 +76,31 @@ def test_the_lazy_command_line_runs_commands_and_reports_errors_with_exit_code_2
     assert bad.returncode == 2 and "error: the noise multiplier" in bad.stderr
     assert "Traceback" not in bad.stderr
     assert privlm("no-such-command").returncode == 2
+
+
+REFUSALS = [
+    (["synth", "nope.csv", "--out", "x.jsonl"], "file not found"),
+    (["synth", "data.csv", "--out", "x.jsonl"], "declare the label set public"),
+    (["synth", "data.csv", "--out", "x.jsonl", "--labels", "a", "--label-column", "topic"],
+     "no 'topic' column"),
+    (["synth", "data.csv", "--out", "x.jsonl", "--labels", "zzz"], "no record has the declared"),
+    (["train", "dpsgd", "nope.csv", "--out", "d/"], "file not found"),
+    (["train", "dpsgd", "data.csv", "--out", "d/", "--user-column", "who"], "no 'who' column"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("args", "why"), REFUSALS, ids=lambda a: " ".join(a)[:40])
+def test_a_refused_argument_or_file_loads_no_machine_learning_library(tmp_path, args, why):
+    """Argument, file, column and label checks run before any heavy import, so a simple
+    mistake is refused in about a second of CPU (bench/bench_cli_help.py times them)."""
+    (tmp_path / "data.csv").write_text("text,label\nhello there,a\nfine day,b\n")
+    code = (
+        "import sys\nfrom privlm.cli import main\n"
+        f"sys.argv = ['privlm', *{args!r}]\n"
+        "try:\n    main()\nexcept SystemExit as e:\n    assert e.code == 2, e.code\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'opacus', 'peft') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert why in out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]"

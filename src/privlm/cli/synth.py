@@ -77,7 +77,6 @@ def synth(
     (ε, δ)-DP per unit (docs/sharp_edges.md, "DP synthetic text"). Every SynthConfig
     setting is an option."""
     from privlm.cli.ensemble import load_training_data
-    from privlm.synth import synthesize
 
     ds = load_training_data(
         data, None, text_column=text_column, user_column=user_column,
@@ -85,10 +84,12 @@ def synth(
     )  # fmt: skip
     cfg = SynthConfig(**settings, **count_settings(count))
     declared = [x.strip() for x in labels.split(",") if x.strip()] if labels else None
-    from privlm.models import load_public_model
-    from privlm.synth.run import declared_labels
+    from privlm.synth.labels import declared_labels
 
-    declared_labels(ds, declared)  # refused before the model loads
+    declared_labels(ds, declared)  # refused before the heavy imports and the model
+    from privlm.models import load_public_model
+    from privlm.synth import synthesize
+
     lm = load_public_model(model, device=device, dtype=dtype)
     # a new ledger's default budget is the run's ε (checked again, with every other charge
     # of the ledger, before the first text)

@@ -66,11 +66,11 @@ def dpsgd(
 ) -> None:
     """Fine-tune a LoRA adapter with DP-SGD (Opacus); print its privacy statement. Every
     DpSgdConfig setting is an option here (privlm.config.cli_settings)."""
-    from privlm.training.dpsgd import RUN_RELEASES, plan_run, train_dpsgd
-
     ds = load_training_data(
         data, limit, text_column=text_column, user_column=user_column, no_header=no_header
-    )
+    )  # the file and its columns are checked before the heavy imports
+    from privlm.training.dpsgd import RUN_RELEASES, plan_run, train_dpsgd
+
     cfg = DpSgdConfig(**noise_from_flags(settings))
     run = plan_run(ds, cfg)
     # a new ledger's default budget is what this run costs, as the ledger composes it (by
@@ -147,13 +147,13 @@ def jft(
     """Just Fine-tune Twice: a redacted fine-tune, then DP-SGD; print the SDP statement.
     Every JftConfig setting and every DP-SGD setting of phase 2 is an option here; phase 1's
     are built from them (JftConfig.phase1_lora)."""
+    ds = load_training_data(
+        data, limit, text_column=text_column, user_column=user_column, no_header=no_header
+    )  # the file and its columns are checked before the heavy imports
     from privlm.training.dpsgd import plan_run
     from privlm.training.jft import RELEASES as JFT_RELEASES
     from privlm.training.jft import train_jft
 
-    ds = load_training_data(
-        data, limit, text_column=text_column, user_column=user_column, no_header=no_header
-    )
     noise_from_flags(phase2)
     cfg = JftConfig(
         **jft_settings, screened_file=screened, annotated_file=annotated, patterns_file=patterns,

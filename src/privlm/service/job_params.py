@@ -342,9 +342,9 @@ def check_pate_plan(params: PateParams, ledger: Any, private: Dataset, queries: 
 
 def check_synth_labels(params: SynthParams, ds: Dataset) -> None:
     """At submission, before any charge: the declared label set fits the dataset
-    (:func:`privlm.synth.run.declared_labels`)."""
+    (:func:`privlm.synth.labels.declared_labels`)."""
     from privlm.service.datasets import load_records
-    from privlm.synth.run import declared_labels
+    from privlm.synth.labels import declared_labels
 
     try:
         declared_labels(load_records(ds), params.labels)
