@@ -267,3 +267,10 @@ def test_upload_and_job_refusals_speak_the_services_terms(service):
         json={"kind": "synth", "dataset_id": ds.json()["id"], "params": {"count": 2}},
     )  # fmt: skip
     assert r.status_code == 400 and "params.labels" in r.text
+
+
+def test_the_deploy_form_offers_only_the_choices_a_deployment_accepts(service):
+    listed = service.client.get("/v1/mechanisms").json()["data"]
+    (pmixed,) = [m for m in listed if m["name"] == "pmixed"]
+    (bound,) = [f for f in pmixed["fields"] if f["name"] == "bound"]
+    assert bound["choices"] == ["replacement"]  # expansion and jensen only plan, per part

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Body
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from privlm.errors import BudgetExceededError
+from privlm.errors import BudgetExceededError, PrivlmError
 from privlm.predict.mechanisms import Mechanism, mechanisms
 from privlm.service.api_errors import ApiError
 from privlm.service.auth import Db, Me, MeBriefly
@@ -133,7 +133,7 @@ def describe_mechanism(m: Mechanism) -> dict[str, Any]:
         fields.append({
             "name": name, "type": type(setting.default).__name__,
             "default": None if name in m.derived else setting.default,
-            "bounds": setting.bounds, "choices": setting.choices,
+            "bounds": setting.bounds, "choices": served_choices(m, name, setting.choices),
             "help": m.derived.get(name, setting.help),
         })  # fmt: skip
     return {
@@ -141,6 +141,22 @@ def describe_mechanism(m: Mechanism) -> dict[str, Any]:
         "charges_tokens": m.charges_tokens, "relation": m.relation.describe(),
         "fields": fields, "withheld": dict(m.withheld),
     }  # fmt: skip
+
+
+def served_choices(m: Mechanism, name: str, choices: Any) -> list[str] | None:
+    """The choices of setting ``name`` a deployment can be created with: those its
+    mechanism's ``servable`` check refuses (PMixED's per-part bounds, for plans only) are
+    not offered."""
+    if not choices or m.servable is None:
+        return list(choices) if choices else None
+    kept = []
+    for choice in choices:
+        try:
+            m.servable(m.make_config({name: choice}))
+        except PrivlmError:
+            continue
+        kept.append(choice)
+    return kept
 
 
 @router.get("/deployments", response_model=DeploymentList, responses=ERRORS)
