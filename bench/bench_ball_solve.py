@@ -16,28 +16,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
+from cpuinfo import cpu_name
 
 from privlm.predict import ball_kernel
 from privlm.predict.mollifier import pmixed_lambdas
 
 VOCAB = 49_152  # SmolLM2's
 ORDER, RADIUS = 6.0, 0.376  # 2α at α = 3; the user-level benchmark's radius at N = 80
-
-
-def cpu_name() -> str:
-    info = Path("/proc/cpuinfo")
-    if info.is_file():
-        for line in info.read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
 
 
 def timed(log_p: torch.Tensor, log_p0: torch.Tensor, repeats: int) -> tuple[float, torch.Tensor]:

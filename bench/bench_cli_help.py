@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from cpuinfo import cpu_name
 
 RESULTS = Path(__file__).resolve().parent / "results"
 COMMANDS = [
@@ -76,7 +77,7 @@ def main() -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = {"repeats": args.repeats, "python_bare_s": bare, "import_torch_s": torch,
            "help_s": rows, "slowest_s": worst, "refusal_cpu_s": refused,
-           "cpu": platform.processor() or platform.machine()}  # fmt: skip
+           "cpu": cpu_name()}  # fmt: skip
     (RESULTS / "cli_help.json").write_text(json.dumps(out, indent=2))
     print(f"wrote {RESULTS / 'cli_help.json'}")
 
