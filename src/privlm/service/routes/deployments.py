@@ -43,7 +43,7 @@ def describe_deployment(d: Deployment, s: Session, state: ServiceState) -> dict[
         "id": d.id, "job_id": d.job_id, "mechanism": d.mechanism,
         "params": json.loads(d.params), "fallback": d.fallback,
         "budget": {"epsilon": d.budget_epsilon, "delta": d.budget_delta},
-        "guarantee": recorded_guarantee(d, job, s, state),
+        "guarantee": guarantee_from_budget(d, job, s, state),
         "created_at": d.created_at.isoformat() + "Z",
     }  # fmt: skip
 
@@ -110,7 +110,7 @@ def create_deployment(body: Any, s: Session, me: Tenant, state: ServiceState) ->
     return describe_deployment(d, s, state)
 
 
-def recorded_guarantee(
+def guarantee_from_budget(
     d: Deployment, job: Job | None, s: Session, state: ServiceState
 ) -> dict[str, Any]:
     """The deployment's guarantee from what its dataset's budget recorded for it."""
@@ -179,7 +179,7 @@ def list_models(s: Db, me: Me, state: State) -> dict[str, Any]:
                 "owned_by": me.name,
                 "privlm": {
                     "mechanism": d.mechanism,
-                    "guarantee": recorded_guarantee(d, s.get(Job, d.job_id), s, state),
+                    "guarantee": guarantee_from_budget(d, s.get(Job, d.job_id), s, state),
                 },
             }
             for d in rows
