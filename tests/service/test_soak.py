@@ -71,7 +71,11 @@ def test_an_upload_at_the_limit_stalls_neither_another_tenant_nor_a_job(soak):
         job = c.post("/v1/jobs", json={"kind": "ensemble", "dataset_id": ds,
                                        "params": {"parts": 2, "block_size": 16, "max_blocks": 2}})  # fmt: skip
         assert job.status_code == 201, job.text
-        during = probe(c, done)
+        try:
+            during = probe(c, done)
+        except httpx.TransportError as exc:  # name what the server said, for the next look
+            pytest.fail(f"a probe failed: {exc!r}; the server's log ends:\n"
+                        f"{soak.log.read_text()[-3000:]}")  # fmt: skip
         uploader.join()
         assert answer["status"] == 201, answer
         finished = wait_for_job(c, job.json()["id"], timeout=600)

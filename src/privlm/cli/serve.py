@@ -24,6 +24,9 @@ DATA_DIR_OPTION = typer.Option(
 DB_OPTION = typer.Option(
     None, "--db", help="Database URL (default: SQLite under --data-dir), e.g. postgresql://…"
 )
+# uvicorn's own default is 5 s, the same as httpx's pool: a request sent on a connection
+# idle for about 5 s races the server's close and is answered with a TCP reset
+KEEP_ALIVE_S = 75
 MODEL_OPTION = typer.Option("smollm2-135m", "--model", help="Public model jobs train on.")
 
 app = typer.Typer(
@@ -54,6 +57,14 @@ def serve(
         "least 1), so with 2 or more one is always free for the other tenants.",
     ),
     max_upload_mb: float = typer.Option(20.0, help="Largest dataset upload, in MB."),
+    keep_alive: int = typer.Option(
+        KEEP_ALIVE_S,
+        "--keep-alive",
+        min=1,
+        help="Seconds an idle HTTP connection stays open. Longer than the clients' own pools "
+        "keep one (httpx: 5 s, a proxy: often 60 s), so a client never sends on a "
+        "connection the server is closing (the client would see 'connection reset').",
+    ),
     device: str = DEVICE_OPTION,
     dtype: str = DTYPE_OPTION,
     max_batch: int = option(SchedulerLimits, "max_batch"),
@@ -98,7 +109,10 @@ def serve(
     try:
         # uvicorn's access log writes query strings; privlm's own (url_keys.AccessLog) does not
         _log_access()
-        uvicorn.run(app_, host=host, port=port, log_level="info", access_log=False)
+        uvicorn.run(
+            app_, host=host, port=port, log_level="info", access_log=False,
+            timeout_keep_alive=keep_alive,
+        )  # fmt: skip
     finally:
         if pool is not None:
             pool.stop()
