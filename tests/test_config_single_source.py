@@ -409,7 +409,8 @@ def test_cli_settings_makes_every_setting_an_option_and_passes_them_as_one_dict(
 
 
 NO_JSON = {"serve", "service worker", "data fetch", "detect corpus", "detect train-tagger",
-           "service key-add", "service key-revoke", "service keys add", "service keys revoke"}  # fmt: skip
+           "service key-add", "service key-revoke", "service keys add", "service keys revoke",
+           "service admin-keys add", "service admin-keys revoke"}  # fmt: skip
 MODEL_COMMANDS = {"quickstart", "synth", "ensemble train", "eval ppl", "audit extraction",
                   "audit exposure", "train dpsgd", "train jft", "prompt dpsgd", "prompt pate",
                   "prompt eval", "prompt mia"}  # fmt: skip
@@ -425,7 +426,7 @@ def test_the_readmes_claims_about_json_device_and_dtype_hold():
     params = {path: {p.name for p in cmd.params} for path, cmd in every_command()}
     assert {p for p, names in params.items() if "as_json" not in names} == NO_JSON
     for path in NO_JSON:
-        assert f"`{path}`" in readme or path.startswith("service key")
+        assert f"`{path}`" in readme or path.startswith(("service key", "service admin-keys"))
     for path in MODEL_COMMANDS:
         assert {"device", "dtype"} <= params[path], path
     loads = {p for p, names in params.items() if "model" in names}

@@ -34,6 +34,13 @@ class Service:
     def auth(self, tenant: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.keys[tenant]}"}
 
+    def admin(self) -> dict[str, str]:
+        """A new admin key's header (privlm service admin-keys add)."""
+        from privlm.service.keys import add_admin_key
+
+        with session_factory(make_engine(self.settings.db_url)).begin() as s:
+            return {"Authorization": f"Bearer {add_admin_key(s)}"}
+
     def upload(self, tenant: str, text: str = TEXT, filename: str = "notes.txt", **form):
         return self.client.post(
             "/v1/datasets",

@@ -87,7 +87,8 @@ def test_the_service_docs_run_as_written(server, tmp_path):
     script = "\n".join(service_md + readme)
     expected = expected_statuses(script)
     files(tmp_path)
-    env = {**os.environ, "KEY": server.tenant("docs"), "S": server.url}
+    admin = server.cli("service", "admin-keys", "add").split()[-1]
+    env = {**os.environ, "KEY": server.tenant("docs"), "ADMIN": admin, "S": server.url}
     run = subprocess.run(
         ["bash", "-e", "-c", RECORDING + script],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=840,

@@ -98,3 +98,66 @@ def test_a_retried_deployment_with_an_idempotency_key_reserves_its_budget_once(
     assert first.json()["id"] == again.json()["id"]
     ledger = PrivacyLedger(service.ledgers, f"dataset-{ensemble_job['dataset_id']}")
     assert [c.params.get("deployment") for c in ledger.charges()] == [first.json()["id"]]
+
+
+def test_an_admin_key_manages_every_tenants_keys_over_http(service):
+    admin, c = service.admin(), service.client
+    tenants = c.get("/v1/admin/tenants", headers=admin).json()["data"]
+    assert [(t["name"], t["active_keys"]) for t in tenants] == [("acme", 1), ("globex", 1)]
+    made = c.post("/v1/admin/tenants", headers=admin, json={"name": "initech"})
+    assert made.status_code == 201, made.text
+    initech = {"Authorization": f"Bearer {made.json()['api_key']}"}
+    assert c.get("/v1/datasets", headers=initech).status_code == 200
+    assert c.post("/v1/admin/tenants", headers=admin, json={"name": "acme"}).status_code == 409
+    new = c.post("/v1/admin/tenants/acme/keys", headers=admin, json={"expires_in_days": 30})
+    assert new.status_code == 201 and new.json()["key"]["expires_at"] is not None
+    listed = c.get("/v1/admin/tenants/acme/keys", headers=admin).json()["data"]
+    assert len(listed) == 2 and all("key_hash" not in k and "api_key" not in k for k in listed)
+    first = listed[0]["prefix"]
+    gone = c.delete(f"/v1/admin/tenants/acme/keys/{first}", headers=admin)
+    assert gone.status_code == 200 and gone.json()["state"] == "revoked"
+    assert c.get("/v1/datasets", headers=service.auth("acme")).status_code == 401
+    fresh = {"Authorization": f"Bearer {new.json()['api_key']}"}
+    assert c.get("/v1/datasets", headers=fresh).status_code == 200
+    # a prefix is looked up within the tenant named: globex's key is not acme's
+    globex_prefix = service.keys["globex"][:12]
+    assert (
+        c.delete(f"/v1/admin/tenants/acme/keys/{globex_prefix}", headers=admin).status_code == 404
+    )
+    assert c.get("/v1/admin/tenants/nobody/keys", headers=admin).status_code == 404
+
+
+def test_the_admin_routes_take_only_an_admin_key_and_it_reads_no_tenants_data(service):
+    admin, c = service.admin(), service.client
+    for headers in ({}, service.auth("globex"), {"Authorization": "Bearer plm_admin_forged"}):
+        r = c.get("/v1/admin/tenants", headers=headers)
+        assert r.status_code == 401, (headers, r.text)
+    for path in ("/v1/datasets", "/v1/jobs", "/v1/deployments", "/v1/keys"):
+        assert c.get(path, headers=admin).status_code == 401  # not a tenant
+    key = admin["Authorization"].split()[1]
+    assert c.get(f"/v1/admin/tenants?key={key}").status_code == 400  # never in a URL
+    bad = c.post("/v1/admin/tenants/acme/keys", headers=admin, json={"expires_in_days": "3"})
+    assert bad.status_code == 400 and "expires_in_days" in bad.text
+    with session_factory(make_engine(service.settings.db_url)).begin() as s:
+        from privlm.service.keys import revoke_admin_key
+
+        revoke_admin_key(s, key)
+    assert c.get("/v1/admin/tenants", headers=admin).status_code == 401
+
+
+def test_the_cli_adds_lists_and_revokes_admin_keys(tmp_path):
+    import json
+
+    runner, where = CliRunner(), ["--data-dir", str(tmp_path)]
+    added = runner.invoke(cli, ["service", "admin-keys", "add", *where])
+    assert added.exit_code == 0 and "shown once" in added.output, added.output
+    key = added.output.split()[-1]
+    listed = json.loads(
+        runner.invoke(cli, ["service", "admin-keys", "list", *where, "--json"]).output
+    )
+    assert [k["state"] for k in listed["admin_keys"]] == ["active"]
+    assert key.startswith(listed["admin_keys"][0]["prefix"]) and key not in str(listed)
+    gone = runner.invoke(cli, ["service", "admin-keys", "revoke", key[:16], *where])
+    assert gone.exit_code == 0 and "revoked" in gone.output
+    bad = runner.invoke(cli, ["service", "admin-keys", "revoke", "plm_admin_none", *where])
+    assert bad.exit_code == 2 and "no admin key" in bad.output

@@ -37,8 +37,10 @@ def called(service, ensemble_job):
     c, auth = service.client, service.auth("acme")
     calls = []
 
-    def call(method, template, path=None, **kw):
-        r = c.request(method.upper(), path or template, headers=auth, **kw)
+    def call(method, template, path=None, headers=None, **kw):
+        r = c.request(
+            method.upper(), path or template, headers=auth if headers is None else headers, **kw
+        )
         calls.append((method, template, r))
         return r
 
@@ -83,6 +85,17 @@ def called(service, ensemble_job):
     call("get", "/v1/health")
     call("get", "/v1/datasets/{dataset_id}", "/v1/datasets/ds_missing")  # a documented 404
     call("delete", "/v1/datasets/{dataset_id}", f"/v1/datasets/{spare}", params={"cascade": True})
+    admin = service.admin()
+    call("get", "/v1/admin/tenants", headers=admin)
+    call("post", "/v1/admin/tenants", json={"name": "initech"}, headers=admin)
+    call("post", "/v1/admin/tenants", json={"name": "initech"}, headers=admin)  # a 409
+    new = call("post", "/v1/admin/tenants/{name}/keys", "/v1/admin/tenants/initech/keys",
+               json={}, headers=admin).json()  # fmt: skip
+    call("get", "/v1/admin/tenants/{name}/keys", "/v1/admin/tenants/initech/keys", headers=admin)
+    call("get", "/v1/admin/tenants/{name}/keys", "/v1/admin/tenants/nobody/keys", headers=admin)
+    call("delete", "/v1/admin/tenants/{name}/keys/{prefix}",
+         f"/v1/admin/tenants/initech/keys/{new['key']['prefix']}", headers=admin)  # fmt: skip
+    call("get", "/v1/admin/tenants", headers={})  # a documented 401
     keys = call("get", "/v1/keys").json()["data"]
     call("delete", "/v1/keys/{prefix}", "/v1/keys/plm_missing")  # a documented 404
     call("delete", "/v1/keys/{prefix}", f"/v1/keys/{keys[0]['prefix']}")  # last: its own key

@@ -35,7 +35,9 @@ def alone(router, tmp_path) -> tuple[TestClient, object]:
 
 @pytest.mark.fast
 def test_the_app_is_an_assembly_of_routers():
-    assert {r.prefix for r in routers()} == {"", "/v1/datasets", "/v1/jobs", "/v1", "/v1/keys"}
+    assert {r.prefix for r in routers()} == {
+        "", "/v1/datasets", "/v1/jobs", "/v1", "/v1/keys", "/v1/admin"
+    }  # fmt: skip
 
 
 def test_the_page_router_alone(tmp_path):
@@ -80,3 +82,15 @@ def test_the_jobs_router_alone_stores_typed_parameters(jobs_alone):
     assert unknown.status_code == 400 and "unknown job kind" in unknown.text
     assert client.get("/v1/jobs", headers={"Authorization": "Bearer wrong"}).status_code == 401
     assert json.loads(client.get("/v1/jobs", headers=auth).text)["data"][0]["kind"] == "dpsgd"
+
+
+def test_the_admin_router_alone(tmp_path):
+    from privlm.service.keys import add_admin_key
+    from privlm.service.routes import admin
+
+    client, state = alone(admin.router, tmp_path)
+    make_tenants(state.settings.db_url, "acme")
+    with state.sessions.begin() as s:
+        key = add_admin_key(s)
+    r = client.get("/v1/admin/tenants", headers={"Authorization": f"Bearer {key}"})
+    assert [t["name"] for t in r.json()["data"]] == ["acme"]

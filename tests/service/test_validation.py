@@ -255,6 +255,26 @@ def test_an_upload_refused_at_its_commit_leaves_no_file(service, monkeypatch):
     assert r.status_code == 400 and _files_under(service.settings.data_dir) == before
 
 
+def test_a_crash_between_an_uploads_commit_and_its_move_is_finished_at_the_next_start(
+    service, monkeypatch
+):
+    """The row is committed, then the file moves into place: a crash between the two left
+    a row whose file the start-up sweep then deleted. The next start now finishes the move,
+    and still removes a leftover whose upload never committed."""
+    from privlm.service import datasets as ds_api
+    from privlm.service.app import create_app
+
+    monkeypatch.setattr(ds_api, "place_upload", lambda prepared: None)  # died right there
+    ds = service.upload("acme").json()
+    stray = next(service.settings.data_dir.rglob(f"*{ds['id']}*")).with_name(".upload-ds_x.txt")
+    stray.write_text("an upload that never committed")
+    monkeypatch.undo()
+    create_app(service.settings)  # the next start
+    assert _files_under(service.settings.data_dir) == [f"{ds['id']}.txt"]
+    shown = service.client.get(f"/v1/datasets/{ds['id']}", headers=service.auth("acme"))
+    assert shown.status_code == 200 and shown.json()["records"] == ds["records"]
+
+
 def test_upload_and_job_refusals_speak_the_services_terms(service):
     """A refusal names the service's fields, not the CLI's flags."""
     r = service.upload("acme", "body,label\nhello there,neg\n", filename="t.csv")

@@ -241,6 +241,50 @@ def key_revoke(
     typer.echo(f"revoked {k['prefix']}… ({name})")
 
 
+@user_errors
+def admin_key_add(data_dir: Path = DATA_DIR_OPTION, db: str | None = DB_OPTION) -> None:
+    """Make an admin key for /v1/admin (shown once; only its hash is stored): it manages
+    every tenant's keys over HTTP and reads no tenant's data."""
+    require("service", "the service")
+    from privlm.service.keys import add_admin_key
+
+    with _sessions(db, data_dir).begin() as s:
+        key = add_admin_key(s)
+    typer.echo(f"admin key (shown once): {key}")
+
+
+@user_errors
+def admin_key_list(
+    data_dir: Path = DATA_DIR_OPTION, db: str | None = DB_OPTION, as_json: bool = JSON_OPTION
+) -> None:
+    """The admin keys: prefix, state and dates."""
+    require("service", "the service")
+    from privlm.service.keys import list_admin_keys
+
+    with _sessions(db, data_dir).begin() as s:
+        keys = list_admin_keys(s)
+    if as_json:
+        emit_json({"admin_keys": keys})
+        return
+    for k in keys:
+        typer.echo(f"{k['prefix']}…  {k['state']:<8} created {k['created_at']}")
+
+
+@user_errors
+def admin_key_revoke(
+    prefix: str = typer.Argument(..., help="The key's first 16 characters (list), or the key."),
+    data_dir: Path = DATA_DIR_OPTION,
+    db: str | None = DB_OPTION,
+) -> None:
+    """Revoke an admin key: it stops working at once."""
+    require("service", "the service")
+    from privlm.service.keys import revoke_admin_key
+
+    with _sessions(db, data_dir).begin() as s:
+        k = revoke_admin_key(s, prefix)
+    typer.echo(f"revoked admin key {k['prefix']}…")
+
+
 def _log_access() -> None:
     """privlm's access log on stderr: method, path and status, never a query string."""
     handler = logging.StreamHandler()
@@ -256,3 +300,10 @@ keys_app.command("add")(key_add)
 keys_app.command("list")(key_list)
 keys_app.command("revoke")(key_revoke)
 app.add_typer(keys_app, name="keys")
+admin_app = typer.Typer(
+    help="The operator's admin keys, for /v1/admin: add, list, revoke.", no_args_is_help=True
+)
+admin_app.command("add")(admin_key_add)
+admin_app.command("list")(admin_key_list)
+admin_app.command("revoke")(admin_key_revoke)
+app.add_typer(admin_app, name="admin-keys")

@@ -25,7 +25,7 @@ from privlm.service.health import ServiceHealth
 from privlm.service.keys import tenant_for_key
 from privlm.service.limits import BodySizeLimit
 from privlm.service.record_index import backfill, server_secret
-from privlm.service.routes import datasets, deployments, jobs, keys, page
+from privlm.service.routes import admin, datasets, deployments, jobs, keys, page
 from privlm.service.state import ServiceSettings as ServiceSettings
 from privlm.service.state import ServiceState
 from privlm.service.url_keys import AccessLog, KeyBeforeBody, KeysNotInUrls
@@ -41,6 +41,7 @@ def routers() -> tuple[Any, ...]:
         deployments.assembled(),
         openai_api.router,
         keys.router,
+        admin.router,
     )
 
 
@@ -52,8 +53,8 @@ def service_state(settings: ServiceSettings) -> ServiceState:
     engine = make_engine(settings.db_url)
     ledgers = ledger_url(settings.db_url, settings.data_dir)
     sessions = session_factory(engine)
-    sweep_uploads(settings.data_dir)
     with sessions.begin() as s:
+        sweep_uploads(settings.data_dir, s)
         secret = server_secret(s, settings.data_dir)
         backfill(s, secret, load_records)
     return ServiceState(

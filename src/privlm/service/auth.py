@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from privlm.service.api_errors import ApiError
 from privlm.service.db import Tenant
-from privlm.service.keys import tenant_for_key
+from privlm.service.keys import is_admin_key, tenant_for_key
 
 
 def get_session(request: Request) -> Iterator[Session]:
@@ -24,13 +24,27 @@ def get_tenant(
     s: Annotated[Session, Depends(get_session)],
     authorization: Annotated[str | None, Header()] = None,
 ) -> Tenant:
-    scheme, _, key = (authorization or "").strip().partition(" ")
-    if scheme.lower() != "bearer" or not key.strip():  # the scheme is case-insensitive
-        raise ApiError(401, "unauthorized", "send an API key: Authorization: Bearer <key>")
-    t = tenant_for_key(s, key.strip())
+    t = tenant_for_key(s, _bearer(authorization, "an API key"))
     if t is None:
         raise ApiError(401, "unauthorized", "unknown or revoked API key")
     return t
+
+
+def _bearer(authorization: str | None, what: str) -> str:
+    scheme, _, key = (authorization or "").strip().partition(" ")
+    if scheme.lower() != "bearer" or not key.strip():  # the scheme is case-insensitive
+        raise ApiError(401, "unauthorized", f"send {what}: Authorization: Bearer <key>")
+    return key.strip()
+
+
+def get_admin(
+    s: Annotated[Session, Depends(get_session)],
+    authorization: Annotated[str | None, Header()] = None,
+) -> None:
+    """The operator's routes take an admin key (``privlm service admin-keys add``); a
+    tenant's key, however valid, is refused like an unknown one."""
+    if not is_admin_key(s, _bearer(authorization, "an admin key")):
+        raise ApiError(401, "unauthorized", "unknown or revoked admin key")
 
 
 def get_tenant_briefly(
@@ -45,3 +59,4 @@ def get_tenant_briefly(
 Db = Annotated[Session, Depends(get_session)]
 Me = Annotated[Tenant, Depends(get_tenant)]
 MeBriefly = Annotated[Tenant, Depends(get_tenant_briefly)]
+Admin = Depends(get_admin)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from privlm.accounting import PrivacyLedger
@@ -340,13 +341,21 @@ def delete_dataset(session: Session, row: Dataset) -> None:
     session.flush()
 
 
-def sweep_uploads(root: Path) -> int:
-    """Remove the leftovers of uploads a crash interrupted (``.upload-*`` files)."""
-    removed = 0
+def sweep_uploads(root: Path, session: Session) -> tuple[int, int]:
+    """The leftovers of uploads a crash interrupted (``.upload-*`` files): one whose row was
+    committed (the crash fell between the commit and :func:`place_upload`) is moved into
+    place, as the upload would have; any other is removed. Returns (placed, removed)."""
+    placed = removed = 0
     for leftover in Path(root).glob(f"tenants/*/datasets/{UPLOAD_PREFIX}*"):
-        leftover.unlink(missing_ok=True)
-        removed += 1
-    return removed
+        final = leftover.with_name(leftover.name[len(UPLOAD_PREFIX) :])
+        committed = session.scalar(select(Dataset.id).where(Dataset.path == str(final)))
+        if committed is not None and not final.exists():
+            os.replace(leftover, final)
+            placed += 1
+        else:
+            leftover.unlink(missing_ok=True)
+            removed += 1
+    return placed, removed
 
 
 def budget_state(ledger: PrivacyLedger) -> dict[str, Any]:

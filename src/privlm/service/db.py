@@ -60,6 +60,19 @@ class ApiKey(Base):
     expires_at: Mapped[datetime | None] = mapped_column(nullable=True)  # None: never
 
 
+class AdminKey(Base):
+    """A key for the operator's admin routes (``/v1/admin``): it manages every tenant's keys
+    and reads no tenant's data. Only its SHA-256 is kept, as for a tenant's key."""
+
+    __tablename__ = "admin_keys"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    prefix: Mapped[str] = mapped_column(String(16), index=True)
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(default=now)
+    revoked: Mapped[bool] = mapped_column(Boolean, default=False)
+    revoked_at: Mapped[datetime | None] = mapped_column(nullable=True)
+
+
 class Dataset(Base):
     __tablename__ = "datasets"
     id: Mapped[str] = mapped_column(String(40), primary_key=True)

@@ -14,9 +14,12 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from privlm.errors import PrivlmError
-from privlm.service.db import ApiKey, Tenant, new_id, now
+from privlm.service.db import AdminKey, ApiKey, Tenant, new_id, now
 
 KEY_PREFIX = "plm_"
+# an admin key begins with a tenant key's prefix too, so the door refuses it in a URL alike;
+# the two are told apart by the table that holds their hash, never by the prefix alone
+ADMIN_PREFIX = KEY_PREFIX + "admin_"
 
 
 def hash_key(key: str) -> str:
@@ -101,3 +104,68 @@ def revoke_key(session: Session, tenant_id: str, prefix: str) -> dict[str, Any]:
             row.revoked, row.revoked_at = True, now()
     session.flush()
     return describe_key(rows[0])
+
+
+def tenant_named(session: Session, name: str) -> Tenant:
+    """The tenant called ``name``; refused when there is none."""
+    tenant = session.scalar(select(Tenant).where(Tenant.name == name))
+    if tenant is None:
+        raise PrivlmError(f"no tenant {name!r}")
+    return tenant
+
+
+def list_tenants(session: Session) -> list[dict[str, Any]]:
+    """Every tenant with how many of its keys work now: what an operator sees."""
+    out = []
+    for t in session.scalars(select(Tenant).order_by(Tenant.created_at, Tenant.id)):
+        keys = list_keys(session, t.id)
+        active = sum(k["state"] == "active" for k in keys)
+        out.append({"name": t.name, "id": t.id, "created_at": t.created_at.isoformat() + "Z",
+                    "active_keys": active})  # fmt: skip
+    return out
+
+
+def add_admin_key(session: Session) -> str:
+    """A new admin key (returned once, never stored)."""
+    key = ADMIN_PREFIX + secrets.token_urlsafe(32)
+    session.add(AdminKey(prefix=key[:16], key_hash=hash_key(key)))
+    session.flush()
+    return key
+
+
+def is_admin_key(session: Session, key: str) -> bool:
+    """Whether ``key`` is an admin key that was not revoked."""
+    if not key.startswith(ADMIN_PREFIX) or len(key) > 200:
+        return False
+    digest = hash_key(key)
+    rows = session.scalars(
+        select(AdminKey).where(AdminKey.prefix == key[:16], AdminKey.revoked.is_(False))
+    )
+    return any(hmac.compare_digest(row.key_hash, digest) for row in rows)
+
+
+def list_admin_keys(session: Session) -> list[dict[str, Any]]:
+    rows = session.scalars(select(AdminKey).order_by(AdminKey.id))
+    return [_describe_admin_key(r) for r in rows]
+
+
+def revoke_admin_key(session: Session, prefix: str) -> dict[str, Any]:
+    """Revoke the admin key whose first 16 characters are ``prefix`` (or the whole key)."""
+    prefix = prefix.strip()[:16]
+    rows = list(session.scalars(select(AdminKey).where(AdminKey.prefix == prefix)))
+    if not rows:
+        raise PrivlmError(f"no admin key begins {prefix!r}")
+    for row in rows:
+        if not row.revoked:
+            row.revoked, row.revoked_at = True, now()
+    session.flush()
+    return _describe_admin_key(rows[0])
+
+
+def _describe_admin_key(row: AdminKey) -> dict[str, Any]:
+    return {
+        "prefix": row.prefix,
+        "state": "revoked" if row.revoked else "active",
+        "created_at": row.created_at.isoformat() + "Z",
+        "revoked_at": None if row.revoked_at is None else row.revoked_at.isoformat() + "Z",
+    }

@@ -490,6 +490,43 @@ class ApiKeyList(Answer):
     data: list[ApiKeyView]
 
 
+class NewApiKey(Answer):
+    """A key just made: the key itself, shown this once, and its row."""
+
+    api_key: str = Field(description="The key (shown once; only its hash is stored)")
+    key: ApiKeyView
+
+
+class NewKeyRequest(BaseModel):
+    """An operator's request for a tenant's new key."""
+
+    model_config = STRICT_BODY
+    expires_in_days: float | None = Field(
+        None, gt=0, le=3650, description="It stops working this many days from now (None: never)"
+    )
+
+
+class NewTenantRequest(BaseModel):
+    model_config = STRICT_BODY
+    name: str = Field(min_length=1, max_length=200, description="The tenant's name")
+
+
+class TenantView(Answer):
+    name: str
+    id: str
+    created_at: str
+    active_keys: int = Field(description="Keys that work now (not revoked, not expired)")
+
+
+class TenantList(Answer):
+    data: list[TenantView]
+
+
+class NewTenant(Answer):
+    tenant: TenantView
+    api_key: str = Field(description="Its first key (shown once)")
+
+
 class WorkersHealth(Answer):
     expected: int = Field(description="Job workers privlm serve keeps running")
     alive: int
