@@ -10,11 +10,11 @@ docs/results.md's detector table: full-span recall by type, over-redaction, and 
 `pii` / `pii-fast` the target reads (≤ 2).
 
 The tagger reads the public model in ``--precision`` (default: the tagger's own choice,
-bfloat16 where the CPU computes it natively, else int8; heads are trained on float32
-features either way). To measure a CPU without AVX512 or VNNI on one that has them, cap
-the libraries: ``ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2
-ATEN_CPU_CAPABILITY=avx2`` (the int8 path then halves its ranges, as it does on such a
-CPU). ``--split dev`` measures on a fresh draw of the development families
+bfloat16 where the CPU computes it natively, else int8 where it has VNNI, else float32;
+heads are trained on float32 features either way). Capping the libraries
+(``ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 ATEN_CPU_CAPABILITY=avx2``) halves
+int8's ranges as on a CPU without VNNI, but does not reproduce such a CPU's speed: there
+torch's int8 product takes a path about 40x slower than float32 (docs/results.md). ``--split dev`` measures on a fresh draw of the development families
 and value sources (seed 101 by default; the recipe trains on seed 0): the text a layer is
 chosen on. ``heldout`` (the default) only measures.
 

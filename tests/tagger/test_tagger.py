@@ -102,7 +102,9 @@ def test_each_texts_features_on_the_real_model_are_those_it_gets_alone(monkeypat
 
     tagger = TaggerDetector().tagger
     featurizer = tagger.featurizer
-    texts = [a.text for a in family_corpus(96, DEV_FAMILIES, DEV_SOURCES, seed=5)]
+    # 32 texts make several batches of shared token counts (the property is per batch);
+    # each is then run alone, the test's cost (about 5 s a text with int8 on AVX2 alone)
+    texts = [a.text for a in family_corpus(32, DEV_FAMILIES, DEV_SOURCES, seed=5)]
     seen: list[tuple[list, list]] = []
     features = featurizer.features
 
@@ -227,14 +229,18 @@ def test_the_pii_detector_generalises_to_held_out_families_and_fresh_value_sourc
 
 
 @pytest.mark.fast
-def test_the_tagger_reads_bfloat16_where_the_cpu_has_it_else_int8_or_what_is_asked(monkeypatch):
+def test_the_tagger_reads_bfloat16_where_native_else_int8_with_vnni_else_float32(monkeypatch):
     from privlm.detect import tagger as tagger_module
     from privlm.errors import PrivlmError
 
     precision = tagger_module.feature_precision
     monkeypatch.delenv(tagger_module.PRECISION_ENV, raising=False)
     monkeypatch.setattr(tagger_module, "native_bf16", lambda: False)
+    monkeypatch.setattr(tagger_module, "cpu_has_vnni", lambda: True)
     assert precision() == "int8"
+    monkeypatch.setattr(tagger_module, "cpu_has_vnni", lambda: False)  # int8 would crawl
+    assert precision() == "float32"
+    monkeypatch.setattr(tagger_module, "cpu_has_vnni", lambda: True)
     monkeypatch.setattr(tagger_module, "native_bf16", lambda: True)
     assert precision() == "bfloat16"
     monkeypatch.setenv(tagger_module.PRECISION_ENV, "float32")
@@ -256,12 +262,13 @@ def test_the_tagger_reads_bfloat16_where_the_cpu_has_it_else_int8_or_what_is_ask
 @pytest.mark.fast
 def test_bfloat16_is_not_native_where_onednn_is_capped_below_it(monkeypatch):
     """A CPU with AVX512-BF16 under ``ONEDNN_MAX_CPU_ISA=AVX2`` emulates bfloat16: the
-    automatic choice is then int8, as on a CPU without it."""
+    automatic choice is then int8 (the CPU itself has VNNI), as on a CPU without bfloat16."""
     import torch
 
     from privlm.detect import tagger as tagger_module
 
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)
+    monkeypatch.setattr(torch.cpu, "_is_vnni_supported", lambda: True)  # such a CPU has it
     monkeypatch.delenv(tagger_module.PRECISION_ENV, raising=False)
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
     assert tagger_module.native_bf16() and tagger_module.feature_precision() == "bfloat16"

@@ -123,11 +123,20 @@ def native_bf16() -> bool:
     return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in checks)
 
 
+def cpu_has_vnni() -> bool:
+    """Whether the CPU itself has VNNI (AVX512-VNNI). Without it, torch's int8 product
+    (``torch._int_mm``) falls back to a path about 40x slower than float32's on the AVX2
+    CPUs measured (docs/results.md); a cap by ``ONEDNN_MAX_CPU_ISA`` on a CPU with VNNI
+    does not (it only halves int8's ranges: :func:`privlm.detect.int8.runs_without_vnni`)."""
+    return bool(torch.cpu._is_vnni_supported())
+
+
 def feature_precision() -> str:
     """The precision the tagger reads the public model in on the CPU: "bfloat16" where the
-    CPU computes it natively; elsewhere "int8" (the blocks' linear layers with int8 weights
-    per output channel and int8 activations per token, :mod:`privlm.detect.int8`), faster
-    than float32 there with held-out recall within 0.025 of float32's on every type
+    CPU computes it natively; else "int8" where the CPU has VNNI (the blocks' linear layers
+    with int8 weights per output channel and int8 activations per token,
+    :mod:`privlm.detect.int8`), faster than float32 there with held-out recall within 0.025
+    of float32's on every type; else "float32", the fastest where neither runs natively
     (docs/results.md). ``PRIVLM_TAGGER_DTYPE`` (float32, bfloat16, int8 or auto)
     overrides. Heads are trained on float32 features either way
     (:func:`train_default_tagger`), so the recipe is the same on every machine."""
@@ -135,7 +144,9 @@ def feature_precision() -> str:
     if asked not in ("auto", *PRECISIONS):
         raise PrivlmError(f"{PRECISION_ENV} is float32, bfloat16, int8 or auto, not {asked!r}")
     if asked == "auto":
-        return "bfloat16" if native_bf16() else "int8"
+        if native_bf16():
+            return "bfloat16"
+        return "int8" if cpu_has_vnni() else "float32"
     if asked == "bfloat16" and not native_bf16():
         warnings.warn(
             f"{PRECISION_ENV}=bfloat16 on a CPU without native bfloat16 (AVX512-BF16 or AMX): "
