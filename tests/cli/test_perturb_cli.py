@@ -40,12 +40,33 @@ def test_perturb_a_file_with_the_gaussian_mechanism(tmp_path):
 def test_perturb_refuses_bad_parameters(tmp_path):
     src = tmp_path / "in.txt"
     src.write_text("hello\n")
-    for args in (["--epsilon", "0"], ["--epsilon", "1", "--mechanism", "gaussian"],
+    for args in (["--epsilon", "0"], ["--mechanism", "bogus"],
                  ["--epsilon", "1", "--mechanism", "gaussian", "--delta", "2"]):  # fmt: skip
         res = runner.invoke(app, ["perturb", str(src), *args])
         assert res.exit_code == 2 and "error:" in res.output, args
     res = runner.invoke(app, ["perturb", str(tmp_path / "missing.txt"), "--epsilon", "1"])
     assert res.exit_code == 2 and "no such file" in res.output
+
+
+def test_perturb_defaults_to_a_readable_epsilon_and_says_the_trade_off(tmp_path):
+    """Without --epsilon the text still reads (the least ε measured to keep three words in
+    four on public text), and the line beside the guarantee says how much comes through;
+    the README's example once used ε = 20, where next to no word survives."""
+    from privlm.perturb import readability
+
+    src = tmp_path / "in.txt"
+    src.write_text("Why did my bill go up this month ?\n")
+    res = runner.invoke(app, ["perturb", str(src), "--vocabulary", "3000", "--json"])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.stdout)
+    assert report["per_word"]["epsilon"] == readability.default_epsilon("laplace") == 150
+    assert report["readability"]["share_unchanged"] >= readability.READABLE_SHARE
+    plain = runner.invoke(app, ["perturb", str(src), "--mechanism", "gaussian"])
+    assert plain.exit_code == 0, plain.output
+    assert "per word ε = 300, δ = 1e-05" in plain.output
+    assert "% of words come through unchanged" in plain.output
+    low = runner.invoke(app, ["perturb", str(src), "--epsilon", "20"])
+    assert "train a model poorly" in low.output
 
 
 def test_tenant_create_prints_the_key_once_and_stores_its_hash(tmp_path):

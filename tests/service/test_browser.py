@@ -289,11 +289,30 @@ def test_feedback_wrong_key_empty_budget_one_upload_and_warnings(server, tmp_pat
         page.click("#save-key")
         page.wait_for_selector("#key-status:has-text('key accepted')")
         page.set_input_files("#file", str(src))
-        page.fill("#epsilon", "300")
-        page.click("#perturb")
-        page.wait_for_selector("#perturb-status:has-text('done')", timeout=60_000)
-        warnings = page.inner_text("#warnings")
-        assert "names included" in warnings and "no meaningful promise" in warnings
+        # the default ε reads (three words in four come through) and warns of nothing
+        page.wait_for_selector("#eps-tradeoff:has-text('come through')")
+        assert page.input_value("#epsilon") == "150"
+        assert "83 %" in page.inner_text("#eps-tradeoff")
+        seen = {}
+        for eps in ("", "20", "300"):  # "": the default
+            if eps:
+                page.fill("#epsilon", eps)
+            page.click("#perturb")
+            page.wait_for_selector("#perturb-status:has-text('done')", timeout=60_000)
+            seen[eps] = page.inner_text("#warnings")
+            page.evaluate("document.getElementById('perturb-status').textContent = ''")
+        assert seen[""].strip() == "", seen[""]
+        assert "train a model poorly" in seen["20"]
+        assert "names included" in seen["300"] and "hides next to nothing" in seen["300"]
+        page.fill("#epsilon", "150")
+        page.select_option("#mechanism", "gaussian")  # a default follows the mechanism
+        assert page.input_value("#epsilon") == "300"
+        page.select_option("#mechanism", "laplace")
+        assert page.input_value("#epsilon") == "150"
+        page.fill("#epsilon", "42")
+        page.select_option("#mechanism", "gaussian")  # a value the user typed stays
+        assert page.input_value("#epsilon") == "42"
+        page.select_option("#mechanism", "laplace")
         page.fill("#budget-epsilon", "-2")
         page.click("#upload")
         page.wait_for_selector("#upload-status:has-text('must be a number above 0')")

@@ -552,8 +552,27 @@ class Health(Answer):
     queue: QueueHealth | None = Field(description="None until the first snapshot")
 
 
+class ReadabilityPoint(Answer):
+    epsilon: float
+    share_unchanged: float = Field(description="Of words, on public text")
+
+
+class PerturbationDefault(Answer):
+    """A mechanism's default ε per word and the trade-off it was chosen from: the share of
+    words that come through unchanged at each ε, measured on public text (never on a
+    tenant's data: privlm.perturb.readability)."""
+
+    epsilon: float
+    delta: float | None = Field(description="δ per word (None: the Laplace mechanism)")
+    readable_share: float = Field(description="The default is the least ε keeping this share")
+    few_share: float = Field(description="At most this share: the text reads as noise")
+    most_share: float = Field(description="At least this share: the step hides next to nothing")
+    measured: list[ReadabilityPoint]
+
+
 class Defaults(Answer):
     dataset_budget: EpsilonDelta
+    perturbation: dict[Literal["laplace", "gaussian"], PerturbationDefault]
 
 
 class PerturbWords(Answer):

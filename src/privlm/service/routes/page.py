@@ -10,6 +10,7 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import FileResponse, PlainTextResponse, Response
 
+from privlm.perturb import readability
 from privlm.perturb.mechanisms import DEFAULT_CLIP
 from privlm.perturb.vocabulary import load_glove
 from privlm.service import datasets as ds_api
@@ -60,7 +61,23 @@ def defaults() -> dict[str, Any]:
     """The defaults the page's forms start from, read from the config classes (so the page
     never restates one)."""
     return {"dataset_budget": {"epsilon": ds_api.DEFAULT_BUDGET.epsilon,
-                               "delta": ds_api.DEFAULT_BUDGET.delta}}  # fmt: skip
+                               "delta": ds_api.DEFAULT_BUDGET.delta},
+            "perturbation": {m: perturbation_default(m) for m in ("laplace", "gaussian")}}  # fmt: skip
+
+
+def perturbation_default(mechanism: str) -> dict[str, Any]:
+    """The page's default ε per word for ``mechanism``, with the public measurement it is
+    read from (privlm.perturb.readability)."""
+    return {
+        "epsilon": readability.default_epsilon(mechanism),
+        "delta": readability.DEFAULT_DELTA if mechanism == "gaussian" else None,
+        "readable_share": readability.READABLE_SHARE,
+        "few_share": readability.FEW_SHARE,
+        "most_share": readability.MOST_SHARE,
+        "measured": [
+            {"epsilon": e, "share_unchanged": s} for e, s in readability.points(mechanism)
+        ],
+    }
 
 
 @router.get("/v1/health", response_model=Health)

@@ -207,20 +207,50 @@
     }).catch(function (e) { status("perturb-status", e.message, true); });
   }
 
-  /* Plain-words warnings where the figures promise little. */
+  /* The share of words that come through unchanged at ε per word, interpolated between
+   * the points measured on public text (GET /v1/defaults; privlm.perturb.readability). */
+  function shareUnchanged(mech, eps) {
+    var d = state.perturbDefaults && state.perturbDefaults[mech];
+    if (!d) return null;
+    var pts = d.measured;
+    if (eps <= pts[0].epsilon) return pts[0].share_unchanged * eps / pts[0].epsilon;
+    for (var i = 1; i < pts.length; i++) {
+      if (eps <= pts[i].epsilon) {
+        var a = pts[i - 1], b = pts[i];
+        return a.share_unchanged + (b.share_unchanged - a.share_unchanged) *
+          (eps - a.epsilon) / (b.epsilon - a.epsilon);
+      }
+    }
+    return pts[pts.length - 1].share_unchanged;
+  }
+
+  /* The trade-off beside ε: how much of a text stays readable there (public figures). */
+  function describeTradeoff() {
+    var mech = $("mechanism").value, eps = parseFloat($("epsilon").value);
+    var share = shareUnchanged(mech, eps);
+    $("eps-tradeoff").textContent = share === null || !(eps > 0) ? "" :
+      "At ε = " + eps + " about " + Math.round(100 * share) + " % of words come through " +
+      "unchanged (measured on public English text, never on yours).";
+  }
+
+  /* Plain-words warnings at the ends of the trade-off, where a setting buys little. */
   function showWarnings(p) {
     var list = $("warnings"), out = [];
     list.innerHTML = "";
-    if (p.perWord.epsilon >= 50) {
-      out.push("At ε = " + (+p.perWord.epsilon).toPrecision(3) + " per word most words come " +
-        "through unchanged, names included: a Gaussian mechanism at ε = 300 kept first names " +
-        "and surnames. Lower ε, or do not count on this step to hide names.");
+    var d = state.perturbDefaults && state.perturbDefaults[p.mechanism];
+    var share = shareUnchanged(p.mechanism, p.perWord.epsilon);
+    if (d && share <= d.few_share) {
+      out.push("At ε = " + (+p.perWord.epsilon).toPrecision(3) + " per word about " +
+        Math.round(100 * share) + " % of words come through: the text reads as unrelated " +
+        "words and will train a model poorly, while a record's ε (" +
+        (+p.perRecord.epsilon).toPrecision(3) + ") still promises little. Raise ε towards " +
+        "the default (" + d.epsilon + "), and count on the DP training for each record.");
+    } else if (d && share >= d.most_share) {
+      out.push("At ε = " + (+p.perWord.epsilon).toPrecision(3) + " per word about " +
+        Math.round(100 * share) + " % of words come through unchanged, names included: " +
+        "this step hides next to nothing. Lower ε, or do not count on it to hide names.");
     }
-    if (p.perRecord.epsilon > 10) {
-      out.push("Per record, ε = " + (+p.perRecord.epsilon).toPrecision(4) + ": local " +
-        "perturbation makes no meaningful promise about a record at this level. The DP " +
-        "training you run on this dataset, with its own ε, is what protects each record.");
-    } else if (p.perFile.epsilon > 10) {
+    if (p.perRecord.epsilon <= 10 && p.perFile.epsilon > 10) {
       out.push("For the whole file, ε = " + (+p.perFile.epsilon).toPrecision(4) + ": the file " +
         "as a whole is not protected by the perturbation; each record is (ε above).");
     }
@@ -694,7 +724,16 @@
         "check it, or ask for a new one" : "could not check the key: " + e.message, true);
     });
   });
-  $("mechanism").addEventListener("change", function () { $("delta-label").hidden = $("mechanism").value !== "gaussian"; });
+  $("mechanism").addEventListener("change", function () {
+    var mech = $("mechanism").value, d = state.perturbDefaults;
+    $("delta-label").hidden = mech !== "gaussian";
+    // a default ε follows the mechanism; a value the user typed stays
+    if (d && [d.laplace.epsilon, d.gaussian.epsilon].indexOf(+$("epsilon").value) >= 0) {
+      $("epsilon").value = d[mech].epsilon;
+    }
+    describeTradeoff();
+  });
+  $("epsilon").addEventListener("input", describeTradeoff);
   $("file").addEventListener("change", function () { $("perturb").disabled = !$("file").files.length; $("upload").disabled = true; });
   $("perturb").addEventListener("click", onPerturb);
   $("upload").addEventListener("click", onUpload);
@@ -721,6 +760,10 @@
   fetch("/v1/defaults").then(function (r) { return r.json(); }).then(function (d) {
     if (!$("budget-epsilon").value) $("budget-epsilon").value = d.dataset_budget.epsilon;
     if (!$("budget-delta").value) $("budget-delta").value = d.dataset_budget.delta;
+    state.perturbDefaults = d.perturbation;
+    if (!$("epsilon").value) $("epsilon").value = d.perturbation[$("mechanism").value].epsilon;
+    if (!$("delta").value) $("delta").value = d.perturbation.gaussian.delta;
+    describeTradeoff();
   }).catch(function () {});
   setInterval(refresh, 2000);
   refresh();
