@@ -3,16 +3,57 @@ listener set for the current context (the service's worker records them as job p
 
 ``progress_bar(...)`` is a drop-in for ``tqdm(...)``; ``watch(listener)`` installs a
 listener ``(desc, done, total)`` for the code run inside it.
+
+Off a terminal (a log file, ``make demo … | tee``, CI) a bar degrades to plain lines: one
+when it starts, one at most every :data:`PLAIN_INTERVAL_S` seconds and one when it ends,
+with no carriage returns and no cursor movements (nested bars left ``[A`` escapes).
 """
 
 from __future__ import annotations
 
+import re
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, TextIO
 
 from tqdm.auto import tqdm
+
+PLAIN_INTERVAL_S = 30.0
+_CONTROL = re.compile(r"\x1b\[[0-9;]*[A-Za-z]|\r")
+
+
+class PlainLines:
+    """A file for tqdm that writes each refresh of a bar as one line of its own."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        line = _CONTROL.sub("", text).strip()
+        if line:
+            self.stream.write(line + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def _on_terminal(stream: Any) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
+
+
+def plain_unless_terminal(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """tqdm's arguments, made plain (:class:`PlainLines`, rare refreshes, ASCII, one
+    position) where the bar's stream is not a terminal."""
+    stream = kwargs.get("file") or sys.stderr
+    if _on_terminal(stream) or isinstance(stream, PlainLines):
+        return kwargs
+    return {**kwargs, "file": PlainLines(stream), "mininterval": PLAIN_INTERVAL_S,
+            "ascii": True, "ncols": 100, "position": 0, "dynamic_ncols": False}  # fmt: skip
+
 
 Listener = Callable[[str, int, int | None], None]
 _listener: ContextVar[Listener | None] = ContextVar("privlm_progress_listener", default=None)
@@ -22,6 +63,7 @@ class _WatchedBar(tqdm):  # type: ignore[misc]  # tqdm has no type stubs
     """Counts its own progress, so a listener hears it even when the bar is disabled."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs = plain_unless_terminal(kwargs)
         super().__init__(*args, **kwargs)
         self._desc = str(kwargs.get("desc") or "")  # a disabled tqdm keeps neither of these
         iterable = args[0] if args else kwargs.get("iterable")

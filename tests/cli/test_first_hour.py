@@ -83,3 +83,40 @@ def test_dpsgd_with_too_few_steps_to_train_warns(tickets):
     ])  # fmt: skip
     assert res.exit_code == 0, res.output
     assert "warning: only 1 noisy step" in res.stderr and "Lower --batch-size" in res.stderr
+
+
+def test_a_training_run_prints_no_third_party_warning_that_privlm_causes(tickets):
+    """peft's FutureWarning about transformers' ``is_gradient_checkpointing`` on every model
+    it wrapped, and its "Unable to fetch remote file" on every adapter saved, filled
+    ``make demo``'s log. A real process, so no test harness's warning filters apply."""
+    import subprocess
+    import sys
+
+    run = subprocess.run(
+        [sys.executable, "-W", "default", "-m", "privlm", "train", "dpsgd", "tickets.csv",
+         "--out", "dp/", "--model", "tiny", "--epsilon", "3", "--batch-size", "8",
+         "--block-size", "16", "--epochs", "1"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    for noise in ("is_gradient_checkpointing", "Unable to fetch remote file",
+                  "Could not find a config file"):  # fmt: skip
+        assert noise not in run.stderr, run.stderr[-2000:]
+
+
+def test_progress_bars_off_a_terminal_are_plain_lines(capsys):
+    """A log of ``make demo`` held carriage returns and nested bars' ``[A`` escapes."""
+    import io
+
+    from privlm.progress import progress_bar
+
+    log = io.StringIO()  # not a terminal
+    with progress_bar(total=3, desc="outer", file=log) as outer:
+        for _ in progress_bar(range(4), desc="inner", file=log):
+            pass
+        outer.update(3)
+    text = log.getvalue()
+    assert "\r" not in text and "\x1b" not in text
+    lines = text.splitlines()
+    assert lines and all(line.startswith(("outer", "inner")) for line in lines), lines
+    assert any("3/3" in line for line in lines) and any("4/4" in line for line in lines)

@@ -21,13 +21,13 @@ from itertools import pairwise
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.audit import DEFAULT_PREFIX as DEFAULT_PREFIX
 from privlm.data import Dataset, Record
 from privlm.errors import PrivlmError
 from privlm.models.placement import module_device
+from privlm.progress import progress_bar
 
 CUDA_MAX_ROWS = 50_000  # rows per batched pass on a GPU (see candidate_log_likelihoods)
 
@@ -104,7 +104,7 @@ def candidate_log_likelihoods(
     head = max(0, n_digits - 1 - math.floor(math.log10(max(max_rows, 1))))
     scores = np.empty(10**n_digits, dtype=np.float64)
     subtrees = range(10**head)
-    bar = tqdm(subtrees, desc="exposure", unit="subtree", disable=not progress or head == 0)
+    bar = progress_bar(subtrees, desc="exposure", unit="subtree", disable=not progress or head == 0)
     for sub in bar:
         lead = [int(c) for c in str(sub).zfill(head)] if head else []
         ctx = torch.tensor([prefix_ids + [digit_ids[d] for d in lead]], device=device)

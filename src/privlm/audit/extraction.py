@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from privlm.audit.config import EXTRACTION_DELTA, ExtractionConfig
 from privlm.data import Dataset, Record
 from privlm.predict.config import PMixEDConfig, SubMixConfig
@@ -25,6 +23,7 @@ from privlm.predict.engine import CachedDecoder, EnsembleEngine
 from privlm.predict.factory import build_predictor
 from privlm.predict.loading import load_ensemble
 from privlm.predict.sampling import sample
+from privlm.progress import progress_bar
 from privlm.randomness import PrivacyRandomness
 from privlm.training.config import EnsembleConfig, LoraTrainingConfig
 from privlm.training.ensemble import train_ensemble
@@ -109,7 +108,7 @@ def run_extraction(
     lm, eng, _ = load_ensemble(root / "finetuned", cfg.device, cfg.dtype)
     hits = sum(
         extract_code(_sample_plain(eng, lm.tokenizer, 0, tokens, gen), length) in secret
-        for _ in tqdm(range(generations), desc="attack finetuned", disable=not progress)
+        for _ in progress_bar(range(generations), desc="attack finetuned", disable=not progress)
     )
     results.append(AttackResult("finetuned", hits, generations, None))
 
@@ -126,7 +125,7 @@ def run_extraction(
     loaded = load_ensemble(root / "pmixed", cfg.device, cfg.dtype)
     pm = build_predictor(pcfg, loaded, ledger=root / "ledger.db", name="pmixed", seed=seed)
     hits = 0
-    for _ in tqdm(range(generations), desc="attack pmixed", disable=not progress):
+    for _ in progress_bar(range(generations), desc="attack pmixed", disable=not progress):
         hits += extract_code(pm.generate(PREFIX, tokens).text, length) in secret
     results.append(
         AttackResult(
@@ -149,7 +148,7 @@ def run_extraction(
     loaded = load_ensemble(root / "submix", cfg.device, cfg.dtype)
     sm = build_predictor(scfg, loaded, ledger=root / "ledger.db", name="submix", seed=seed)
     hits = 0
-    for _ in tqdm(range(generations), desc="attack submix", disable=not progress):
+    for _ in progress_bar(range(generations), desc="attack submix", disable=not progress):
         hits += extract_code(sm.generate(PREFIX, tokens).text, length) in secret
     results.append(
         AttackResult(

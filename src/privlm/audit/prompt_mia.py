@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 from scipy.stats import rankdata
-from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.data import Record
 from privlm.errors import PrivlmError
+from privlm.progress import progress_bar
 from privlm.prompting.evaluate import prompt_probabilities
 from privlm.prompting.tasks import Task
 
@@ -96,7 +96,7 @@ def prompt_mia(
     all_m: list[np.ndarray] = []
     all_n: list[np.ndarray] = []
     per: list[float] = []
-    for _ in tqdm(range(prompts), desc="prompt MIA", disable=not progress):
+    for _ in progress_bar(range(prompts), desc="prompt MIA", disable=not progress):
         pick = rng.choice(len(pool), size=nonmembers + 1, replace=False)
         member, others = pool[int(pick[0])], [pool[int(i)] for i in pick[1:]]
         scores = correct_class_scores(model, tokenizer, task, [member], [member, *others])

@@ -488,7 +488,7 @@ def train_tagger(
     progress: bool = True,
 ) -> Tagger:  # fmt: skip
     """Train the head on ``corpus`` (the public model frozen; its features computed once)."""
-    from tqdm.auto import tqdm
+    from privlm.progress import progress_bar
 
     cfg = config or TaggerConfig()
     if not corpus:
@@ -500,7 +500,7 @@ def train_tagger(
     order = by_token_count(encoded)
     found: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
     starts = range(0, len(order), cfg.batch_size)
-    for i in tqdm(starts, desc="tagger features", disable=not progress):
+    for i in progress_bar(starts, desc="tagger features", disable=not progress):
         batch = order[i : i + cfg.batch_size]
         f = featurizer.features([encoded[j] for j in batch])
         for j, x in zip(batch, f, strict=True):
@@ -515,7 +515,7 @@ def train_tagger(
     rng = random.Random(cfg.seed)
     steps = cfg.epochs * math.ceil(len(order) / cfg.batch_size)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, cfg.learning_rate, total_steps=steps)
-    bar = tqdm(total=steps, desc="tagger head", disable=not progress)
+    bar = progress_bar(total=steps, desc="tagger head", disable=not progress)
     head.train()
     for _ in range(cfg.epochs):
         rng.shuffle(order)

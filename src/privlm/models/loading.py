@@ -19,6 +19,7 @@ from transformers import (
 
 from privlm.errors import ModelLoadError
 from privlm.models.gguf_package import load_gguf_tokenizer, prepare_gguf_model
+from privlm.models.known_warnings import quiet_library_bars_off_terminal, silence_known_warnings
 from privlm.models.memory import model_bytes, require_fits
 from privlm.models.placement import (
     CPU_FLOAT32,
@@ -30,6 +31,9 @@ from privlm.models.placement import (
 )
 from privlm.models.registry import DEFAULT_MODEL, KNOWN_MODELS
 from privlm.models.tiny import build_tiny_model
+
+silence_known_warnings()  # every model privlm wraps in peft passes through here
+quiet_library_bars_off_terminal()
 
 
 @dataclass

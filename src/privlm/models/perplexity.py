@@ -7,8 +7,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
-from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from privlm.progress import progress_bar
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ def block_perplexity(
     """:func:`perplexity` of token blocks already cut, (blocks, block_size)."""
     total_nll, total_tokens = 0.0, 0
     model.eval()
-    bar = tqdm(total=len(blocks), desc="perplexity", unit="block", disable=not progress)
+    bar = progress_bar(total=len(blocks), desc="perplexity", unit="block", disable=not progress)
     for start in range(0, len(blocks), batch_size):
         batch = blocks[start : start + batch_size].to(model.device)
         logits = model(input_ids=batch).logits[:, :-1].float()

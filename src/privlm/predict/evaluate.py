@@ -7,9 +7,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tqdm.auto import tqdm
-
 from privlm.predict.protocol import Predictor
+from privlm.progress import progress_bar
 
 
 @dataclass(frozen=True)
@@ -27,7 +26,7 @@ def evaluate(
     a private predictor charges one query per scored token)."""
     nll, count, private = 0.0, 0, 0
     name = predictor.mechanism
-    for block in tqdm(blocks, desc=f"ppl {name}", unit="block", disable=not progress):
+    for block in progress_bar(blocks, desc=f"ppl {name}", unit="block", disable=not progress):
         scores = predictor.score(block)
         nll -= float(scores.log_probs.sum())
         count += len(block) - 1

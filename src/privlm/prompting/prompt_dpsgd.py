@@ -44,6 +44,7 @@ from privlm.data import Record
 from privlm.errors import PrivlmError
 from privlm.fsutil import write_directory_atomically
 from privlm.models import LoadedModel, ModelSource, reference_of, working_copy
+from privlm.models.known_warnings import ADAPTER_SAVE
 from privlm.prompting.config import PROMPT_KINDS as PROMPT_KINDS
 from privlm.prompting.config import UNITS as UNITS
 from privlm.prompting.config import PromptDpSgdConfig as PromptDpSgdConfig
@@ -316,7 +317,7 @@ def train_prompt_dpsgd(
         released = release_statement(privacy, RELEASES, out_dir)  # statistics beside
 
         def save(d: Path) -> None:
-            prompted.save_pretrained(str(d))
+            prompted.save_pretrained(str(d), **ADAPTER_SAVE)
             (d / "privacy.json").write_text(json.dumps(released, indent=2))
             (d / "README.md").write_text(model_card(released))  # after PEFT's own card
 

@@ -9,11 +9,11 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privlm.data import Record
 from privlm.errors import PrivlmError
+from privlm.progress import progress_bar
 from privlm.prompting.evaluate import accuracy, prompt_probabilities
 from privlm.prompting.tasks import Task
 
@@ -67,7 +67,7 @@ def select_student(
     pool = [labelled[int(i)] for i in order[holdout:]]
     best: tuple[float, list[Record]] | None = None
     n = min(candidates, len(pool) // shots)
-    for c in tqdm(range(n), desc="student candidates", disable=not progress):
+    for c in progress_bar(range(n), desc="student candidates", disable=not progress):
         demos = pool[c * shots : (c + 1) * shots]
         acc = accuracy(
             prompt_probabilities(model, tokenizer, task, demos, held, calibrated), task, held

@@ -20,6 +20,7 @@ from privlm.detect import Span
 from privlm.errors import PrivlmError
 from privlm.fsutil import write_directory_atomically
 from privlm.models import LoadedModel, ModelSource, working_copy
+from privlm.models.known_warnings import ADAPTER_SAVE
 from privlm.models.placement import DeviceSpec, DtypeSpec
 from privlm.progress import progress_bar
 from privlm.training.checkpointing import enable_gradient_checkpointing
@@ -109,7 +110,7 @@ def save_untrained_adapter(
         source, config.rank, config.alpha, config.targets, config.seed,
         device=config.device, dtype=config.dtype,
     )  # fmt: skip
-    write_directory_atomically(out_dir, lambda d: model.save_pretrained(str(d)))
+    write_directory_atomically(out_dir, lambda d: model.save_pretrained(str(d), **ADAPTER_SAVE))
     return {
         "blocks": 0, "tokens": 0, "steps": 0, "final_loss": None,
         "seconds": time.perf_counter() - t0, "targets": targets,
@@ -217,7 +218,7 @@ def finetune_lora(
             bar.update(1)
             bar.set_postfix(loss=f"{last_loss:.3f}")
     bar.close()
-    write_directory_atomically(out_dir, lambda d: model.save_pretrained(str(d)))
+    write_directory_atomically(out_dir, lambda d: model.save_pretrained(str(d), **ADAPTER_SAVE))
     return {
         "blocks": len(blocks),
         "tokens": int(blocks.numel()),
