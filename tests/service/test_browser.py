@@ -412,6 +412,10 @@ def test_a_newcomer_goes_from_the_page_to_a_private_completion(working_server, t
         shot(page, "playground")
         budget = page.inner_text("#play-budget")
         output = page.inner_text("#play-output")
+        page.evaluate("document.getElementById('play-budget').textContent = ''")
+        page.click("#play")  # again: tokens spent before and after, explained once
+        page.wait_for_selector("#play-budget:has-text('After')", timeout=120_000)
+        assert page.inner_text("#play-budget").count("grows fast") == 1
         # cancel a long job from the page, and download a finished DP artefact
         with srv.client(key) as c:
             ds = c.get("/v1/datasets").json()["data"][0]["id"]

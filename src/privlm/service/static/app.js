@@ -532,7 +532,7 @@
     choose(sel, "deployment", keep);
     if (sel.value && cells[sel.value]) {
       api("/v1/deployments/" + sel.value + "/budget")
-        .then(function (b) { cells[sel.value].textContent = budgetText(b); }).catch(function () {});
+        .then(function (b) { cells[sel.value].textContent = budgetText(b) + "." + growthText(b); }).catch(function () {});
     }
   }
 
@@ -542,14 +542,16 @@
       return "RDP ε " + num(b.spent.rdp_epsilon) + " spent of " + num(b.budget.rdp_epsilon) +
         " per part (order " + b.budget.order + ")" + (b.exhausted ? "; spent (STOP)" : "");
     }
-    var text = "ε " + num(b.spent.epsilon) + " spent of " + num(b.budget.epsilon) + "; " +
+    return "ε " + num(b.spent.epsilon) + " spent of " + num(b.budget.epsilon) + "; " +
       b.queries.left + " of " + b.queries.total + " private tokens left";
-    if (b.growth && b.queries.used > 0 && b.queries.left > 0) {
-      text += ". ε grows fast at first: the first token alone shows ε " +
-        num(b.growth.first_token_epsilon) + " (converting Rényi DP to (ε, δ) costs about " +
-        "log(1/δ)/(α−1) once), each later token adds about " + num(b.growth.later_token_epsilon);
-    }
-    return text;
+  }
+
+  /* Why ε grew so much with the first tokens: said once, after the figures. */
+  function growthText(b) {
+    if (!b.growth || !(b.queries.used > 0) || !(b.queries.left > 0)) return "";
+    return " ε grows fast at first: the first token alone shows ε " +
+      num(b.growth.first_token_epsilon) + " (converting Rényi DP to (ε, δ) costs about " +
+      "log(1/δ)/(α−1) once), each later token adds about " + num(b.growth.later_token_epsilon) + ".";
   }
 
   function cancelJob(id) {
@@ -706,7 +708,8 @@
         " private" + (c.privlm.fallback ? ", from the public model: budget spent" : "") + ")");
       return api("/v1/deployments/" + dep + "/budget");
     }).then(function (after) {
-      $("play-budget").textContent = "Budget before: " + budgetText(before) + ". After: " + budgetText(after) + ".";
+      $("play-budget").textContent = "Budget before: " + budgetText(before) + ". After: " +
+        budgetText(after) + "." + growthText(after);
       refresh();
     }).catch(function (e) { status("play-status", e.message, true); });
   }
