@@ -7,7 +7,7 @@ say nothing to privlm's user: silenced by their exact text, where privlm causes 
 The other one a run used to print, peft's "Unable to fetch remote file …" on every adapter
 saved, is not silenced but avoided: privlm saves adapters with ``save_embedding_layers=False``
 (it never resizes a vocabulary), so peft does not look the base model up on the Hub
-(:data:`ADAPTER_SAVE`).
+(:data:`SAVE_EMBEDDING_LAYERS`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from __future__ import annotations
 import sys
 import warnings
 
-# what every adapter save passes to ``save_pretrained``
-ADAPTER_SAVE = {"save_embedding_layers": False}
+# what every adapter save passes to ``save_pretrained`` as ``save_embedding_layers``
+SAVE_EMBEDDING_LAYERS = False
 
 KNOWN = ((FutureWarning, r"`is_gradient_checkpointing` is deprecated"),)
 

@@ -44,7 +44,7 @@ from privlm.data import Record
 from privlm.errors import PrivlmError
 from privlm.fsutil import write_directory_atomically
 from privlm.models import LoadedModel, ModelSource, reference_of, working_copy
-from privlm.models.known_warnings import ADAPTER_SAVE
+from privlm.models.known_warnings import SAVE_EMBEDDING_LAYERS
 from privlm.prompting.config import PROMPT_KINDS as PROMPT_KINDS
 from privlm.prompting.config import UNITS as UNITS
 from privlm.prompting.config import PromptDpSgdConfig as PromptDpSgdConfig
@@ -317,7 +317,7 @@ def train_prompt_dpsgd(
         released = release_statement(privacy, RELEASES, out_dir)  # statistics beside
 
         def save(d: Path) -> None:
-            prompted.save_pretrained(str(d), **ADAPTER_SAVE)
+            prompted.save_pretrained(str(d), save_embedding_layers=SAVE_EMBEDDING_LAYERS)
             (d / "privacy.json").write_text(json.dumps(released, indent=2))
             (d / "README.md").write_text(model_card(released))  # after PEFT's own card
 

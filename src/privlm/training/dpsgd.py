@@ -54,7 +54,7 @@ from privlm.detect import Detector
 from privlm.errors import PrivlmError
 from privlm.fsutil import write_directory_atomically
 from privlm.models import ModelSource, reference_of
-from privlm.models.known_warnings import ADAPTER_SAVE
+from privlm.models.known_warnings import SAVE_EMBEDDING_LAYERS
 from privlm.models.placement import resolve_placement
 from privlm.randomness import PrivacyRandomness
 from privlm.training.checkpointing import enable_gradient_checkpointing
@@ -392,7 +392,7 @@ def release_adapter(
         privacy = release_statement({**fitted.privacy, **(extra or {})}, RELEASES, out)
 
         def save(d: Path) -> None:
-            fitted.adapted.save_pretrained(str(d), **ADAPTER_SAVE)
+            fitted.adapted.save_pretrained(str(d), save_embedding_layers=SAVE_EMBEDDING_LAYERS)
             (d / "privacy.json").write_text(json.dumps(privacy, indent=2))
             (d / "README.md").write_text(model_card(privacy))  # after PEFT's own card
 

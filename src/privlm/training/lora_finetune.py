@@ -20,7 +20,7 @@ from privlm.detect import Span
 from privlm.errors import PrivlmError
 from privlm.fsutil import write_directory_atomically
 from privlm.models import LoadedModel, ModelSource, working_copy
-from privlm.models.known_warnings import ADAPTER_SAVE
+from privlm.models.known_warnings import SAVE_EMBEDDING_LAYERS
 from privlm.models.placement import DeviceSpec, DtypeSpec
 from privlm.progress import progress_bar
 from privlm.training.checkpointing import enable_gradient_checkpointing
@@ -110,7 +110,10 @@ def save_untrained_adapter(
         source, config.rank, config.alpha, config.targets, config.seed,
         device=config.device, dtype=config.dtype,
     )  # fmt: skip
-    write_directory_atomically(out_dir, lambda d: model.save_pretrained(str(d), **ADAPTER_SAVE))
+    write_directory_atomically(
+        out_dir,
+        lambda d: model.save_pretrained(str(d), save_embedding_layers=SAVE_EMBEDDING_LAYERS),
+    )
     return {
         "blocks": 0, "tokens": 0, "steps": 0, "final_loss": None,
         "seconds": time.perf_counter() - t0, "targets": targets,
@@ -218,7 +221,10 @@ def finetune_lora(
             bar.update(1)
             bar.set_postfix(loss=f"{last_loss:.3f}")
     bar.close()
-    write_directory_atomically(out_dir, lambda d: model.save_pretrained(str(d), **ADAPTER_SAVE))
+    write_directory_atomically(
+        out_dir,
+        lambda d: model.save_pretrained(str(d), save_embedding_layers=SAVE_EMBEDDING_LAYERS),
+    )
     return {
         "blocks": len(blocks),
         "tokens": int(blocks.numel()),
