@@ -85,17 +85,6 @@ def trade_off(mechanism: str, epsilon: float) -> str:
 PUBLIC_TEXT = "the first 200 non-empty lines of WikiText-2's validation head shipped with privlm"
 
 
-def public_lines(n: int = 200) -> list[str]:
-    """The public text the table is measured on (shipped with privlm; CC BY-SA 3.0)."""
-    import gzip
-
-    from privlm.data.corpora import SHIPPED
-
-    with gzip.open(SHIPPED / "wikitext2-valid-head.txt.gz", "rt", encoding="utf-8") as fh:
-        lines = [line.strip() for line in fh.read().splitlines() if line.strip()]
-    return lines[:n]
-
-
 def measure_share(
     mechanism: str, epsilon: float, lines: list[str], seed: int, delta: float = DEFAULT_DELTA
 ) -> float:
