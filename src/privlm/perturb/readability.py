@@ -70,19 +70,15 @@ def share_unchanged(mechanism: str, epsilon: float) -> float:
 def trade_off(mechanism: str, epsilon: float) -> str:
     """One line: how much of a text stays readable at ``epsilon``, and what that means."""
     share = share_unchanged(mechanism, epsilon)
-    where = "public English text, WikiText-2"
     line = (
         f"at ε = {epsilon:g} per word about {share:.0%} of words come through unchanged "
-        f"(measured on {where})"
+        "(measured on public English text, WikiText-2)"
     )
     if share <= FEW_SHARE:
         return line + ": the text will read as unrelated words and train a model poorly"
     if share >= MOST_SHARE:
         return line + ": this step hides next to nothing, names included"
     return line + ": the text stays readable, names and numbers among what comes through"
-
-
-PUBLIC_TEXT = "the first 200 non-empty lines of WikiText-2's validation head shipped with privlm"
 
 
 def measure_share(
