@@ -34,6 +34,20 @@ from privlm.accounting.relations import Relation, joint_relation
 from privlm.errors import AccountingError
 
 
+def pair_text(epsilon: float, delta: float) -> str:
+    """ "(ε, δ)" as every privlm statement writes it: ε to four significant digits, δ to
+    three. The one place a figure becomes text, so the CLI, the files, the API answers and
+    the model cards cannot round one charge two ways."""
+    return f"({epsilon:.4g}, {delta:.3g})"
+
+
+def guarantee_text(epsilon: float, delta: float, per: str | None = None, kind: str = "DP") -> str:
+    """ "(ε, δ)-DP per <per>" (or ``kind`` "SDP", or no "per" when ``per`` is None) from
+    figures read off recorded charges (:func:`guarantee_of`, :func:`recorded_guarantee`)."""
+    text = f"{pair_text(epsilon, delta)}-{kind}"
+    return text if per is None else f"{text} per {per}"
+
+
 @dataclass(frozen=True)
 class Guarantee:
     """(ε, δ) per ``relation``, the Rényi order that gave it (None: none did) and the
@@ -47,7 +61,7 @@ class Guarantee:
 
     @property
     def text(self) -> str:
-        return f"({self.epsilon:.4g}, {self.delta:g})-DP per {self.relation.noun}"
+        return guarantee_text(self.epsilon, self.delta, self.relation.noun)
 
     def to_dict(self) -> dict[str, Any]:
         return {

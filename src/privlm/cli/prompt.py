@@ -237,8 +237,10 @@ def pate(
     if as_json:
         emit_json(result)
         return
+    from privlm.accounting.statements import guarantee_text
+
     typer.echo(
-        f"student prompt in {out}: ({res.epsilon:.4g}, {res.delta:.3g})-DP ({res.accounting}), "
+        f"student prompt in {out}: {guarantee_text(res.epsilon, res.delta)} ({res.accounting}), "
         f"{res.answered} of {res.queries} public inputs labelled"
     )
     if splits.test:

@@ -86,8 +86,10 @@ def dpsgd(
     if as_json:
         emit_json(with_curator_heading(st.to_dict(), RUN_RELEASES))
         return
+    from privlm.accounting.statements import guarantee_text
+
     typer.echo(
-        f"adapter in {out}: ({st.epsilon:.4g}, {st.delta:.3g})-DP per {st.unit_detail} ({st.accountant}); "
+        f"adapter in {out}: {guarantee_text(st.epsilon, st.delta, st.unit_detail)} ({st.accountant}); "
         f"σ = {st.noise_multiplier:.4g}, q = {st.sample_rate:.4g}, {st.steps} steps, clip {st.max_grad_norm:g}"
     )
     if st.token_usage:

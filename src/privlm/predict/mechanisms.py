@@ -30,6 +30,7 @@ from typing import Any
 from privlm.accounting import RdpCurve
 from privlm.accounting.analysis import pmixed as analysis
 from privlm.accounting.relations import Relation
+from privlm.accounting.statements import guarantee_text
 from privlm.config import Setting, settings_of
 from privlm.errors import PrivlmError
 from privlm.predict.config import (
@@ -235,7 +236,7 @@ def _pmixed_guarantee(cfg: PMixEDConfig, statement: Mapping[str, Any]) -> Guaran
         return Guarantee("DP", MIXTURE_RELATION, UNRESERVED)
     return Guarantee(
         "DP", MIXTURE_RELATION,
-        f"({got['epsilon']:.4g}, {got['delta']:g})-DP over all its private tokens, as "
+        f"{guarantee_text(got['epsilon'], got['delta'])} over all its private tokens, as "
         "reserved on its dataset's budget, per unit of the dataset (adding or removing one "
         "unit replaces one ensemble member's model)",
         epsilon=got["epsilon"], delta=got["delta"],
@@ -248,7 +249,7 @@ def _screened_guarantee(cfg: ScreenedPMixEDConfig, statement: Mapping[str, Any])
         return Guarantee("DP", MIXTURE_RELATION, UNRESERVED)
     return Guarantee(
         "DP", MIXTURE_RELATION,
-        f"({got['epsilon']:.4g}, {got['delta']:g})-DP over its {cfg.paid_tokens} paid tokens "
+        f"{guarantee_text(got['epsilon'], got['delta'])} over its {cfg.paid_tokens} paid tokens "
         "and any number of free ones (a sparse-vector screen sends each query to the public "
         "model or to a paid PMixED query), as reserved on its dataset's budget, per unit of "
         "the dataset (adding or removing one unit replaces one ensemble member's model)",

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from privlm.accounting.analysis import pmixed as analysis
+from privlm.accounting.statements import guarantee_text
 from privlm.predict.config import PMixEDConfig, ScreenedPMixEDConfig, SubMixConfig
 
 PAPER_SIZES = 10  # the paper's per-size β* is shown for subsets of 1..10 models
@@ -117,7 +118,7 @@ def plan_submix(cfg: SubMixConfig, n: int) -> dict[str, Any]:
     }  # fmt: skip
     out["lines"] = [
         f"SubMix: (α={cfg.alpha:g}, ε={cfg.epsilon:g})-Rényi operational privacy per part "
-        f"({n // 2} parts of two halves), about ({as_dp:.4g}, {cfg.delta:g})-DP per part",
+        f"({n // 2} parts of two halves), about {guarantee_text(as_dp, cfg.delta, 'part')}",
         f"  neighbouring relation: {out['relation']}",
         f"  target leakage β = {cfg.beta:.4g} per query: about {out['queries_at_beta']:.0f} "
         "queries at β before STOP (each query is charged its measured leakage)",

@@ -34,7 +34,7 @@ from typing import Any
 
 from privlm.accounting import Charge, DpSgdPlan, PrivacyLedger
 from privlm.accounting.budgeted import BudgetedRun
-from privlm.accounting.statements import guarantee_of
+from privlm.accounting.statements import guarantee_of, guarantee_text
 from privlm.curator import PUBLIC, Schema, curator_report_path, release_statement
 from privlm.data import Dataset, load_file
 from privlm.detect import (
@@ -358,7 +358,7 @@ def _statement(
     if miss is None:
         eps = st2.epsilon
         return SdpStatement(
-            guarantee=f"({eps:.4g}, {st2.delta:.3g})-SDP under the policy '{policy}'",
+            guarantee=f"{guarantee_text(eps, st2.delta, kind='SDP')} under the policy '{policy}'",
             epsilon=eps,
             delta=st2.delta,
             policy=policy,
@@ -376,9 +376,9 @@ def _statement(
     dp = composed_epsilon([(s1, q1, n1), p2], st2.delta)
     return SdpStatement(
         guarantee=(
-            f"({hi:.4g}, {st2.delta:.3g})-SDP under the policy '{policy}', estimated "
-            f"(ε between {lo:.4g} and {hi:.4g} over the 95% interval of the miss rate); "
-            f"({dp:.4g}, {st2.delta:.3g})-DP"
+            f"{guarantee_text(hi, st2.delta, kind='SDP')} under the policy '{policy}', "
+            f"estimated (ε between {lo:.4g} and {hi:.4g} over the 95% interval of the miss "
+            f"rate); {guarantee_text(dp, st2.delta)}"
         ),
         epsilon=hi,
         delta=st2.delta,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from privlm.accounting.statements import guarantee_text
 from privlm.models.loading import base_model_id
 
 
@@ -19,13 +20,13 @@ def guarantee_line(privacy: Mapping[str, Any]) -> str:
     eps, delta = privacy.get("epsilon"), privacy.get("delta")
     if eps is None:
         return "no privacy guarantee (trained without noise)"
-    pair = f"({eps:.4g}, {delta:.3g})"
     if privacy.get("guarantee_kind") == "SDP":
         dp = privacy.get("dp_epsilon")
-        dp_text = "none" if dp is None else f"({dp:.4g}, {delta:.3g})-DP"
-        return f"{pair}-SDP under the policy '{privacy.get('policy')}'; ordinary DP: {dp_text}"
+        dp_text = "none" if dp is None else guarantee_text(dp, delta)
+        sdp = guarantee_text(eps, delta, kind="SDP")
+        return f"{sdp} under the policy '{privacy.get('policy')}'; ordinary DP: {dp_text}"
     unit = privacy.get("unit_detail") or privacy.get("unit", "record")
-    return f"{pair}-DP per {unit}"
+    return guarantee_text(eps, delta, unit)
 
 
 def card_tags(privacy: Mapping[str, Any]) -> str:
