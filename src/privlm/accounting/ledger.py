@@ -38,7 +38,7 @@ import copy
 import json
 import math
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -699,8 +699,12 @@ class PrivacyLedger:
         """ε at δ of the recorded charges that ``where`` selects, composed as this ledger
         composes them (RDP; the PLD group where it is tighter): e.g. what one job spent of a
         dataset's budget."""
+        return self.spent_of([r for r in self.charges() if where(r)], delta)
+
+    def spent_of(self, records: Sequence[ChargeRecord], delta: float | None = None) -> Spent:
+        """ε at δ of ``records`` (read from this ledger), composed as :meth:`spent_by`
+        composes them, for a caller that has read them already."""
         d = self.budget.delta if delta is None else check_delta(delta)
-        records = [r for r in self.charges() if where(r)]
         rdp, ae, ad = self._sums(records)
         composed = [r for r in records if r.params.get("composed_by") == "pld"]
         pld = None
@@ -710,7 +714,7 @@ class PrivacyLedger:
             pld = PldPart(events, self._sums([r for r in records if r.seq not in seqs])[0])
         return self._epsilon(rdp, ae, ad, d, pld)
 
-    def _sums(self, records: list[ChargeRecord]) -> tuple[NDArray[np.float64], float, float]:
+    def _sums(self, records: Sequence[ChargeRecord]) -> tuple[NDArray[np.float64], float, float]:
         """The RDP curve, ε and δ of ``records`` added up."""
         rdp = np.zeros(len(self.orders))
         for r in records:

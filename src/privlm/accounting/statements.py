@@ -111,9 +111,16 @@ def recorded_guarantee(
 ) -> Guarantee:
     """What the charges ``where`` selects on ``ledger`` cost together (e.g. one run's),
     composed as the ledger composes them."""
-    records = [r for r in ledger.charges() if where(r)]
+    return guarantee_of_records(ledger, [r for r in ledger.charges() if where(r)], delta)
+
+
+def guarantee_of_records(
+    ledger: PrivacyLedger, records: Sequence[ChargeRecord], delta: float | None = None
+) -> Guarantee:
+    """What ``records``, read from ``ledger``, cost together, composed as the ledger
+    composes them (for a caller that has read them already)."""
     if not records:
         raise AccountingError(f"ledger {ledger.name!r} records no such charge")
-    spent = ledger.spent_by(where, delta)
+    spent = ledger.spent_of(records, delta)
     relation = _relation([r.relation for r in records])
     return Guarantee(spent.epsilon, spent.delta, relation, spent.order, spent.method)

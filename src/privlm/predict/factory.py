@@ -12,12 +12,14 @@ spend one budget (docs/sharp_edges.md, "One ensemble, one budget")."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from privlm.accounting import Charge, PrivacyLedger, Relation
-from privlm.accounting.statements import recorded_guarantee
+from privlm.accounting.ledger import ChargeRecord
+from privlm.accounting.statements import guarantee_of_records
 from privlm.errors import PrivlmError
 from privlm.predict.config import (
     PlainConfig,
@@ -78,6 +80,18 @@ def budget_for(budget: PrivacyLedger, relation: Relation) -> PrivacyLedger:
     return budget.sibling(f"{budget.name}/per-{relation.value}", budget.budget, relation)
 
 
+def of_deployment(deployment: str, *, restatements: bool = False) -> Callable[[ChargeRecord], bool]:
+    """Selects deployment ``deployment``'s reservation on a dataset's ledger, and with
+    ``restatements`` also each restatement of it (mechanism names that begin with
+    :data:`RESERVATION`)."""
+
+    def mine(r: ChargeRecord) -> bool:
+        named = r.mechanism.startswith(RESERVATION) if restatements else r.mechanism == RESERVATION
+        return named and r.params.get("deployment") == deployment
+
+    return mine
+
+
 def reserve(
     budget: PrivacyLedger,
     config: Any,
@@ -95,14 +109,13 @@ def reserve(
         return
     target = budget_for(budget, m.relation)
     settings = {k: v for k, v in asdict(config).items() if k in m.settings()}
-    for r in target.charges():
-        if r.mechanism == RESERVATION and r.params.get("deployment") == deployment:
-            if r.params.get("settings") not in (None, settings):
-                raise PrivlmError(
-                    f"deployment {deployment!r} was reserved on {budget.name!r} with other "
-                    "settings; give it another name (its reservation stands)"
-                )
-            return
+    for r in filter(of_deployment(deployment), target.charges()):
+        if r.params.get("settings") not in (None, settings):
+            raise PrivlmError(
+                f"deployment {deployment!r} was reserved on {budget.name!r} with other "
+                "settings; give it another name (its reservation stands)"
+            )
+        return
     target.charge(
         Charge(
             RESERVATION, rdp=cost, relation=m.relation,
@@ -121,16 +134,10 @@ def reserved(budget: PrivacyLedger, config: Any, deployment: str) -> dict[str, A
     reservation is recorded (nothing it answers is covered)."""
     m = mechanism_of(config)
     target = budget_for(budget, m.relation)
-
-    def mine(r: Any) -> bool:
-        return bool(
-            r.mechanism.startswith(RESERVATION) and r.params.get("deployment") == deployment
-        )
-
-    records = [r for r in target.charges() if mine(r)]
+    records = list(filter(of_deployment(deployment, restatements=True), target.charges()))
     if not records:
         return None
-    g = recorded_guarantee(target, mine, getattr(config, "delta", None))
+    g = guarantee_of_records(target, records, getattr(config, "delta", None))
     out: dict[str, Any] = {"epsilon": g.epsilon, "delta": g.delta, "ledger": target.name}
     order = getattr(config, "alpha", None)
     if m.relation is Relation.PART and order is not None and float(order) in target.orders:

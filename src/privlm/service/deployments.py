@@ -31,6 +31,7 @@ from privlm.predict.factory import (
     RESERVATION,
     build_predictor,
     deployment_ledger,
+    of_deployment,
     reserve,
     reserved,
 )
@@ -256,10 +257,7 @@ def restate_reservation(
     records = dataset.charges()
     if any(r.mechanism == RESTATEMENT and r.params.get("deployment") == row.id for r in records):
         return
-    reserved = [
-        r for r in records
-        if r.mechanism == RESERVATION and r.params.get("deployment") == row.id
-    ]  # fmt: skip
+    reserved = list(filter(of_deployment(row.id), records))
     grid = dataset.orders
     released = predictor.ledger.recorded_rdp(predictor.ledger.charges(), grid)
     left = predictor.queries_left() if predictor.refusal is None else 0

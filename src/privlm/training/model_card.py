@@ -17,9 +17,10 @@ from privlm.models.loading import base_model_id
 
 def guarantee_line(privacy: Mapping[str, Any]) -> str:
     """One line: "(ε, δ)-DP per <unit>" or "(ε, δ)-SDP under policy '…'; DP: …"."""
-    eps, delta = privacy.get("epsilon"), privacy.get("delta")
-    if eps is None:
+    found, delta = privacy.get("epsilon"), float(privacy.get("delta") or 0.0)
+    if found is None:
         return "no privacy guarantee (trained without noise)"
+    eps = float(found)
     if privacy.get("guarantee_kind") == "SDP":
         dp = privacy.get("dp_epsilon")
         dp_text = "none" if dp is None else guarantee_text(dp, delta)
