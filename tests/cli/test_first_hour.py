@@ -10,10 +10,17 @@ import pytest
 from typer.testing import CliRunner
 
 from privlm.accounting import PrivacyLedger
+from privlm.accounting.ledger import ledger_names
 from privlm.cli import app
 
 runner = CliRunner()
 LABELS = ("billing", "outage", "account")
+
+
+def data_ledger(path: str = "privlm-ledger.db") -> PrivacyLedger:
+    """The one ledger in ``path`` (the default ledger file in the cwd)."""
+    (name,) = ledger_names(path)
+    return PrivacyLedger(path, name)
 
 
 @pytest.fixture
@@ -21,12 +28,7 @@ def tickets(tmp_path, monkeypatch):
     """100 support tickets of 36 users in 3 labels, in a scratch working directory."""
     monkeypatch.chdir(tmp_path)
     path = tmp_path / "tickets.csv"
-    with path.open("w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["user_id", "label", "text"])
-        for i in range(100):
-            label = LABELS[i % 3]
-            w.writerow([f"u{i % 36}", label, f"My {label} ticket {i}: I was charged twice."])
+    write_tickets(path)
     return path
 
 
@@ -41,7 +43,7 @@ def test_synth_defaults_on_user_level_labelled_data_run_within_their_epsilon(tic
     assert res.exit_code == 0, res.output
     report = json.loads(res.output[res.output.index("{") :])
     assert report["written"] == 3 and report["statement"]["epsilon"] <= 8
-    ledger = PrivacyLedger("privlm-ledger.db", "synth")  # the default ledger, in the cwd
+    ledger = data_ledger()  # the default ledger, in the cwd
     assert ledger.budget.epsilon == 8 and ledger.spent().epsilon <= 8
 
 
@@ -51,7 +53,7 @@ def test_a_refused_run_leaves_no_ledger_and_a_retry_gets_its_budget(tickets):
     assert not (tickets.parent / "privlm-ledger.db").exists()
     res = synth("--labels", ",".join(LABELS), "--budget-epsilon", "20")
     assert res.exit_code == 0, res.output
-    assert PrivacyLedger("privlm-ledger.db", "synth").budget.epsilon == 20
+    assert data_ledger().budget.epsilon == 20
 
 
 def test_an_existing_ledger_refuses_another_budget_and_says_how_to_share_one(tickets):
@@ -120,3 +122,47 @@ def test_progress_bars_off_a_terminal_are_plain_lines(capsys):
     lines = text.splitlines()
     assert lines and all(line.startswith(("outer", "inner")) for line in lines), lines
     assert any("3/3" in line for line in lines) and any("4/4" in line for line in lines)
+
+
+def write_tickets(path, transform=lambda t: t):
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["user_id", "label", "text"])
+        for i in range(100):
+            label = LABELS[i % 3]
+            w.writerow([f"u{i % 36}", label, transform(f"My {label} ticket {i}: I was charged twice.")])
+
+
+def test_two_bodies_of_records_get_two_default_budgets(tickets):
+    """The README runs synth on reviews.csv, then on notes.jsonl: the second is not refused
+    by the first's budget."""
+    assert synth("--labels", ",".join(LABELS)).exit_code == 0
+    write_tickets(tickets.parent / "other.csv", lambda t: t.replace("ticket", "request"))
+    res = runner.invoke(app, ["synth", "other.csv", "--out", "o.jsonl", "--model", "tiny",
+                              "--count", "3", "--max-tokens", "3", "--prompt-tokens", "16",
+                              "--labels", ",".join(LABELS)])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert len(ledger_names("privlm-ledger.db")) == 2
+
+
+def test_a_copy_in_another_case_and_order_draws_on_the_same_budget(tickets):
+    assert synth("--labels", ",".join(LABELS)).exit_code == 0
+    spent = data_ledger().spent().epsilon
+    copy = tickets.parent / "copy.csv"
+    write_tickets(copy, str.upper)  # the same records, upper-cased
+    rows = copy.read_text().splitlines()
+    copy.write_text("\n".join([rows[0], *reversed(rows[1:])]) + "\n")
+    res = runner.invoke(app, ["synth", "copy.csv", "--out", "c.jsonl", "--model", "tiny",
+                              "--count", "3", "--max-tokens", "3", "--prompt-tokens", "16",
+                              "--labels", ",".join(LABELS)])  # fmt: skip
+    assert res.exit_code == 2 and "budget" in res.output  # the one budget is spent
+    assert len(ledger_names("privlm-ledger.db")) == 1 and data_ledger().spent().epsilon == spent
+
+
+def test_a_default_ledger_name_says_nothing_outside_its_file(tickets, tmp_path):
+    from privlm.cli.common import records_ledger_name
+
+    texts = ["one private note", "another"]
+    a = records_ledger_name(tmp_path / "a.db", texts)
+    assert a == records_ledger_name(tmp_path / "a.db", list(reversed(texts)))
+    assert a != records_ledger_name(tmp_path / "b.db", texts)  # keyed by each file's secret

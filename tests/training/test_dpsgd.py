@@ -10,6 +10,7 @@ from opacus import GradSampleModule
 from peft import LoraConfig, get_peft_model
 
 from privlm.accounting import dpsgd_epsilon
+from privlm.accounting.ledger import ledger_names
 from privlm.data import Dataset, Record
 from privlm.errors import PrivlmError
 from privlm.models import load_public_model
@@ -282,7 +283,8 @@ def test_cli_charges_the_ledger_and_refuses_a_second_run(tmp_path):
     ]
     first = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "o1")])
     assert first.exit_code == 0, first.output
-    assert PrivacyLedger(tmp_path / "l.db", "dpsgd").count() == 1
+    (name,) = ledger_names(tmp_path / "l.db")  # the data's one ledger
+    assert PrivacyLedger(tmp_path / "l.db", name).count() == 1
     second = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "o2")])
     assert second.exit_code == 2 and "refused before training" in second.stderr
     assert not (tmp_path / "o2").exists()

@@ -87,6 +87,15 @@ flags_table = Table(
     Column("created_at", String(40), nullable=False),
 )
 
+# one row per database: the secret key that names a body of records' default ledger
+# (:func:`naming_key`), so the name says nothing about the records to anyone without the file
+file_keys_table = Table(
+    "privlm_ledger_file_keys",
+    _metadata,
+    Column("purpose", String(40), primary_key=True),
+    Column("value", String(64), nullable=False),
+)
+
 ledgers_table = Table(
     "privlm_ledgers",
     _metadata,
@@ -270,6 +279,34 @@ def durable_engine(target: str | Path) -> Engine:
 
         return engine
     return create_engine(url)
+
+
+def naming_key(target: str | Path | Engine) -> bytes:
+    """The database's secret key for naming ledgers after their records, made on first use
+    (32 random bytes). A name derived under it (an HMAC of the records) identifies one body
+    of records within this file and is useless outside it."""
+    import secrets
+
+    engine = target if isinstance(target, Engine) else durable_engine(target)
+    _ensure_schema(engine)
+    where = file_keys_table.c.purpose == "ledger-names"
+    with engine.begin() as conn:
+        found = conn.execute(select(file_keys_table.c.value).where(where)).scalar_one_or_none()
+        if found is None:
+            found = secrets.token_hex(32)
+            conn.execute(insert(file_keys_table).values(purpose="ledger-names", value=found))
+    return bytes.fromhex(found)
+
+
+def ledger_names(target: str | Path | Engine) -> list[str]:
+    """The names of the ledgers the database holds, in the order they were made."""
+    engine = target if isinstance(target, Engine) else durable_engine(target)
+    _ensure_schema(engine)
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(ledgers_table.c.name).order_by(ledgers_table.c.created_at, ledgers_table.c.name)
+        )
+        return [r.name for r in rows]
 
 
 class PrivacyLedger:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -111,19 +111,52 @@ NO_HEADER_OPTION = typer.Option(
 )
 
 
+LEDGER_NAME_HELP = (
+    "Ledger name within --ledger (default: one per body of records, named from its texts, "
+    "shared by every command run on them)."
+)
+
+
+def records_ledger_name(path: Path, texts: Iterable[str]) -> str:
+    """The default ledger of a body of records in ledger file ``path``: ``data-`` and an
+    HMAC, under the file's own secret key, of its distinct texts in canonical form
+    (privlm.data.canonical: another encoding, case or order of the same records names the
+    same ledger). So ``train dpsgd``, ``synth`` and ``prompt dpsgd`` on one file draw on one
+    budget, and the name tells nothing about the records to anyone without the file. A
+    subset or a near-copy gets a ledger of its own: the service's record index, not this
+    name, recognises those (docs/sharp_edges.md, "What the record index recognises")."""
+    import hashlib
+    import hmac
+
+    from privlm.accounting.ledger import naming_key
+    from privlm.data.canonical import canonical_text
+
+    body = "\0".join(sorted({canonical_text(t) for t in texts}))
+    mac = hmac.new(naming_key(path), body.encode("utf-8"), hashlib.sha256).hexdigest()
+    return f"data-{mac[:16]}"
+
+
 @contextmanager
 def run_ledger(
-    path: Path, name: str, budget_epsilon: float | None, run_cost: float, delta: float
+    path: Path,
+    name: str | None,
+    budget_epsilon: float | None,
+    run_cost: float,
+    delta: float,
+    texts: Iterable[str] = (),
 ) -> Iterator[Any]:
-    """A run's ledger: ledger ``name`` in ``path`` (default ``./privlm-ledger.db``) as it
-    is, or a new one whose budget is ``budget_epsilon`` (default: what this run costs, so
-    it fits exactly once). A new ledger the run leaves without a charge (it was refused) is
+    """A run's ledger: ledger ``name`` in ``path`` (default ``./privlm-ledger.db``; default
+    name: :func:`records_ledger_name` of ``texts``, the run's private texts) as it is, or a
+    new one whose budget is ``budget_epsilon`` (default: what this run costs, so it fits
+    exactly once). A new ledger the run leaves without a charge (it was refused) is
     removed again, and the file with it if the run made it, so a retry starts afresh; a
     refusal by an existing ledger says how to give several runs one budget."""
     from privlm.accounting import Budget, PrivacyLedger
     from privlm.errors import AccountingError, BudgetExceededError
 
     new_file = not path.exists()
+    if name is None:
+        name = records_ledger_name(path, texts)
     if not new_file:
         try:
             led = PrivacyLedger(path, name)
@@ -135,6 +168,7 @@ def run_ledger(
                 yield led
             except BudgetExceededError as exc:
                 raise BudgetExceededError(f"{exc}\n{_one_budget_hint(led, path)}") from None
+            _say_ledger(led, path)
             return
     eps = budget_epsilon if budget_epsilon is not None else run_cost
     led = PrivacyLedger(path, name, Budget(eps, delta))
@@ -145,6 +179,12 @@ def run_ledger(
             led.close()
             for leftover in (path, *(Path(f"{path}{x}") for x in ("-wal", "-shm"))):
                 leftover.unlink(missing_ok=True)
+        elif led.count():
+            _say_ledger(led, path)
+
+
+def _say_ledger(led: Any, path: Path) -> None:
+    typer.echo(f"charged to ledger {led.name!r} in {path} (privlm ledger show {path})", err=True)
 
 
 def _check_budget_flag(led: Any, path: Path, budget_epsilon: float | None) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from privlm.accounting import PrivacyLedger
+from privlm.accounting.ledger import ledger_names
 from privlm.cli.common import JSON_OPTION, emit_json, user_errors
 from privlm.errors import PrivlmError
 
@@ -17,12 +18,23 @@ app = typer.Typer(help="Privacy ledgers.", no_args_is_help=True)
 @user_errors
 def show(
     path: Path = typer.Argument(..., help="The ledger's SQLite file."),
-    name: str = typer.Option("default", help="Ledger name within the file."),
+    name: str | None = typer.Option(
+        None,
+        help="Ledger name within the file (default: its only ledger; with several, "
+        "each is listed).",
+    ),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Budget, spent and remaining ε, and the charges of a ledger."""
     if not path.is_file():
         raise PrivlmError(f"{path}: no such ledger file")
+    names = ledger_names(path)
+    if name is None and len(names) != 1:
+        _list(path, names, as_json)
+        return
+    name = names[0] if name is None else name
+    if name not in names:
+        raise PrivlmError(f"{path} holds no ledger {name!r}; it holds {', '.join(names) or 'none'}")
     data = PrivacyLedger(path, name).to_json()
     if as_json:
         emit_json(data)
@@ -35,3 +47,21 @@ def show(
     typer.echo(f"  {len(data['charges'])} charges")
     for c in data["charges"][-10:]:
         typer.echo(f"    #{c['seq']} {c['created_at']} {c['mechanism']} unit={c['unit']}")
+
+
+def _list(path: Path, names: list[str], as_json: bool) -> None:
+    """Every ledger in ``path``: its budget and what it has spent."""
+    rows = []
+    for n in names:
+        data = PrivacyLedger(path, n).to_json()
+        rows.append({"name": n, "budget": data["budget"], "spent": data["spent"],
+                     "charges": len(data["charges"])})  # fmt: skip
+    if as_json:
+        emit_json({"ledgers": rows})
+        return
+    typer.echo(f"{path}: {len(rows)} ledgers (show one with --name)")
+    for r in rows:
+        typer.echo(
+            f"  {r['name']}: spent ε={r['spent']['epsilon']:.6g} of {r['budget']['epsilon']:g} "
+            f"at δ={r['budget']['delta']:g}, {r['charges']} charges"
+        )

@@ -12,6 +12,7 @@ from privlm.cli.common import (
     DEVICE_OPTION,
     DTYPE_OPTION,
     JSON_OPTION,
+    LEDGER_NAME_HELP,
     emit_json,
     noise_from_flags,
     run_ledger,
@@ -124,7 +125,7 @@ def dpsgd(
     ledger: Path | None = typer.Option(
         None, help="Budget ledger charged before the prompt is written (default: none)."
     ),
-    ledger_name: str = typer.Option("prompt-dpsgd", help="Ledger name (one per dataset)."),
+    ledger_name: str | None = typer.Option(None, help=LEDGER_NAME_HELP),
     budget_epsilon: float | None = typer.Option(
         None, help="Budget ε of a new ledger (default: what this run costs)."
     ),
@@ -150,7 +151,8 @@ def dpsgd(
     opened: Any = nullcontext(None)
     if ledger is not None and run.private:
         cost = run.epsilon(cfg.accountant), run.delta
-        opened = run_ledger(ledger, ledger_name, budget_epsilon, *cost)
+        texts = [r.text for r in splits.private]
+        opened = run_ledger(ledger, ledger_name, budget_epsilon, *cost, texts)
     with opened as led:
         st = train_prompt_dpsgd(model, examples, out, cfg, ledger=led, progress=not as_json)
     result = {**st.to_dict(), "adapter": str(out), "task": t.name}

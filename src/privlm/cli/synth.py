@@ -12,6 +12,7 @@ from privlm.cli.common import (
     DTYPE_OPTION,
     JSON_OPTION,
     LABEL_COLUMN_OPTION,
+    LEDGER_NAME_HELP,
     NO_HEADER_OPTION,
     TEXT_COLUMN_OPTION,
     USER_COLUMN_OPTION,
@@ -60,7 +61,7 @@ def synth(
     ledger: Path = typer.Option(
         Path("privlm-ledger.db"), help="Budget ledger charged before the first text."
     ),
-    ledger_name: str = typer.Option("synth", help="Ledger name (one per dataset)."),
+    ledger_name: str | None = typer.Option(None, help=LEDGER_NAME_HELP),
     budget_epsilon: float | None = typer.Option(
         None, help="Budget ε of a new ledger (default: this run's --epsilon, what it may cost)."
     ),
@@ -93,7 +94,8 @@ def synth(
     lm = load_public_model(model, device=device, dtype=dtype)
     # a new ledger's default budget is the run's ε (checked again, with every other charge
     # of the ledger, before the first text)
-    with run_ledger(ledger, ledger_name, budget_epsilon, cfg.epsilon, cfg.delta) as led:
+    texts = [r.text for r in ds.records]
+    with run_ledger(ledger, ledger_name, budget_epsilon, cfg.epsilon, cfg.delta, texts) as led:
         warn_if_seeded(cfg.seed)
         res = synthesize(
             lm, ds, out, cfg, labels=declared, ledger=led, resume=resume,

@@ -11,6 +11,7 @@ import typer
 from privlm.accounting import DpSgdPlan
 from privlm.cli.common import (
     JSON_OPTION,
+    LEDGER_NAME_HELP,
     NO_HEADER_OPTION,
     TEXT_COLUMN_OPTION,
     USER_COLUMN_OPTION,
@@ -56,7 +57,7 @@ def dpsgd(
     ledger: Path = typer.Option(
         Path("privlm-ledger.db"), help="Budget ledger charged before the adapter is written."
     ),
-    ledger_name: str = typer.Option("dpsgd", help="Ledger name (one per dataset)."),
+    ledger_name: str | None = typer.Option(None, help=LEDGER_NAME_HELP),
     budget_epsilon: float | None = typer.Option(
         None, help="Budget ε of a new ledger (default: what this run costs)."
     ),
@@ -76,7 +77,8 @@ def dpsgd(
     # a new ledger's default budget is what this run costs, as the ledger composes it (by
     # the run's accountant: RDP, or PLD for prv), so the run fits exactly once
     cost = run.epsilon(cfg.accountant)
-    with run_ledger(ledger, ledger_name, budget_epsilon, cost, run.delta) as led:
+    texts = [r.text for r in ds.records]
+    with run_ledger(ledger, ledger_name, budget_epsilon, cost, run.delta, texts) as led:
         warn_if_seeded(cfg.seed)
         warn_if_weak_delta(run.delta, run.units, ds.unit_kind)
         warn_if_few_steps(run.steps, run.sample_rate, run.units, cfg.batch_size)
@@ -137,7 +139,7 @@ def jft(
     model: str = typer.Option(DEFAULT_MODEL, help="Public model."),
     limit: int | None = typer.Option(None, help="Use only the first LIMIT privacy units."),
     ledger: Path = typer.Option(Path("privlm-ledger.db"), help="Budget ledger."),
-    ledger_name: str = typer.Option("jft", help="Ledger name (one per dataset)."),
+    ledger_name: str | None = typer.Option(None, help=LEDGER_NAME_HELP),
     budget_epsilon: float | None = typer.Option(
         None, help="Budget ε of a new ledger (default: what this run charges)."
     ),
@@ -171,7 +173,8 @@ def jft(
     )
     if cfg.phase1 == "light-noise":
         run_cost += cfg.phase1_epsilon  # a new ledger's default: room for both charges
-    with run_ledger(ledger, ledger_name, budget_epsilon, run_cost, run.delta) as led:
+    texts = [r.text for r in ds.records]
+    with run_ledger(ledger, ledger_name, budget_epsilon, run_cost, run.delta, texts) as led:
         warn_if_seeded(cfg.phase2.seed)
         st = train_jft(model, ds, out, cfg, phase1_dir=phase1_out, ledger=led, progress=not as_json)
     if as_json:
