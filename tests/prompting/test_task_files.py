@@ -93,3 +93,27 @@ def test_a_record_without_a_template_field_or_with_an_unknown_label_is_named_by_
     with pytest.raises(Exception, match="label on line 9 is not one of") as err:
         task.class_of(Record("secret text", "u", "refund", 9, {"product": "P"}))
     assert "secret" not in str(err.value) and "refund" not in str(err.value)
+
+
+@pytest.mark.fast
+def test_public_inputs_may_use_the_templates_own_names_where_the_private_file_is_renamed(
+    tmp_path,
+):
+    """The task file's renames describe the private data; public inputs from elsewhere
+    (the README's headlines.jsonl) carry ``text`` and the template's field names."""
+    from privlm.prompting.task_data import load_task_records
+
+    p = tmp_path / "t.yaml"
+    p.write_text(TICKETS)
+    task = load_task_file(p)
+    public = tmp_path / "headlines.jsonl"
+    public.write_text(json.dumps({"text": "Outage in region", "product": "Pro"}) + "\n")
+    (got,) = load_task_records(public, task, "public").records
+    assert got.text == "Outage in region" and got.fields == {"product": "Pro"}
+    renamed = tmp_path / "renamed.jsonl"
+    renamed.write_text(json.dumps({"body": "Charged twice", "product": "Pro"}) + "\n")
+    assert load_task_records(renamed, task, "public").records[0].text == "Charged twice"
+    private = tmp_path / "private.jsonl"
+    private.write_text(json.dumps({"text": "x", "topic": "billing", "product": "P"}) + "\n")
+    with pytest.raises(DataError, match="body"):  # the private file follows the task file
+        load_task_records(private, task, "private")

@@ -25,6 +25,7 @@ a task without a corpus needs a file for every role the command uses.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,7 +35,7 @@ from privlm.data import Dataset, Record, load_file
 from privlm.data.user_files import data_suffix
 from privlm.errors import DataError, PrivlmError
 from privlm.prompting.splits import TaskSplits, task_splits
-from privlm.prompting.tasks import Task
+from privlm.prompting.tasks import DEFAULT_COLUMNS, Task
 
 ROLES = ("private", "public", "test")
 LABELLED = ("private", "test")
@@ -114,8 +115,29 @@ def check_task_records(
 def load_task_records(
     path: str | Path, task: Task, role: str, columns: ColumnOverrides = ColumnOverrides()
 ) -> Dataset:
-    """A data file's records for ``role`` of ``task`` (``.jsonl``/``.csv``, ``.gz`` too)."""
+    """A data file's records for ``role`` of ``task`` (``.jsonl``/``.csv``, ``.gz`` too).
+    The task file's column renames describe the private data (and test data like it); public
+    inputs, often from elsewhere, may use them or the template's own field names."""
     cols = task_columns(task, columns)
+    plain = task_columns(_without_renames(task), columns)
+    if role == "public" and plain != cols:
+        try:
+            return _task_records(path, task, role, columns, cols)
+        except DataError as renamed:
+            try:
+                return _task_records(path, task, role, columns, plain)
+            except DataError:
+                raise renamed from None
+    return _task_records(path, task, role, columns, cols)
+
+
+def _without_renames(task: Task) -> Task:
+    return dataclasses.replace(task, columns=dict(DEFAULT_COLUMNS))
+
+
+def _task_records(
+    path: str | Path, task: Task, role: str, columns: ColumnOverrides, cols: dict[str, str]
+) -> Dataset:
     if data_suffix(Path(path)) == ".txt" and (role != "public" or task.extra_fields()):
         raise DataError(
             path, f"{role} data for task {task.name} is a .jsonl or .csv file (a .txt file, one "
