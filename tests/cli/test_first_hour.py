@@ -130,7 +130,9 @@ def write_tickets(path, transform=lambda t: t):
         w.writerow(["user_id", "label", "text"])
         for i in range(100):
             label = LABELS[i % 3]
-            w.writerow([f"u{i % 36}", label, transform(f"My {label} ticket {i}: I was charged twice.")])
+            w.writerow(
+                [f"u{i % 36}", label, transform(f"My {label} ticket {i}: I was charged twice.")]
+            )
 
 
 def test_two_bodies_of_records_get_two_default_budgets(tickets):
