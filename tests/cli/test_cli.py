@@ -184,6 +184,12 @@ def test_ledger_show(tmp_path):
     assert out["spent"]["epsilon"] == 1.5 and out["remaining_epsilon"] == 2.5
     missing = runner.invoke(app, ["ledger", "show", str(tmp_path / "nope.db")])
     assert missing.exit_code == 2 and "no such ledger" in missing.stderr
+    assert run_json("ledger", "show", str(db))["spent"]["epsilon"] == 1.5  # its only ledger
+    PrivacyLedger(db, "other", Budget(2.0, 1e-6))
+    listed = run_json("ledger", "show", str(db))["ledgers"]
+    assert [(r["name"], r["budget"]["epsilon"]) for r in listed] == [("svc", 4.0), ("other", 2.0)]
+    unknown = runner.invoke(app, ["ledger", "show", str(db), "--name", "nope"])
+    assert unknown.exit_code == 2 and "holds no ledger 'nope'" in unknown.stderr
 
 
 @requires_data
