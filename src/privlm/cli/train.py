@@ -8,7 +8,6 @@ from typing import Any
 
 import typer
 
-from privlm.accounting import DpSgdPlan
 from privlm.cli.common import (
     JSON_OPTION,
     LEDGER_NAME_HELP,
@@ -154,6 +153,7 @@ def jft(
     ds = load_training_data(
         data, limit, text_column=text_column, user_column=user_column, no_header=no_header
     )  # the file and its columns are checked before the heavy imports
+    from privlm.accounting import DpSgdPlan
     from privlm.training.dpsgd import plan_run
     from privlm.training.jft import RELEASES as JFT_RELEASES
     from privlm.training.jft import train_jft
