@@ -29,11 +29,16 @@ class PlainLines:
 
     def __init__(self, stream: TextIO) -> None:
         self.stream = stream
+        self._last = ""
 
     def write(self, text: str) -> int:
         line = _CONTROL.sub("", text).strip()
-        if line:
+        # a bar's progress is what comes before its timings ("[00:01<00:00, …]"): the
+        # refresh tqdm makes on closing a finished bar repeats it, and is left out
+        progress = line.split("[", 1)[0].strip()
+        if line and progress != self._last:
             self.stream.write(line + "\n")
+            self._last = progress
         return len(text)
 
     def flush(self) -> None:

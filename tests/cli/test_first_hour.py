@@ -124,6 +124,21 @@ def test_progress_bars_off_a_terminal_are_plain_lines(capsys):
     assert any("3/3" in line for line in lines) and any("4/4" in line for line in lines)
 
 
+def test_a_finished_plain_bar_prints_its_last_line_once(monkeypatch):
+    import io
+
+    import privlm.progress
+    from privlm.progress import progress_bar
+
+    monkeypatch.setattr(privlm.progress, "PLAIN_INTERVAL_S", 0)  # print every refresh
+    log = io.StringIO()
+    for _ in progress_bar(range(4), desc="steps", file=log, miniters=1):
+        pass
+    lines = log.getvalue().splitlines()
+    assert sum("4/4" in line for line in lines) == 1, lines  # closing repeats no line
+    assert sum("/4" in line for line in lines) == 5, lines  # 0/4 … 4/4, each once
+
+
 def write_tickets(path, transform=lambda t: t):
     with path.open("w", newline="") as f:
         w = csv.writer(f)
