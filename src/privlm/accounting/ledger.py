@@ -37,6 +37,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import secrets
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -285,8 +286,6 @@ def naming_key(target: str | Path | Engine) -> bytes:
     """The database's secret key for naming ledgers after their records, made on first use
     (32 random bytes). A name derived under it (an HMAC of the records) identifies one body
     of records within this file and is useless outside it."""
-    import secrets
-
     engine = target if isinstance(target, Engine) else durable_engine(target)
     _ensure_schema(engine)
     where = file_keys_table.c.purpose == "ledger-names"

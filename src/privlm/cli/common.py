@@ -8,9 +8,12 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
+
+if TYPE_CHECKING:
+    from privlm.data import Record
 
 from privlm.config import (
     CHECKPOINTING_HELP,
@@ -143,10 +146,10 @@ def run_ledger(
     budget_epsilon: float | None,
     run_cost: float,
     delta: float,
-    texts: Iterable[str] = (),
+    records: Iterable[Record] = (),
 ) -> Iterator[Any]:
     """A run's ledger: ledger ``name`` in ``path`` (default ``./privlm-ledger.db``; default
-    name: :func:`records_ledger_name` of ``texts``, the run's private texts) as it is, or a
+    name: :func:`records_ledger_name` of the run's private ``records``) as it is, or a
     new one whose budget is ``budget_epsilon`` (default: what this run costs, so it fits
     exactly once). A new ledger the run leaves without a charge (it was refused) is
     removed again, and the file with it if the run made it, so a retry starts afresh; a
@@ -156,7 +159,7 @@ def run_ledger(
 
     new_file = not path.exists()
     if name is None:
-        name = records_ledger_name(path, texts)
+        name = records_ledger_name(path, (r.text for r in records))
     if not new_file:
         try:
             led = PrivacyLedger(path, name)

@@ -151,8 +151,7 @@ def dpsgd(
     opened: Any = nullcontext(None)
     if ledger is not None and run.private:
         cost = run.epsilon(cfg.accountant), run.delta
-        texts = [r.text for r in splits.private]
-        opened = run_ledger(ledger, ledger_name, budget_epsilon, *cost, texts)
+        opened = run_ledger(ledger, ledger_name, budget_epsilon, *cost, splits.private)
     with opened as led:
         st = train_prompt_dpsgd(model, examples, out, cfg, ledger=led, progress=not as_json)
     result = {**st.to_dict(), "adapter": str(out), "task": t.name}

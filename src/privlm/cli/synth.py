@@ -94,8 +94,7 @@ def synth(
     lm = load_public_model(model, device=device, dtype=dtype)
     # a new ledger's default budget is the run's ε (checked again, with every other charge
     # of the ledger, before the first text)
-    texts = [r.text for r in ds.records]
-    with run_ledger(ledger, ledger_name, budget_epsilon, cfg.epsilon, cfg.delta, texts) as led:
+    with run_ledger(ledger, ledger_name, budget_epsilon, cfg.epsilon, cfg.delta, ds.records) as led:
         warn_if_seeded(cfg.seed)
         res = synthesize(
             lm, ds, out, cfg, labels=declared, ledger=led, resume=resume,

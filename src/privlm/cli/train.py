@@ -76,8 +76,7 @@ def dpsgd(
     # a new ledger's default budget is what this run costs, as the ledger composes it (by
     # the run's accountant: RDP, or PLD for prv), so the run fits exactly once
     cost = run.epsilon(cfg.accountant)
-    texts = [r.text for r in ds.records]
-    with run_ledger(ledger, ledger_name, budget_epsilon, cost, run.delta, texts) as led:
+    with run_ledger(ledger, ledger_name, budget_epsilon, cost, run.delta, ds.records) as led:
         warn_if_seeded(cfg.seed)
         warn_if_weak_delta(run.delta, run.units, ds.unit_kind)
         warn_if_few_steps(run.steps, run.sample_rate, run.units, cfg.batch_size)
@@ -173,8 +172,7 @@ def jft(
     )
     if cfg.phase1 == "light-noise":
         run_cost += cfg.phase1_epsilon  # a new ledger's default: room for both charges
-    texts = [r.text for r in ds.records]
-    with run_ledger(ledger, ledger_name, budget_epsilon, run_cost, run.delta, texts) as led:
+    with run_ledger(ledger, ledger_name, budget_epsilon, run_cost, run.delta, ds.records) as led:
         warn_if_seeded(cfg.phase2.seed)
         st = train_jft(model, ds, out, cfg, phase1_dir=phase1_out, ledger=led, progress=not as_json)
     if as_json:
