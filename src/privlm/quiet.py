@@ -5,7 +5,8 @@ torchao (privlm does not need it: the tagger's int8 layers are privlm's own,
 transformers whenever it is installed, so on such a machine every model load would print
 a "Failed to load ..._C*.so" line for each of torchao's CUDA kernels on a machine without
 CUDA (its CPU path does not use them), and torch's notice that torchao registers Enum
-classes the deprecated way. Only those two messages are dropped, by text; the loggers keep
+classes the deprecated way, and torchao's "Detected no triton" (privlm calls none of
+torchao's kernels). Only those three messages are dropped, by text; the loggers keep
 every other record.
 """
 
@@ -41,6 +42,7 @@ def quiet_third_party_logs() -> None:
     """Install the filters (idempotent: a logger keeps one of each)."""
     wanted = {
         "torchao": DropMessages("Failed to load", applies=_without_cuda),
+        "torchao.kernel.intmm": DropMessages("Detected no triton"),
         "torch.utils._pytree": DropMessages("is an Enum subclass and is now natively supported"),
     }
     for name, drop in wanted.items():

@@ -102,7 +102,8 @@ def test_a_training_run_prints_no_third_party_warning_that_privlm_causes(tickets
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-2000:]
     for noise in ("is_gradient_checkpointing", "Unable to fetch remote file",
-                  "Could not find a config file"):  # fmt: skip
+                  "Could not find a config file", "Secure RNG turned off",
+                  "Full backward hook is firing", "Detected no triton"):  # fmt: skip
         assert noise not in run.stderr, run.stderr[-2000:]
 
 

@@ -31,6 +31,7 @@ from torch.utils.data import DataLoader
 from torch.utils.data import Dataset as TorchDataset
 
 from privlm.errors import PrivlmError
+from privlm.models.known_warnings import quiet_during_dp_fit
 from privlm.progress import LossMeter, progress_bar
 from privlm.randomness import PrivacyRandomness
 from privlm.training.distributed_dp import LockstepPoissonSampler, collate_with_empty
@@ -115,6 +116,7 @@ def _finite(losses: torch.Tensor, step: int) -> None:
         )
 
 
+@quiet_during_dp_fit()  # two notices every run causes (privlm.models.known_warnings)
 def dp_fit(
     model: torch.nn.Module,
     examples: TorchDataset[tuple[torch.Tensor, ...]],
