@@ -18,8 +18,9 @@ pytestmark = pytest.mark.fast
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "privlm"
 HOME = SRC / "accounting" / "statements.py"
-# an f-string that writes two figures as a pair and then "-DP" or "-SDP"
-PAIR_THEN_DP = re.compile(r"\(\{[^{}]+\}, \{[^{}]+\}\)-S?DP")
+# an f-string that writes two figures as a pair and then "-DP" or "-SDP", or as
+# "ε = …, δ = …" (a statement in other words)
+PAIR_THEN_DP = re.compile(r"\(\{[^{}]+\}, \{[^{}]+\}\)-S?DP|ε = \{[^{}]+\}, δ = \{[^{}]+\}")
 
 
 def formatted_pairs(path: Path) -> list[str]:
@@ -41,6 +42,8 @@ def test_no_module_but_statements_formats_a_dp_pair():
 def test_the_scan_sees_a_pair_formatted_by_hand(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text('eps, d = 1.0, 1e-5\nline = f"adapter: ({eps:.4g}, {d:g})-DP per user"\n')
+    assert formatted_pairs(bad)
+    bad.write_text('eps, d = 1.0, 1e-5\nline = f"prompt: ε = {eps:.4g}, δ = {d:.3g} per user"\n')
     assert formatted_pairs(bad)
 
 

@@ -121,3 +121,12 @@ def test_detect_corpus_eval_and_miss_rate_on_the_pii_corpus(tmp_path):
 def test_detect_eval_refuses_an_unknown_corpus():
     res = run("detect", "eval", "--corpus", "nope")
     assert res.exit_code != 0 and "unknown corpus" in res.output
+
+
+def test_train_jft_with_too_few_steps_to_train_warns(tmp_path):
+    res = run(
+        "train", "jft", notes(tmp_path), "--out", tmp_path / "m", "--detector", "regex",
+        "--model", "tiny", "--block-size", "16", "--ledger", tmp_path / "l.db",
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "warning: only 1 noisy step" in res.stderr and "Lower --batch-size" in res.stderr

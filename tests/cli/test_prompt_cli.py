@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from privlm.accounting import PrivacyLedger
+from privlm.accounting.ledger import ledger_names
 from privlm.cli import app
 
 TASK = """\
@@ -32,7 +33,8 @@ def ticket_rows(n, user_prefix, records_per_user=1):
 
 
 @pytest.fixture
-def files(tmp_path):
+def files(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the runs' default ledger, ./privlm-ledger.db
     (tmp_path / "tickets.yaml").write_text(TASK)
     header = "customer,via,body,topic"
     (tmp_path / "private.csv").write_text(
@@ -62,7 +64,8 @@ def test_prompt_pate_on_an_unshipped_task_with_an_out_of_distribution_public_fil
     assert out["task"] == "ticket-topic" and out["queries"] == 24 and out["answered"] >= 4
     assert out["label_accuracy"] is None  # the public file has no labels to compare with
     assert 0 <= out["student_test_accuracy"] <= 1
-    ledger = PrivacyLedger(files / "l.db", "prompt-pate")
+    (name,) = ledger_names(files / "l.db")  # the private data's budget
+    ledger = PrivacyLedger(files / "l.db", name)
     assert ledger.spent().epsilon == pytest.approx(out["epsilon"])
     student = json.loads((files / "student" / "student_prompt.json").read_text())
     assert student["task"] == "ticket-topic"
@@ -78,6 +81,9 @@ def test_prompt_dpsgd_eval_and_mia_on_an_unshipped_task(files):
     out = invoke("prompt", "dpsgd", *common, "--unit", "user", "--test-data", files / "test.csv",
                  "--epochs", 1, "--batch-size", 10, "--out", files / "sp")  # fmt: skip
     assert (out["unit"], out["units"], out["records_left_out"]) == ("user", 30, 30)
+    (name,) = ledger_names("privlm-ledger.db")  # charged by default, to the data's budget
+    assert name.startswith("data-")
+    assert PrivacyLedger("privlm-ledger.db", name).spent().epsilon == pytest.approx(out["epsilon"])
     assert out["task"] == "ticket-topic" and 0 <= out["test_accuracy"] <= 1
     statement = json.loads((files / "sp" / "privacy.json").read_text())
     assert statement["unit"] == "user" and statement["task"] == "ticket-topic"
@@ -121,6 +127,27 @@ def test_prompt_pate_refuses_public_data_that_holds_private_records(files):
     assert res.exit_code != 0
     assert "60 of the" in res.output and "verbatim" in res.output
     assert "invoice" not in res.output and not (files / "s").exists()
-    assert (
-        not (files / "l.db").exists() or PrivacyLedger(files / "l.db", "prompt-pate").count() == 0
-    )
+    assert not (files / "l.db").exists()  # refused before a charge: no ledger left behind
+
+
+def test_prompt_dpsgd_with_too_few_steps_to_train_warns(files):
+    res = CliRunner().invoke(app, [
+        "prompt", "dpsgd", "--task-file", str(files / "tickets.yaml"), "--private-data",
+        str(files / "private.csv"), "--unit", "user", "--model", "tiny", "--epochs", "1",
+        "--out", str(files / "sp"),
+    ])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "warning: only 1 noisy step" in res.stderr and "Lower --batch-size" in res.stderr
+
+
+def test_prompt_pate_and_prompt_dpsgd_on_one_file_draw_on_one_budget(files):
+    common = ["--task-file", files / "tickets.yaml", "--private-data", files / "private.csv"]
+    pate = invoke("prompt", "pate", *common, "--public-data", files / "public.jsonl",
+                  "--teachers", 8, "--threshold", 0, "--queries", 6, "--candidates", 2,
+                  "--holdout", 2, "--epsilon", 20, "--out", files / "student")  # fmt: skip
+    sp = invoke("prompt", "dpsgd", *common, "--unit", "user", "--epochs", 1, "--batch-size",
+                10, "--out", files / "sp")  # fmt: skip
+    (name,) = ledger_names("privlm-ledger.db")
+    ledger = PrivacyLedger("privlm-ledger.db", name)
+    assert ledger.budget.epsilon == 20 and ledger.count() == 6 + 1
+    assert ledger.spent().epsilon >= max(pate["epsilon"], sp["epsilon"])

@@ -55,7 +55,8 @@ def test_the_bank_refuses_what_is_not_a_soft_prompt(tmp_path):
 
 
 @requires_data
-def test_cli_prompt_dpsgd(tmp_path):
+def test_cli_prompt_dpsgd(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # its default ledger
     res = CliRunner().invoke(
         app,
         ["prompt", "dpsgd", "--out", str(tmp_path / "sp"), "--model", "tiny", "--private", "40",

@@ -17,6 +17,7 @@ from privlm.cli.common import (
     noise_from_flags,
     run_ledger,
     user_errors,
+    warn_if_few_steps,
     warn_if_seeded,
 )
 from privlm.config import cli_settings
@@ -122,8 +123,8 @@ def dpsgd(
     ),
     model: str = typer.Option(DEFAULT_MODEL, help="Public model."),
     split_seed: int = SPLIT_SEED_OPTION,
-    ledger: Path | None = typer.Option(
-        None, help="Budget ledger charged before the prompt is written (default: none)."
+    ledger: Path = typer.Option(
+        Path("privlm-ledger.db"), help="Budget ledger, charged before the prompt is written."
     ),
     ledger_name: str | None = typer.Option(None, help=LEDGER_NAME_HELP),
     budget_epsilon: float | None = typer.Option(
@@ -149,9 +150,10 @@ def dpsgd(
     examples = TaskExamples(t, splits.private)
     run = PromptRun.plan(examples, cfg).run
     opened: Any = nullcontext(None)
-    if ledger is not None and run.private:
+    if run.private:  # the non-private baseline (--noise none) charges nothing
         cost = run.epsilon(cfg.accountant), run.delta
         opened = run_ledger(ledger, ledger_name, budget_epsilon, *cost, splits.private)
+        warn_if_few_steps(run.steps, run.sample_rate, run.units, cfg.batch_size)
     with opened as led:
         st = train_prompt_dpsgd(model, examples, out, cfg, ledger=led, progress=not as_json)
     result = {**st.to_dict(), "adapter": str(out), "task": t.name}
@@ -164,8 +166,14 @@ def dpsgd(
     if as_json:
         emit_json(result)
         return
-    eps = "non-private" if st.epsilon is None else f"ε = {st.epsilon:.4g}, δ = {st.delta:.3g}"
-    typer.echo(f"{kind} in {out}: {eps} per {st.unit}, σ = {st.noise_multiplier}, {st.steps} steps")
+    from privlm.accounting.statements import guarantee_text
+
+    eps = (
+        f"non-private, per {st.unit}"
+        if st.epsilon is None or st.delta is None
+        else guarantee_text(st.epsilon, st.delta, st.unit)
+    )
+    typer.echo(f"{kind} in {out}: {eps}, σ = {st.noise_multiplier}, {st.steps} steps")
     if st.records_left_out:
         typer.echo(f"{st.records_left_out} records after each user's first were left out")
     if splits.test:
@@ -199,7 +207,7 @@ def pate(
         None, help="Test examples (default 200 of the corpus, or all of --test-data; 0: skip)."
     ),
     ledger: Path = typer.Option(Path("privlm-ledger.db"), help="Budget ledger."),
-    ledger_name: str = typer.Option("prompt-pate", help="Ledger name."),
+    ledger_name: str | None = typer.Option(None, help=LEDGER_NAME_HELP),
     model: str = typer.Option(DEFAULT_MODEL, help="Public model."),
     split_seed: int = SPLIT_SEED_OPTION,
     device: str = DEVICE_OPTION,
@@ -209,9 +217,10 @@ def pate(
     settings: dict[str, Any],
 ) -> None:
     """PromptPATE: teachers label public inputs by Confident-GNMax; a student prompt is chosen."""
+    from privlm.accounting.advice import suggested_delta
     from privlm.models import load_public_model
     from privlm.prompting.evaluate import accuracy, prompt_probabilities
-    from privlm.prompting.pate_pipeline import PateExamples, pate_ledger, run_prompt_pate
+    from privlm.prompting.pate_pipeline import PateExamples, run_prompt_pate
 
     cfg = PromptPateConfig(**settings)  # refused now, before any data is read
     t = resolve_task(task, task_file)
@@ -225,12 +234,16 @@ def pate(
     describe_splits(splits, as_json)
     warn_if_seeded(cfg.seed)
     warn_if_weak_threshold(cfg, len(t.labels))
-    led = pate_ledger(ledger, ledger_name, cfg, len({r.unit for r in splits.private}))
-    lm = load_public_model(model, device=device, dtype=dtype)
-    res = run_prompt_pate(
-        lm, PateExamples(t, splits.private, splits.public), out, cfg, ledger=led,
-        progress=not as_json,
-    )  # fmt: skip
+    units = len({r.unit for r in splits.private})
+    delta = cfg.delta if cfg.delta is not None else suggested_delta(units)
+    # a new ledger's budget is --epsilon; an existing one (the data's, shared with the other
+    # runs on these records) keeps its own, and the queries asked must fit what is left
+    with run_ledger(ledger, ledger_name, None, cfg.epsilon, delta, splits.private) as led:
+        lm = load_public_model(model, device=device, dtype=dtype)
+        res = run_prompt_pate(
+            lm, PateExamples(t, splits.private, splits.public), out, cfg, ledger=led,
+            progress=not as_json,
+        )  # fmt: skip
     result = {**res.to_dict(), "task": t.name, **lm.placement.describe()}
     if splits.test:
         probs = prompt_probabilities(lm.model, lm.tokenizer, t, res.student.records(), splits.test)
@@ -241,7 +254,8 @@ def pate(
     from privlm.accounting.statements import guarantee_text
 
     typer.echo(
-        f"student prompt in {out}: {guarantee_text(res.epsilon, res.delta)} ({res.accounting}), "
+        f"student prompt in {out}: {guarantee_text(res.epsilon, res.delta, res.unit)} "
+        f"({res.accounting}), "
         f"{res.answered} of {res.queries} public inputs labelled"
     )
     if splits.test:

@@ -164,6 +164,7 @@ def jft(
     )  # fmt: skip
     run = plan_run(ds, cfg.phase2)
     warn_if_weak_delta(run.delta, run.units, ds.unit_kind)
+    warn_if_few_steps(run.steps, run.sample_rate, run.units, cfg.phase2.batch_size)
     run_cost = (
         DpSgdPlan(run.noise_multiplier, run.sample_rate, run.steps)
         .rdp_curve()

@@ -84,6 +84,7 @@ class PromptPateResult:
     config: dict[str, Any]
     # the threshold check against the teacher count; None when it is sound
     threshold_warning: str | None = None
+    unit: str = "record"  # what the guarantee protects: a user where the data names users
 
     def to_dict(self) -> dict[str, Any]:
         """The result, with the figures computed from the raw votes (and the wall-clock
@@ -283,6 +284,7 @@ def run_prompt_pate(
         threshold_warning=threshold_warning(
             cfg.threshold, cfg.sigma_threshold, cfg.teachers, len(task.labels)
         ),
+        unit=unit,
     )
 
     def write(d: Path) -> None:
