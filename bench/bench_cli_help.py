@@ -25,7 +25,7 @@ COMMANDS = [
     "--help", "train dpsgd --help", "train jft --help", "generate --help", "eval ppl --help",
     "ensemble train --help", "plan pmixed --help", "prompt dpsgd --help", "prompt pate --help",
     "audit extraction --help", "quickstart --help", "perturb --help", "serve --help",
-    "detect redact --help", "account dpsgd --help",
+    "detect redact --help", "account dpsgd --help", "synth --help", "ledger show --help",
 ]  # fmt: skip
 
 
@@ -34,6 +34,9 @@ REFUSALS = [
     "synth nope.csv --out x.jsonl", "synth data.csv --out x.jsonl",
     "synth data.csv --out x.jsonl --labels a --label-column topic",
     "train dpsgd nope.csv --out d/", "train dpsgd data.csv --out d/ --user-column who",
+    "generate nope/ --prompt Dear", "eval ppl --data nope.jsonl", "ledger show nope.db",
+    "account dpsgd --noise-multiplier -1 --sample-rate 0.01 --steps 10",
+    "plan pmixed --epsilon -1", "quickstart --blocks 0",
 ]  # fmt: skip
 
 

@@ -27,7 +27,7 @@ ALLOWED = {
     "curator": {"fsutil"},
     "quiet": set(),
     "perturb": BASE | {"perturb"},
-    "accounting": {"errors", "extras", "accounting"},
+    "accounting": {"errors", "extras", "lazy", "accounting"},
     "data": BASE | {"data"},
     "models": BASE | {"models"},
     "detect": BASE | {"data", "detect"},

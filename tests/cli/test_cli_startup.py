@@ -34,9 +34,10 @@ def test_help_loads_no_machine_learning_library():
 
 def test_every_commands_help_loads_no_machine_learning_library():
     """Config classes live in torch-free modules (privlm.training.config, privlm.predict.config,
-    privlm.prompting.config) and each command imports its heavy code when it runs, so every
-    ``privlm COMMAND … --help`` answers without torch, transformers, peft or Opacus (under a
-    second on the 2-core development machine: docs/results.md)."""
+    privlm.prompting.config), the accounting's names load on first use, and each command
+    imports its heavy code when it runs, so every ``privlm COMMAND … --help`` answers without
+    torch, transformers, peft, Opacus, SciPy or SQLAlchemy (under a second on the 2-core
+    development machine: docs/results.md)."""
     code = (
         "import sys, io, contextlib\nfrom privlm.cli import COMMANDS, lazy_cli\n"
         "for name in COMMANDS:\n"
@@ -45,8 +46,8 @@ def test_every_commands_help_loads_no_machine_learning_library():
         "        with contextlib.redirect_stdout(io.StringIO()):\n"
         "            try:\n                lazy_cli().main([name, *sub, '--help'], prog_name='privlm')\n"
         "            except SystemExit as e:\n                assert e.code == 0, (name, sub)\n"
-        "print(sorted(m for m in ('torch', 'transformers', 'opacus', 'peft') if m in sys.modules))"
-    )
+        "print(sorted(m for m in HEAVY if m in sys.modules))"
+    ).replace("HEAVY", repr(("torch", "transformers", "opacus", "peft", "scipy", "sqlalchemy")))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "[]"
@@ -86,6 +87,11 @@ REFUSALS = [
     (["synth", "data.csv", "--out", "x.jsonl", "--labels", "zzz"], "no record has the declared"),
     (["train", "dpsgd", "nope.csv", "--out", "d/"], "file not found"),
     (["train", "dpsgd", "data.csv", "--out", "d/", "--user-column", "who"], "no 'who' column"),
+    (["generate", "nope/", "--prompt", "Dear"], "no manifest.json"),
+    (["eval", "ppl", "--ensemble", "nope/", "--method", "pmixed"], "no manifest.json"),
+    (["quickstart", "--blocks", "0"], "greater than or equal to 1"),
+    (["ledger", "show", "nope.db"], "no such ledger file"),
+    (["synth", "data.csv", "--out", "started.jsonl", "--labels", "a,b"], "holds a synth run"),
 ]  # fmt: skip
 
 
@@ -94,6 +100,8 @@ def test_a_refused_argument_or_file_loads_no_machine_learning_library(tmp_path, 
     """Argument, file, column and label checks run before any heavy import, so a simple
     mistake is refused in about a second of CPU (bench/bench_cli_help.py times them)."""
     (tmp_path / "data.csv").write_text("text,label\nhello there,a\nfine day,b\n")
+    (tmp_path / ".started.jsonl.synth").mkdir()  # a synth run begun into started.jsonl
+    (tmp_path / ".started.jsonl.synth" / "state.json").write_text("{}")
     code = (
         "import sys\nfrom privlm.cli import main\n"
         f"sys.argv = ['privlm', *{args!r}]\n"

@@ -12,43 +12,83 @@
 7.329
 """
 
-from privlm.accounting.analysis import (
-    DpConversion,
-    balle_epsilon,
-    classic_epsilon,
-    gaussian_rdp,
-    poisson_subsampled_rdp,
-    subsampled_gaussian_rdp,
-)
-from privlm.accounting.composition import Spent
-from privlm.accounting.curves import NEIGHBOURING_RELATION, RdpCurve
-from privlm.accounting.dpsgd import (
-    ACCOUNTANTS,
-    Calibration,
-    DpSgdPlan,
-    EpsilonReport,
-    calibrate_noise_multiplier,
-    dpsgd_epsilon,
-)
-from privlm.accounting.ledger import (
-    Budget,
-    Charge,
-    ChargeRecord,
-    PrivacyLedger,
-    charge_together,
-)
-from privlm.accounting.orders import DEFAULT_ORDERS, INTEGER_ORDERS
-from privlm.accounting.pate import (
-    GnmaxPlan,
-    ReleasedRdp,
-    SmoothRelease,
-    confident_gnmax_curve,
-    data_independent_query_curve,
-    plan_gnmax,
-    release_data_dependent_rdp,
-)
-from privlm.accounting.relations import Relation
+from typing import TYPE_CHECKING
 
+from privlm.lazy import lazy_exports
+
+if TYPE_CHECKING:  # what type checkers see; at run time each name loads on first use
+    from privlm.accounting.analysis import (
+        DpConversion,
+        balle_epsilon,
+        classic_epsilon,
+        gaussian_rdp,
+        poisson_subsampled_rdp,
+        subsampled_gaussian_rdp,
+    )
+    from privlm.accounting.composition import Spent
+    from privlm.accounting.curves import NEIGHBOURING_RELATION, RdpCurve
+    from privlm.accounting.dpsgd import (
+        ACCOUNTANTS,
+        Calibration,
+        DpSgdPlan,
+        EpsilonReport,
+        calibrate_noise_multiplier,
+        dpsgd_epsilon,
+    )
+    from privlm.accounting.ledger import (
+        Budget,
+        Charge,
+        ChargeRecord,
+        PrivacyLedger,
+        charge_together,
+    )
+    from privlm.accounting.orders import DEFAULT_ORDERS, INTEGER_ORDERS
+    from privlm.accounting.pate import (
+        GnmaxPlan,
+        ReleasedRdp,
+        SmoothRelease,
+        confident_gnmax_curve,
+        data_independent_query_curve,
+        plan_gnmax,
+        release_data_dependent_rdp,
+    )
+    from privlm.accounting.relations import Relation
+
+# each name's submodule: ``import privlm.accounting`` loads neither SciPy nor SQLAlchemy
+# until a name that needs them is used (a CLI's --help and its argument errors stay fast)
+EXPORTS = {
+    "DpConversion": "analysis",
+    "balle_epsilon": "analysis",
+    "classic_epsilon": "analysis",
+    "gaussian_rdp": "analysis",
+    "poisson_subsampled_rdp": "analysis",
+    "subsampled_gaussian_rdp": "analysis",
+    "Spent": "composition",
+    "NEIGHBOURING_RELATION": "curves",
+    "RdpCurve": "curves",
+    "ACCOUNTANTS": "dpsgd",
+    "Calibration": "dpsgd",
+    "DpSgdPlan": "dpsgd",
+    "EpsilonReport": "dpsgd",
+    "calibrate_noise_multiplier": "dpsgd",
+    "dpsgd_epsilon": "dpsgd",
+    "Budget": "ledger",
+    "Charge": "ledger",
+    "ChargeRecord": "ledger",
+    "PrivacyLedger": "ledger",
+    "charge_together": "ledger",
+    "DEFAULT_ORDERS": "orders",
+    "INTEGER_ORDERS": "orders",
+    "GnmaxPlan": "pate",
+    "ReleasedRdp": "pate",
+    "SmoothRelease": "pate",
+    "confident_gnmax_curve": "pate",
+    "data_independent_query_curve": "pate",
+    "plan_gnmax": "pate",
+    "release_data_dependent_rdp": "pate",
+    "Relation": "relations",
+}
+__getattr__ = lazy_exports(__name__, EXPORTS)
 __all__ = [
     "ACCOUNTANTS",
     "DEFAULT_ORDERS",

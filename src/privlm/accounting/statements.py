@@ -22,16 +22,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from privlm.accounting.analysis.conversion import check_delta
 from privlm.accounting.composition import PldPart, composed_spent
-from privlm.accounting.ledger import Charge, ChargeRecord, PrivacyLedger
 from privlm.accounting.orders import DEFAULT_ORDERS
 from privlm.accounting.relations import Relation, joint_relation
 from privlm.errors import AccountingError
+
+if TYPE_CHECKING:  # annotations only: the ledger (SQLAlchemy) loads where one is used
+    from privlm.accounting.ledger import Charge, ChargeRecord, PrivacyLedger
 
 
 def pair_text(epsilon: float, delta: float) -> str:

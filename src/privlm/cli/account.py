@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import typer
 
-from privlm.accounting import calibrate_noise_multiplier, dpsgd_epsilon, plan_gnmax
 from privlm.cli.common import JSON_OPTION, emit_json, user_errors
 
 app = typer.Typer(help="Privacy accounting: ε of a plan, σ for a target ε.", no_args_is_help=True)
@@ -27,6 +26,8 @@ def dpsgd(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """ε spent by DP-SGD (Poisson-subsampled Gaussian, add/remove-one neighbours)."""
+    from privlm.accounting import dpsgd_epsilon  # here: --help and errors need no SciPy
+
     report = dpsgd_epsilon(noise_multiplier, sample_rate, steps, delta, accountant)
     if as_json:
         emit_json(report.to_dict())
@@ -49,6 +50,8 @@ def calibrate(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """The noise multiplier σ that meets (ε, δ); its ε never exceeds the target."""
+    from privlm.accounting import calibrate_noise_multiplier
+
     cal = calibrate_noise_multiplier(epsilon, delta, sample_rate, steps, accountant)
     if as_json:
         emit_json(cal.to_dict())
@@ -79,6 +82,8 @@ def gnmax(
         raise typer.BadParameter(
             "--votes takes integers separated by commas, e.g. 380,20"
         ) from None
+    from privlm.accounting import plan_gnmax
+
     plan = plan_gnmax(counts, threshold, sigma_threshold, sigma, delta, queries)
     if as_json:
         emit_json(plan.to_dict())

@@ -6,8 +6,6 @@ from pathlib import Path
 
 import typer
 
-from privlm.accounting import PrivacyLedger
-from privlm.accounting.ledger import ledger_names
 from privlm.cli.common import JSON_OPTION, emit_json, user_errors
 from privlm.errors import PrivlmError
 
@@ -28,6 +26,8 @@ def show(
     """Budget, spent and remaining ε, and the charges of a ledger."""
     if not path.is_file():
         raise PrivlmError(f"{path}: no such ledger file")
+    from privlm.accounting.ledger import PrivacyLedger, ledger_names  # SQLAlchemy: here
+
     names = ledger_names(path)
     if name is None and len(names) != 1:
         _list(path, names, as_json)
@@ -51,6 +51,8 @@ def show(
 
 def _list(path: Path, names: list[str], as_json: bool) -> None:
     """Every ledger in ``path``: its budget and what it has spent."""
+    from privlm.accounting.ledger import PrivacyLedger
+
     rows = []
     for n in names:
         data = PrivacyLedger(path, n).to_json()

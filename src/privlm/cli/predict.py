@@ -65,6 +65,9 @@ def generate(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Generate text privately; every released token is charged to the ledger first."""
+    from privlm.training.manifest import load_manifest
+
+    load_manifest(ensemble)  # a missing or partial ensemble refused before the heavy imports
     from privlm.predict.factory import build_predictor
     from privlm.predict.loading import load_ensemble
     from privlm.predict.mechanisms import private_mechanism
@@ -151,7 +154,10 @@ def eval_ppl(
     """Held-out perplexity of an ensemble's methods, one LoRA adapter, or the public model, on
     WikiText-2 or your own file. For private methods every token is one query (T = tokens)."""
     from privlm.cli.ensemble import load_training_data
+    from privlm.training.manifest import load_manifest
 
+    if ensemble is not None:
+        load_manifest(ensemble)  # refused before the heavy imports
     texts = load_training_data(
         data, None, records, text_column=text_column, no_header=no_header
     ).texts()

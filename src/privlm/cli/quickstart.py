@@ -21,13 +21,6 @@ from typing import Any
 
 import typer
 
-from privlm.accounting import (
-    Budget,
-    Charge,
-    PrivacyLedger,
-    calibrate_noise_multiplier,
-    dpsgd_epsilon,
-)
 from privlm.accounting.advice import suggested_delta
 from privlm.cli.common import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit_json, user_errors
 from privlm.data import corpora
@@ -40,6 +33,14 @@ from privlm.training.config import EnsembleConfig, LoraTrainingConfig
 
 def budget_example(n_units: int, batch_size: int = 256, epochs: int = 3) -> dict[str, Any]:
     """ε and σ for a DP-SGD plan over ``n_units`` records, and a ledger that enforces it."""
+    from privlm.accounting import (  # here: --help and errors need neither SciPy nor a ledger
+        Budget,
+        Charge,
+        PrivacyLedger,
+        calibrate_noise_multiplier,
+        dpsgd_epsilon,
+    )
+
     q = batch_size / n_units
     steps = math.ceil(epochs / q)
     delta = suggested_delta(n_units)  # DP-SGD's default δ
@@ -189,13 +190,17 @@ def private_pipeline(
 @user_errors
 def quickstart(
     model: str = typer.Option(DEFAULT_MODEL, help="Public model: name, HF id or directory."),
-    blocks: int = typer.Option(16, help="WikiText-2 validation blocks to score."),
-    block_size: int = typer.Option(512, help="Tokens per block."),
+    blocks: int = typer.Option(16, min=1, help="WikiText-2 validation blocks to score."),
+    block_size: int = typer.Option(512, min=16, max=8192, help="Tokens per block."),
     private: bool = typer.Option(True, help="Run the private-prediction pipeline (step 4)."),
-    ensemble_size: int = typer.Option(8, help="Step 4: N adapters."),
-    train_records: int = typer.Option(480, help="Step 4: WikiText-2 train records to split."),
+    ensemble_size: int = typer.Option(8, min=2, max=1024, help="Step 4: N adapters."),
+    train_records: int = typer.Option(
+        480, min=2, help="Step 4: WikiText-2 train records to split."
+    ),
     prompt: str = typer.Option("The history of the", help="Step 4: prompt for private generation."),
-    new_tokens: int = typer.Option(24, help="Step 4: tokens to generate privately."),
+    new_tokens: int = typer.Option(
+        24, min=1, max=4096, help="Step 4: tokens to generate privately."
+    ),
     device: str = DEVICE_OPTION,
     dtype: str = DTYPE_OPTION,
     as_json: bool = JSON_OPTION,

@@ -88,6 +88,9 @@ def synth(
     from privlm.synth.labels import declared_labels
 
     declared_labels(ds, declared)  # refused before the heavy imports and the model
+    from privlm.synth.run_folder import refuse_a_started_run, run_folder
+
+    refuse_a_started_run(run_folder(out), resume)
     from privlm.models import load_public_model
     from privlm.synth import synthesize
 

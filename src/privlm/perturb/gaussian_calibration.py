@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import math
 
-from scipy.special import log_ndtr
-
 from privlm.errors import PrivlmError
 
 BISECTION_STEPS = 200
@@ -29,6 +27,8 @@ def check_epsilon_delta(epsilon: float, delta: float) -> None:
 
 def gaussian_delta(epsilon: float, sigma: float, sensitivity: float) -> float:
     """δ(ε) of the Gaussian mechanism (Balle & Wang 2018, Theorem 8), exact."""
+    from scipy.special import log_ndtr  # here: a CLI's --help needs no SciPy
+
     a = sensitivity / (2.0 * sigma)
     b = epsilon * sigma / sensitivity
     l1 = float(log_ndtr(a - b))

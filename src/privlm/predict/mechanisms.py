@@ -30,7 +30,6 @@ from typing import Any
 from privlm.accounting import RdpCurve
 from privlm.accounting.analysis import pmixed as analysis
 from privlm.accounting.relations import Relation
-from privlm.accounting.statements import guarantee_text
 from privlm.config import Setting, settings_of
 from privlm.errors import PrivlmError
 from privlm.predict.config import (
@@ -231,6 +230,8 @@ def _recorded(statement: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 
 def _pmixed_guarantee(cfg: PMixEDConfig, statement: Mapping[str, Any]) -> Guarantee:
+    from privlm.accounting.statements import guarantee_text  # the ledger: SQLAlchemy
+
     got = _recorded(statement)
     if got is None:
         return Guarantee("DP", MIXTURE_RELATION, UNRESERVED)
@@ -244,6 +245,8 @@ def _pmixed_guarantee(cfg: PMixEDConfig, statement: Mapping[str, Any]) -> Guaran
 
 
 def _screened_guarantee(cfg: ScreenedPMixEDConfig, statement: Mapping[str, Any]) -> Guarantee:
+    from privlm.accounting.statements import guarantee_text  # the ledger: SQLAlchemy
+
     got = _recorded(statement)
     if got is None:
         return Guarantee("DP", MIXTURE_RELATION, UNRESERVED)

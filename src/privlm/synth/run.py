@@ -53,6 +53,7 @@ from privlm.randomness import PrivacyRandomness
 from privlm.synth.batches import Batch, batches_per_unit, plan_batches, unit_counts
 from privlm.synth.config import CountPlan, SynthConfig, plan_count
 from privlm.synth.labels import declared_labels as declared_labels
+from privlm.synth.run_folder import refuse_a_started_run, run_folder
 
 MECHANISM = "synth"
 COUNT_MECHANISM = "synth-count"
@@ -68,11 +69,6 @@ MECHANISM_TEXT = {
     "screened": "Screened PMixED: a sparse-vector test per token sends it to the public model "
     "(free) or to a paid PMixED mixture (q = 1) of in-context members; paid_tokens per text",
 }
-
-
-def run_folder(out: Path) -> Path:
-    """The run's private folder beside its output: state, key and per-text ledgers."""
-    return out.with_name(f".{out.name}.synth")
 
 
 def statement_path(out: Path) -> Path:
@@ -193,13 +189,9 @@ class RunState:
     @classmethod
     def open(cls, folder: Path, digest: str, seed: int | None, resume: bool) -> RunState:
         path = folder / "state.json"
+        refuse_a_started_run(folder, resume)
         if path.is_file():
             data = json.loads(path.read_text())
-            if not resume:
-                raise PrivlmError(
-                    f"{folder} holds a synth run already; resume it (--resume) or choose "
-                    "another --out (its budget was charged: a new run pays again)"
-                )
             if data.get("settings") != digest:
                 raise PrivlmError(
                     "the run to resume was started with other settings, data labels or model; "

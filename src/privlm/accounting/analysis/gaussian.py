@@ -14,7 +14,7 @@ from functools import lru_cache
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from privlm.accounting.analysis.opacus_analysis import rdp as opacus_rdp
+from privlm.accounting.analysis import opacus_analysis
 from privlm.accounting.orders import as_orders
 from privlm.errors import AccountingError
 
@@ -55,7 +55,7 @@ def _one_step_rdp(
     Python loop (about 5 ms an order), and a plan's curve is asked for again by the ledger,
     the statement and every calibration of the same settings. ``compute_rdp`` scales one
     step's curve by ``steps``, as the caller does, so the values are the same."""
-    values = opacus_rdp.compute_rdp(
+    values = opacus_analysis.rdp.compute_rdp(
         q=q, noise_multiplier=noise_multiplier, steps=1, orders=list(orders)
     )
     return tuple(float(v) for v in np.asarray(values, dtype=np.float64))

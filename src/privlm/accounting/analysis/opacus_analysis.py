@@ -10,6 +10,7 @@ as ``opacus.accountants.analysis.rdp``.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from pathlib import Path
 from types import ModuleType
@@ -30,4 +31,14 @@ def _load(relative: str, name: str) -> ModuleType:
     return module
 
 
-rdp = _load("accountants/analysis/rdp.py", "privlm.accounting.analysis._opacus_rdp")
+@functools.cache
+def _rdp() -> ModuleType:
+    return _load("accountants/analysis/rdp.py", "privlm.accounting.analysis._opacus_rdp")
+
+
+def __getattr__(name: str) -> ModuleType:
+    """``rdp``, Opacus's module, loaded on first use (it imports SciPy: seconds of a
+    CLI's start-up that only a computation needs)."""
+    if name == "rdp":
+        return _rdp()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

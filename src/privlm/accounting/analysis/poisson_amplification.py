@@ -17,7 +17,6 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy.special import gammaln, logsumexp
 
 from privlm.errors import AccountingError
 
@@ -78,6 +77,8 @@ def poisson_subsampled_rdp(
     ks = np.arange(2, k_max + 1, dtype=np.float64)  # shape (K,)
     a = alphas.astype(np.float64)[:, None]  # shape (A, 1)
     valid = ks[None, :] <= a
+    from scipy.special import gammaln, logsumexp  # here: a CLI's --help needs no SciPy
+
     with np.errstate(invalid="ignore"):
         log_binom = gammaln(a + 1) - gammaln(ks + 1) - gammaln(a - ks + 1)
         terms = log_binom + (a - ks) * log_1mq + ks * log_q + (ks - 1) * eps_k[None, :]
