@@ -79,3 +79,66 @@ def test_jft_states_what_its_charges_record(tmp_path, phase1):
     assert ledger.count() == (2 if phase1 == "light-noise" else 1)
     assert st.epsilon == pytest.approx(got.epsilon, rel=1e-9)
     assert got.relation.noun == "record"
+
+
+def _labelled(users: int | None, n: int = 24) -> Dataset:
+    recs = [
+        Record(f"the film {i} was {'fine' if i % 2 else 'dull'}",
+               f"user-{i % users}" if users else f"record-{i}", "pos" if i % 2 else "neg")
+        for i in range(n)
+    ]  # fmt: skip
+    return Dataset(recs, "mem", "user" if users else "record")
+
+
+@pytest.mark.parametrize("mechanism", ["pmixed", "dclip", "screened"])
+@pytest.mark.parametrize("users", [None, 6])
+@pytest.mark.parametrize("count", ["4", "auto"])
+def test_synth_states_what_its_charges_record(tiny, tmp_path, mechanism, users, count):
+    """With labels, a user is in one batch per label: the statement is per user all the
+    same, because the run is charged (and each text planned) for every batch a user can
+    reach; the DP count, when asked for, is a charge of its own that the statement adds."""
+    from privlm.synth import SynthConfig, synthesize
+
+    ledger = _ledger(tmp_path)
+    cfg = SynthConfig(max_tokens=3, members=3, prompt_tokens=24, mechanism=mechanism,
+                      epsilon=4.0, **({"auto_count": True} if count == "auto" else {"count": 4}))  # fmt: skip
+    res = synthesize(tiny, _labelled(users), tmp_path / "s.jsonl", cfg, labels=["neg", "pos"],
+                     ledger=ledger, progress=False)  # fmt: skip
+    st = res.statement
+    got = _recorded(ledger, st["delta"])
+    assert ledger.count() == (2 if count == "auto" else 1)
+    assert st["epsilon"] == pytest.approx(got.epsilon, rel=1e-9) and st["epsilon"] <= 4 + 1e-9
+    unit = "user" if users else "record"
+    assert got.relation.noun == unit and st["guarantee"] == got.text
+
+
+@pytest.mark.parametrize("users", [None, 6])
+def test_prompt_pate_states_what_its_charges_record(tmp_path, users):
+    from privlm.prompting.config import PromptPateConfig
+    from privlm.prompting.pate_pipeline import PateExamples, run_prompt_pate
+
+    words = ["great", "awful", "fine film", "boring and long", "a delight"]
+    private = [
+        Record(f"{words[i % 5]} {i}", f"user-{i % users}" if users else f"record-{i}",
+               "positive" if i % 2 else "negative")
+        for i in range(24)
+    ]  # fmt: skip
+    public = [Record(f"{words[i % 5]} public {i}", f"p{i}") for i in range(8)]
+    ledger = _ledger(tmp_path)
+    cfg = PromptPateConfig(teachers=4, threshold=0, sigma_threshold=2, sigma=2, epsilon=50,
+                           student_candidates=2, holdout=1, queries=6,
+                           teacher_votes="labels")  # fmt: skip
+    res = run_prompt_pate("tiny", PateExamples(get_task("sst2"), private, public),
+                          tmp_path / "st", cfg, ledger=ledger, progress=False)  # fmt: skip
+    got = _recorded(ledger, res.delta)
+    assert ledger.count() == 6
+    assert res.epsilon == pytest.approx(got.epsilon, rel=1e-9)
+    assert got.relation.noun == ("user" if users else "record") == res.unit
+
+
+def test_a_pate_holdout_of_zero_is_refused_before_any_charge():
+    from privlm.errors import PrivlmError
+    from privlm.prompting.config import PromptPateConfig
+
+    with pytest.raises(PrivlmError, match="holdout"):
+        PromptPateConfig(holdout=0)  # the student could never be picked, after the labels

@@ -79,7 +79,8 @@ class PromptPateConfig:
         choices=ACCOUNTING,
     )
     student_candidates: int = setting(20, "Candidate student prompts", ge=1, le=10000)
-    holdout: int = setting(100, "Labelled public inputs held back to pick the student", ge=0)
+    # at least one: the student is picked on held-back inputs (0 was refused after the charge)
+    holdout: int = setting(100, "Labelled public inputs held back to pick the student", ge=1)
     # None: the noisy threshold and votes come from the OS CSPRNG; a seed voids the guarantee
     seed: int | None = setting(None, SEED_HELP)
     partition_key: str | None = setting(
