@@ -196,6 +196,13 @@ class SynthConfig:
         )
 
     @cached_property
+    def dclip_text_epsilon(self) -> float:
+        """dclip: the ε one text may spend, its share of the run's budget (the cap of the
+        text's own ledger): ε itself when a unit reaches one text."""
+        orders = np.asarray([a for a in DEFAULT_ORDERS if a > 1.0])
+        return bounded_range.share_epsilon(self.epsilon, self.delta, self.texts_per_unit, orders)
+
+    @cached_property
     def token_curve(self) -> RdpCurve:
         """One token's RDP curve per unit (one member of ``members`` replaced): PMixED's
         replacement bound at q = 1, or DClip's ρ-zCDP."""

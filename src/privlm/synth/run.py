@@ -416,7 +416,7 @@ class TextGenerator:
             from privlm.synth.dclip import DClipPredictor
 
             predictor = DClipPredictor(
-                engine, self.lm.tokenizer, self._ledger(batch, cfg.epsilon), cfg.clip,
+                engine, self.lm.tokenizer, self._ledger(batch, cfg.dclip_text_epsilon), cfg.clip,
                 cfg.top_k, cfg.max_tokens, cfg.token_curve, self.rng,
             )  # fmt: skip
         elif cfg.mechanism == "screened":

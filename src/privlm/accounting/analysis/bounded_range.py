@@ -54,6 +54,15 @@ def calibrate_rho(epsilon: float, delta: float, orders: NDArray[np.float64]) -> 
     return lo * (1.0 - CALIBRATION_MARGIN)
 
 
+def share_epsilon(epsilon: float, delta: float, shares: int, orders: NDArray[np.float64]) -> float:
+    """The ε one of ``shares`` equal parts of (ε, δ)'s zCDP budget converts to: the most a
+    part planned by :func:`calibrate_rho` (ρ/``shares`` each, less the margin) may spend.
+    Taken before the margin, so a part's planned steps fit it with the margin to spare;
+    at most ε."""
+    rho = calibrate_rho(epsilon, delta, orders) / (1.0 - CALIBRATION_MARGIN)
+    return balle_epsilon(orders, zcdp_rdp(rho / shares, orders), delta).epsilon
+
+
 def dclip_clip_for(rho_per_token: float, members: int) -> float:
     """C such that one token costs ``rho_per_token``: M·√(ρ/2)."""
     return members * math.sqrt(rho_per_token / 2.0)
