@@ -41,3 +41,36 @@ def test_the_shipped_table_is_what_the_measurement_gives():
     assert r.measure_share("laplace", eps, public_lines(), seed=0) == pytest.approx(
         recorded, abs=0.002
     )
+
+
+def test_the_pages_share_of_unchanged_words_is_pythons(tmp_path):
+    """The upload page says beside ε what share of words survives: perturb.js computes it
+    from the same measured points (GET /v1/defaults) as privlm.perturb.readability."""
+    import json
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    from privlm.perturb import readability
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.fail("node is needed to test perturb.js (the Makefile installs it)")
+    root = Path(__file__).resolve().parents[2]
+    mechanisms = ("laplace", "gaussian")
+    points = {m: [{"epsilon": e, "share_unchanged": s} for e, s in readability.points(m)]
+              for m in mechanisms}  # fmt: skip
+    grid = sorted({0.5, 1.0, 7.3, *(e * f for m in mechanisms for e, _ in
+                                    readability.points(m) for f in (0.5, 1.0, 1.37))})  # fmt: skip
+    queries = [[m, eps] for m in mechanisms for eps in [*grid, 1e6]]
+    spec = tmp_path / "queries.json"
+    spec.write_text(json.dumps({"points": points, "queries": queries}))
+    run = subprocess.run(
+        [node, str(Path(__file__).with_name("run_share.js")),
+         str(root / "src" / "privlm" / "service" / "static" / "perturb.js"), str(spec)],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    page = json.loads(run.stdout)
+    python = [readability.share_unchanged(m, eps) for m, eps in queries]
+    assert page == pytest.approx(python, rel=1e-12, abs=1e-15)
+    assert len(set(python)) > 10  # the grid spans the points, not one flat end

@@ -207,21 +207,10 @@
     }).catch(function (e) { status("perturb-status", e.message, true); });
   }
 
-  /* The share of words that come through unchanged at ε per word, interpolated between
-   * the points measured on public text (GET /v1/defaults; privlm.perturb.readability). */
+  /* The share of words that come through unchanged at ε per word (perturb.js). */
   function shareUnchanged(mech, eps) {
     var d = state.perturbDefaults && state.perturbDefaults[mech];
-    if (!d) return null;
-    var pts = d.measured;
-    if (eps <= pts[0].epsilon) return pts[0].share_unchanged * eps / pts[0].epsilon;
-    for (var i = 1; i < pts.length; i++) {
-      if (eps <= pts[i].epsilon) {
-        var a = pts[i - 1], b = pts[i];
-        return a.share_unchanged + (b.share_unchanged - a.share_unchanged) *
-          (eps - a.epsilon) / (b.epsilon - a.epsilon);
-      }
-    }
-    return pts[pts.length - 1].share_unchanged;
+    return d ? P.shareUnchanged(d.measured, eps) : null;
   }
 
   /* The trade-off beside ε: how much of a text stays readable there (public figures). */

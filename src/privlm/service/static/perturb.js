@@ -221,8 +221,23 @@
     };
   }
 
+  /* The share of words that come through unchanged at ε per word, interpolated linearly
+   * between points measured on public text ([{epsilon, share_unchanged}], ascending; GET
+   * /v1/defaults): privlm.perturb.readability.share_unchanged, which a test compares. */
+  function shareUnchanged(points, eps) {
+    if (eps <= points[0].epsilon) return points[0].share_unchanged * eps / points[0].epsilon;
+    for (var i = 1; i < points.length; i++) {
+      if (eps <= points[i].epsilon) {
+        var a = points[i - 1], b = points[i];
+        return a.share_unchanged + (b.share_unchanged - a.share_unchanged) *
+          (eps - a.epsilon) / (b.epsilon - a.epsilon);
+      }
+    }
+    return points[points.length - 1].share_unchanged;
+  }
+
   var api = {
-    uniformsFromWords: uniformsFromWords, standardNormals: standardNormals,
+    shareUnchanged: shareUnchanged, uniformsFromWords: uniformsFromWords, standardNormals: standardNormals,
     gammaIntegerShape: gammaIntegerShape, logPhi: logPhi, gaussianDelta: gaussianDelta,
     gaussianSigma: gaussianSigma, gaussianEpsilon: gaussianEpsilon, makeMechanism: makeMechanism,
     makeVocabulary: makeVocabulary, tokenize: tokenize, perturbText: perturbText,
