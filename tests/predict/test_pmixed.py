@@ -255,4 +255,4 @@ def test_submix_budget_line_states_its_figure_what_is_left_and_its_dp_conversion
     })  # fmt: skip
     assert line.startswith("RDP ε spent 0.5 of 2 at order α=2 per part")
     assert f"as (ε, δ): {used:.4g} of {whole:.4g} at δ=1e-05" in line
-    assert "1.5 left" in line and "not a per-unit guarantee" in line
+    assert "RDP ε 1.5 left" in line and "not a per-unit guarantee" in line

@@ -61,7 +61,7 @@ def rdp_budget_line(spent: dict[str, Any], total: dict[str, Any]) -> str:
         line += (
             f", as (ε, δ): {dp['epsilon']:.4g} of {whole['epsilon']:.4g} at δ={whole['delta']:g}"
         )
-    return f"{line}; {max(cap - used, 0.0):.4g} left; not a per-unit guarantee"
+    return f"{line}; RDP ε {max(cap - used, 0.0):.4g} left; not a per-unit guarantee"
 
 
 def budget_line(budget: dict[str, Any]) -> str:
