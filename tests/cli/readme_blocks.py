@@ -37,9 +37,16 @@ TINY = {
     "--n": "40",
     "--generations": "10",
     "--blocks": "2",
+    "--public": "30",
+    "--prompts": "4",
 }
 # options added where the command takes them and the line leaves them to their default
-TINY_DEFAULTS = {"generate": {"--max-new-tokens": "4"}, "synth": {"--max-tokens": "4"}}
+TINY_DEFAULTS = {
+    "generate": {"--max-new-tokens": "4"},
+    "synth": {"--max-tokens": "4"},
+    "prompt": {"--test": "20"},  # of a benchmark corpus's test split: 200
+    "detect": {"--limit": "20"},  # of a corpus's thousands of sentences
+}
 # options a line gets on the tiny model only, and why: not a size, a model's quality
 TINY_MODEL = {
     "prompt": {"--threshold": "0"},  # tiny's teachers vote at random: no consensus reaches 60
@@ -51,8 +58,9 @@ SKIPS = (
     (r" quickstart\b", "the real model on WikiText-2 (make demo runs it)"),
     (r" models prepare\b", "converts the real model (the suite's model fixtures do)"),
     (r" data fetch\b", "downloads a corpus"),
-    (r"--task sst2|--corpus ", "a benchmark corpus (tests marked requires_data use them)"),
 )
+# run where the benchmark corpora are present (PRIVLM_DATA or ../shared/data), else skipped
+CORPUS = (r"--task sst2|--corpus ", "the benchmark corpora are not present")
 
 
 @dataclass(frozen=True)
@@ -80,9 +88,16 @@ def lines() -> list[Line]:
         for written in doc_commands(doc):
             words = shlex.split(written, comments=True)
             args = tuple(words[words.index(PROGRAM) + 1 :])
-            skip = next((why for pat, why in SKIPS if re.search(pat, written)), None)
+            skip = next((why for pat, why in skips() if re.search(pat, written)), None)
             out.append(Line(doc.name, written, tiny(args), skip))
     return out
+
+
+def skips() -> tuple[tuple[str, str], ...]:
+    """:data:`SKIPS`, and :data:`CORPUS` where the corpora are missing."""
+    from privlm.data import corpora
+
+    return SKIPS if all(corpora.available().values()) else (*SKIPS, CORPUS)
 
 
 def tiny(args: tuple[str, ...]) -> tuple[str, ...]:
@@ -97,10 +112,8 @@ def tiny(args: tuple[str, ...]) -> tuple[str, ...]:
     brings_a_model = {"--model", "--ensemble", "--adapter-dir"} & set(words)
     if "--model" in options and not brings_a_model:
         words += ["--model", "tiny"]
-    for option, value in {
-        **TINY_DEFAULTS.get(words[0], {}),
-        **TINY_MODEL.get(words[0], {}),
-    }.items():
+    defaults = {} if "--task-file" in words else TINY_DEFAULTS.get(words[0], {})
+    for option, value in {**defaults, **TINY_MODEL.get(words[0], {})}.items():
         if option in options and option not in words:
             words += [option, value]
     return tuple(words)

@@ -58,7 +58,7 @@ def test_a_refused_run_leaves_no_ledger_and_a_retry_gets_its_budget(tickets):
 
 def test_an_existing_ledger_refuses_another_budget_and_says_how_to_share_one(tickets):
     assert synth("--labels", ",".join(LABELS)).exit_code == 0
-    res = synth("--labels", ",".join(LABELS), "--budget-epsilon", "30")
+    res = synth("--labels", ",".join(LABELS), "--budget-epsilon", "30", "--out", "u.jsonl")
     assert res.exit_code == 2 and "sets the budget of a new ledger only" in res.output
     res = synth("--labels", ",".join(LABELS), "--resume")  # same out: resumes, pays nothing
     assert res.exit_code == 0, res.output
@@ -184,3 +184,13 @@ def test_a_default_ledger_name_says_nothing_outside_its_file(tickets, tmp_path):
     a = records_ledger_name(tmp_path / "a.db", texts)
     assert a == records_ledger_name(tmp_path / "a.db", list(reversed(texts)))
     assert a != records_ledger_name(tmp_path / "b.db", texts)  # keyed by each file's secret
+
+
+def test_eval_ppl_without_the_corpora_scores_the_shipped_head_and_says_so(tickets, monkeypatch):
+    """The README's ``eval ppl`` line names no file: on a fresh machine, with no corpora
+    fetched, it scores the head of WikiText-2 that ships with privlm, as the quickstart does."""
+    monkeypatch.setenv("PRIVLM_DATA", str(tickets.parent / "no-corpora-here"))
+    res = runner.invoke(app, ["eval", "ppl", "--model", "tiny", "--blocks", "2", "--json"])
+    assert res.exit_code == 0, res.output
+    assert "head of WikiText-2's validation split that ships with privlm" in res.stderr
+    assert json.loads(res.stdout)["perplexity"] > 1

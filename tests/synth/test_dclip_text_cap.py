@@ -11,6 +11,7 @@ from privlm.accounting import Budget, Charge, PrivacyLedger, Relation
 from privlm.errors import BudgetExceededError
 from privlm.synth import SynthConfig
 
+
 @pytest.mark.fast
 @pytest.mark.parametrize("epsilon", [0.5, 2.0, 8.0])
 @pytest.mark.parametrize(("members", "max_tokens"), [(3, 4), (16, 48)])

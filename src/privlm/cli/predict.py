@@ -101,6 +101,27 @@ def generate(
         typer.echo(f"-- {gen.stopped}", err=True)
 
 
+def _held_out_texts(data: str, records: str, text_column: str, no_header: bool) -> list[str]:
+    """``data``'s texts; the default, WikiText-2's validation split, falls back to the head
+    of it that ships with privlm where the corpora are absent (as the quickstart does)."""
+    from privlm.cli.ensemble import load_training_data
+
+    if data == "wikitext2:valid" and not Path(data).exists():
+        from privlm.data import corpora
+
+        valid, shipped = corpora.wikitext2_or_shipped_head("valid")
+        if shipped:
+            typer.echo(
+                "note: no corpora under PRIVLM_DATA: scoring the head of WikiText-2's "
+                "validation split that ships with privlm (privlm data fetch wikitext2 for all)",
+                err=True,
+            )
+        return valid.texts()
+    return load_training_data(
+        data, None, records, text_column=text_column, no_header=no_header
+    ).texts()
+
+
 def _warn_of_a_second_budget(ensemble: Path, ledger: Path, name: str) -> None:
     """Record the budget this ensemble is deployed under; warn if it had another."""
     try:
@@ -153,14 +174,11 @@ def eval_ppl(
 ) -> None:
     """Held-out perplexity of an ensemble's methods, one LoRA adapter, or the public model, on
     WikiText-2 or your own file. For private methods every token is one query (T = tokens)."""
-    from privlm.cli.ensemble import load_training_data
     from privlm.training.manifest import load_manifest
 
     if ensemble is not None:
         load_manifest(ensemble)  # refused before the heavy imports
-    texts = load_training_data(
-        data, None, records, text_column=text_column, no_header=no_header
-    ).texts()
+    texts = _held_out_texts(data, records, text_column, no_header)
     if blocks is None:
         blocks = 4 if data.startswith("wikitext2") and not Path(data).exists() else None
     if ensemble is None:

@@ -4,7 +4,8 @@ say nothing to privlm's user: silenced by their exact text, where privlm causes 
 - peft reads transformers' deprecated ``is_gradient_checkpointing`` every time it wraps a
   model (``PeftModel.__init__``): a ``FutureWarning`` about peft's code, once per adapter.
 
-Two more arise in every DP-SGD run (:func:`privlm.training.dp_loop.dp_fit`) and are
+Two more arise in every DP-SGD run (:func:`privlm.training.dp_loop.dp_fit`, and
+:func:`privlm.training.user_level.train_users_jointly` for user-level runs) and are
 silenced only while it runs (:func:`quiet_during_dp_fit`):
 
 - Opacus's "Secure RNG turned off" (a ``UserWarning`` from ``PrivacyEngine``): privlm never

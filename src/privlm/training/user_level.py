@@ -35,6 +35,7 @@ from transformers import PreTrainedTokenizerBase
 
 from privlm.detect import Span
 from privlm.errors import PrivlmError
+from privlm.models.known_warnings import quiet_during_dp_fit
 from privlm.progress import LossMeter, progress_bar
 from privlm.training.config import USER_REDUCTIONS as USER_REDUCTIONS
 from privlm.training.redaction import IGNORE, embed_with_masks, encode_redacted, per_example_losses
@@ -154,6 +155,7 @@ def user_blocks(
     return UserBlocks(out_ids, out_labels, out_masked, torch.tensor(owners), len(groups))
 
 
+@quiet_during_dp_fit()  # the notices every run causes (privlm.models.known_warnings)
 def train_users_jointly(
     model: torch.nn.Module,
     blocks: UserBlocks,
