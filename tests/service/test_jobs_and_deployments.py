@@ -580,7 +580,13 @@ def test_an_in_context_ensemble_is_built_deployed_and_charged_through_the_api(se
     assert 0 < b["growth"]["later_token_epsilon"] < b["growth"]["first_token_epsilon"]
 
 
-def test_a_deployment_states_what_its_reservation_records(service, ensemble_job):
+@pytest.mark.parametrize(
+    ("mechanism", "settings"),
+    [("pmixed", {"queries": 4}), ("screened", {"paid_tokens": 4, "threshold": 0.2})],
+)
+def test_a_deployment_states_what_its_reservation_records(
+    service, ensemble_job, mechanism, settings
+):
     """The deployment's (ε, δ) is composed from the charges its dataset's budget recorded
     for it (the reservation, then any restatement), not restated from its settings."""
     from privlm.accounting import Charge, RdpCurve
@@ -588,7 +594,7 @@ def test_a_deployment_states_what_its_reservation_records(service, ensemble_job)
     from privlm.service.db import Dataset
     from privlm.service.deployments import RESTATEMENT
 
-    r = deploy(service, "acme", ensemble_job["id"], mechanism="pmixed", epsilon=6, queries=4)
+    r = deploy(service, "acme", ensemble_job["id"], mechanism=mechanism, epsilon=6, **settings)
     assert r.status_code == 201, r.text
     dep = r.json()
     state = service.state.service
