@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -24,9 +24,11 @@ from privlm.config import cli_settings
 from privlm.errors import PrivlmError
 from privlm.models import DEFAULT_MODEL
 from privlm.prompting.config import PromptDpSgdConfig, PromptPateConfig
-from privlm.prompting.splits import TaskSplits
-from privlm.prompting.task_data import ColumnOverrides, TaskFiles, task_data
 from privlm.prompting.tasks import TASKS, Task, get_task, load_task_file
+
+if TYPE_CHECKING:  # NumPy-backed: loaded where a command runs, not for its --help
+    from privlm.prompting.splits import TaskSplits
+    from privlm.prompting.task_data import TaskFiles
 
 app = typer.Typer(help="Private prompt learning: PromptDPSGD, PromptPATE.", no_args_is_help=True)
 TASK_OPTION = typer.Option(
@@ -88,6 +90,8 @@ def task_files(
     user_column: str | None,
     no_header: bool,
 ) -> TaskFiles:
+    from privlm.prompting.task_data import ColumnOverrides, TaskFiles
+
     columns = ColumnOverrides(text_column, label_column, user_column, no_header)
     return TaskFiles(private, public, test, columns)
 
@@ -141,6 +145,8 @@ def dpsgd(
     t = resolve_task(task, task_file)
     files = task_files(private_data, None, test_data, text_column, label_column, user_column,
                        no_header)  # fmt: skip
+    from privlm.prompting.task_data import task_data
+
     splits = task_data(t, files, {"private": private, "public": 0, "test": test},
                        {"private": 1000, "test": 200}, split_seed, need=("private",))  # fmt: skip
     describe_splits(splits, as_json)
@@ -226,6 +232,8 @@ def pate(
     t = resolve_task(task, task_file)
     files = task_files(private_data, public_data, test_data, text_column, label_column,
                        user_column, no_header)  # fmt: skip
+    from privlm.prompting.task_data import task_data
+
     splits = task_data(
         t, files, {"private": private, "public": public, "test": test},
         {"private": 3 * cfg.teachers * cfg.shots, "public": 300, "test": 200}, split_seed,
@@ -312,6 +320,8 @@ def evaluate(
     files = task_files(private_data if shots else None, None, test_data, text_column,
                        label_column, user_column, no_header)  # fmt: skip
     demos_needed = shots * prompts
+    from privlm.prompting.task_data import task_data
+
     splits = task_data(
         t, files, {"private": None if private_data else demos_needed, "public": 0, "test": test},
         {"test": 200}, seed, need=("test", "private") if shots else ("test",),
@@ -370,6 +380,8 @@ def mia(
     files = task_files(private_data, None, None, text_column, label_column, user_column,
                        no_header)  # fmt: skip
     pool = 200 if t.corpus == "cb" else 2000
+    from privlm.prompting.task_data import task_data
+
     splits = task_data(t, files, {"public": 0, "test": 0}, {"private": pool}, seed,
                        need=("private",))  # fmt: skip
     lm = load_public_model(model, device=device, dtype=dtype)
