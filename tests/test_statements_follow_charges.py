@@ -125,7 +125,7 @@ def test_prompt_pate_states_what_its_charges_record(tmp_path, users):
     ]  # fmt: skip
     public = [Record(f"{words[i % 5]} public {i}", f"p{i}") for i in range(8)]
     ledger = _ledger(tmp_path)
-    cfg = PromptPateConfig(teachers=4, threshold=0, sigma_threshold=2, sigma=2, epsilon=50,
+    cfg = PromptPateConfig(teachers=4, threshold=0, sigma_threshold=1, sigma=2, epsilon=50,
                            student_candidates=2, holdout=1, queries=6,
                            teacher_votes="labels")  # fmt: skip
     res = run_prompt_pate("tiny", PateExamples(get_task("sst2"), private, public),

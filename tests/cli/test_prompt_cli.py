@@ -143,11 +143,12 @@ def test_prompt_dpsgd_with_too_few_steps_to_train_warns(files):
 def test_prompt_pate_and_prompt_dpsgd_on_one_file_draw_on_one_budget(files):
     common = ["--task-file", files / "tickets.yaml", "--private-data", files / "private.csv"]
     pate = invoke("prompt", "pate", *common, "--public-data", files / "public.jsonl",
-                  "--teachers", 8, "--threshold", 0, "--queries", 6, "--candidates", 2,
-                  "--holdout", 2, "--epsilon", 20, "--out", files / "student")  # fmt: skip
+                  "--teachers", 8, "--teacher-votes", "labels", "--threshold", 0,
+                  "--sigma-threshold", 1, "--sigma", 1, "--queries", 6, "--candidates", 2,
+                  "--holdout", 2, "--epsilon", 100, "--out", files / "student")  # fmt: skip
     sp = invoke("prompt", "dpsgd", *common, "--unit", "user", "--epochs", 1, "--batch-size",
                 10, "--out", files / "sp")  # fmt: skip
     (name,) = ledger_names("privlm-ledger.db")
     ledger = PrivacyLedger("privlm-ledger.db", name)
-    assert ledger.budget.epsilon == 20 and ledger.count() == 6 + 1
+    assert ledger.budget.epsilon == 100 and ledger.count() == 6 + 1
     assert ledger.spent().epsilon >= max(pate["epsilon"], sp["epsilon"])
