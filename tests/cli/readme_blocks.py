@@ -1,7 +1,8 @@
 """The ``privlm`` lines of the README's and docs/service.md's shell blocks, in order, and
 how a test runs them at tiny sizes: the public model becomes ``tiny``, sizes shrink, and
 every line that cannot run here is skipped for a stated reason (a GPU, the network, a
-server, the benchmark corpora). Nothing else about a line changes."""
+server, the benchmark corpora where they are absent). The one other change is
+:data:`TINY_MODEL`'s, for what the tiny model cannot do (its teachers reach no consensus)."""
 
 from __future__ import annotations
 
