@@ -223,10 +223,9 @@ def pate(
     settings: dict[str, Any],
 ) -> None:
     """PromptPATE: teachers label public inputs by Confident-GNMax; a student prompt is chosen."""
-    from privlm.accounting.advice import suggested_delta
     from privlm.models import load_public_model
     from privlm.prompting.evaluate import accuracy, prompt_probabilities
-    from privlm.prompting.pate_pipeline import PateExamples, run_prompt_pate
+    from privlm.prompting.pate_pipeline import PateExamples, pate_delta, run_prompt_pate
 
     cfg = PromptPateConfig(**settings)  # refused now, before any data is read
     t = resolve_task(task, task_file)
@@ -242,8 +241,7 @@ def pate(
     describe_splits(splits, as_json)
     warn_if_seeded(cfg.seed)
     warn_if_weak_threshold(cfg, len(t.labels))
-    units = len({r.unit for r in splits.private})
-    delta = cfg.delta if cfg.delta is not None else suggested_delta(units)
+    delta = pate_delta(cfg, len({r.unit for r in splits.private}))
     # a new ledger's budget is --epsilon; an existing one (the data's, shared with the other
     # runs on these records) keeps its own, and the queries asked must fit what is left
     with run_ledger(ledger, ledger_name, None, cfg.epsilon, delta, splits.private) as led:

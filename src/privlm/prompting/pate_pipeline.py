@@ -98,13 +98,17 @@ CURATOR_KEY = "not_private_for_the_curator"
 CURATOR_FIELDS = ("teacher_accuracy_mean", "ensemble_accuracy", "other_rate", "seconds")
 
 
+def pate_delta(cfg: PromptPateConfig, private: int) -> float:
+    """A new PromptPATE ledger's δ: the config's, else min(1/N^1.1, 1e-6) of N private units."""
+    return cfg.delta if cfg.delta is not None else suggested_delta(private)
+
+
 def pate_ledger(path: str | Path, name: str, cfg: PromptPateConfig, private: int) -> PrivacyLedger:
-    """An existing ledger, or a new one with budget (ε, δ = min(1/N^1.1, 1e-6) by default)."""
+    """An existing ledger, or a new one with budget (ε, :func:`pate_delta`)."""
     try:
         return PrivacyLedger(path, name)
     except AccountingError:
-        delta = cfg.delta if cfg.delta is not None else suggested_delta(private)
-        return PrivacyLedger(path, name, Budget(cfg.epsilon, delta))
+        return PrivacyLedger(path, name, Budget(cfg.epsilon, pate_delta(cfg, private)))
 
 
 @dataclass(frozen=True)
