@@ -33,3 +33,15 @@ def test_the_standalone_analysis_is_opacus_own():
             standalone.compute_rdp(q=q, noise_multiplier=sigma, steps=steps, orders=orders),
             packaged.compute_rdp(q=q, noise_multiplier=sigma, steps=steps, orders=orders),
         )
+
+
+@pytest.mark.parametrize("package", ["privlm.accounting", "privlm.accounting.analysis"])
+def test_a_lazy_packages_three_name_lists_agree(package):
+    """Its TYPE_CHECKING imports (for type checkers), EXPORTS (at run time) and __all__ name
+    the same names, and each resolves to its submodule's object."""
+    import importlib
+
+    mod = importlib.import_module(package)
+    assert sorted(mod.EXPORTS) == sorted(mod.__all__)
+    for name, sub in mod.EXPORTS.items():
+        assert getattr(mod, name) is getattr(importlib.import_module(f"{package}.{sub}"), name)
