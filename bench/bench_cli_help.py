@@ -54,6 +54,7 @@ def median_cpu_seconds(argv: list[str], repeats: int, cwd: Path) -> float:
 
 
 def median_seconds(argv: list[str], repeats: int) -> float:
+    """The median wall-clock time of ``argv``'s fresh process."""
     times = []
     for _ in range(repeats):
         t = time.perf_counter()
@@ -69,17 +70,24 @@ def main() -> None:
     python = sys.executable
     bare = median_seconds([python, "-c", "pass"], args.repeats)
     torch = median_seconds([python, "-c", "import torch"], args.repeats)
-    rows = {}
+    torch_cpu = median_cpu_seconds([python, "-c", "import torch"], args.repeats, Path.cwd())
+    rows, cpu = {}, {}
     for cmd in COMMANDS:
-        rows[cmd] = median_seconds([python, "-m", "privlm", *cmd.split()], args.repeats)
-        print(f"privlm {cmd:<24} {rows[cmd]:.2f} s   ({rows[cmd] / torch:.2f}× `import torch`)")
-    print(f"baseline: python -c pass {bare:.2f} s; python -c 'import torch' {torch:.2f} s")
+        argv = [python, "-m", "privlm", *cmd.split()]
+        rows[cmd] = median_seconds(argv, args.repeats)
+        cpu[cmd] = median_cpu_seconds(argv, args.repeats, Path.cwd())
+        print(f"privlm {cmd:<24} {rows[cmd]:.2f} s wall, {cpu[cmd]:.2f} s CPU   "
+              f"({rows[cmd] / torch:.2f}× `import torch`'s wall)")  # fmt: skip
+    print(f"baseline: python -c pass {bare:.2f} s; python -c 'import torch' {torch:.2f} s wall, "
+          f"{torch_cpu:.2f} s CPU")  # fmt: skip
     worst = max(rows.values())
-    print(f"slowest help {worst:.2f} s = {worst / torch:.2f}× importing torch alone")
+    print(f"slowest help {worst:.2f} s = {worst / torch:.2f}× importing torch alone; "
+          f"most CPU {max(cpu.values()):.2f} s")  # fmt: skip
     refused = refusal_cpu(python, args.repeats)
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = {"repeats": args.repeats, "python_bare_s": bare, "import_torch_s": torch,
-           "help_s": rows, "slowest_s": worst, "refusal_cpu_s": refused,
+           "help_s": rows, "slowest_s": worst, "help_cpu_s": cpu,
+           "import_torch_cpu_s": torch_cpu, "refusal_cpu_s": refused,
            "cpu": cpu_name()}  # fmt: skip
     (RESULTS / "cli_help.json").write_text(json.dumps(out, indent=2))
     print(f"wrote {RESULTS / 'cli_help.json'}")

@@ -9,13 +9,15 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from privlm.accounting import RdpCurve
-from privlm.accounting.analysis import pmixed as analysis
-from privlm.accounting.analysis import sparse_vector
+from privlm.accounting.analysis import pmixed_bounds as bounds
 from privlm.config import check_settings, setting
 from privlm.errors import PrivlmError
+
+if TYPE_CHECKING:  # the analysis loads NumPy: imported where a cost is computed
+    from privlm.accounting import RdpCurve
+    from privlm.accounting.analysis import sparse_vector
 
 # the non-private baselines `privlm eval ppl --method` scores beside the private mechanisms
 # (privlm.predict.mechanisms)
@@ -58,17 +60,17 @@ class PMixEDConfig:
         gt=0, le=1,
     )  # fmt: skip
     bound: str = setting(
-        analysis.DEFAULT_BOUND,
+        bounds.DEFAULT_BOUND,
         "PMixED: the per-query bound. replacement: per unit (one unit changes one member's "
         "model), the only one charged to a ledger; expansion or jensen: the paper's per-part "
         "relation (one member added or removed), for plan's comparisons only",
-        choices=analysis.BOUNDS,
+        choices=bounds.BOUNDS,
     )
 
     def __post_init__(self) -> None:
         check_settings(self)  # the declared bounds first: δ in (0, 1), ε in (0, 1000], …
-        analysis.check_alpha(self.alpha)
-        analysis.check_bound(self.bound)
+        bounds.check_alpha(self.alpha)
+        bounds.check_bound(self.bound)
         if self.queries < 1:
             raise PrivlmError("the query budget T must be at least 1")
         if not (0 < self.sample_rate <= 1):
@@ -85,6 +87,9 @@ class PMixEDConfig:
 
     def query_cost(self, n_models: int) -> tuple[float, RdpCurve]:
         """The radius ρ* for an ensemble of ``n_models``, and one query's RDP curve there."""
+        from privlm.accounting import RdpCurve
+        from privlm.accounting.analysis import pmixed as analysis
+
         radius = analysis.solve_radius(
             self.per_query_rdp, self.alpha, n_models, self.sample_rate, bound=self.bound,
             lambda_cap=self.lambda_cap,
@@ -134,7 +139,7 @@ class ScreenedPMixEDConfig:
 
     def __post_init__(self) -> None:
         check_settings(self)
-        analysis.check_alpha(self.alpha)
+        bounds.check_alpha(self.alpha)
         if rdp_budget_for(self.epsilon, self.delta, self.alpha) <= 0:
             raise PrivlmError(
                 f"ε={self.epsilon} at δ={self.delta} leaves no RDP budget at order α={self.alpha}; "
@@ -143,10 +148,12 @@ class ScreenedPMixEDConfig:
 
     @property
     def bound(self) -> str:
-        return analysis.REPLACEMENT  # per unit, always
+        return bounds.REPLACEMENT  # per unit, always
 
     def split(self) -> tuple[float, float]:
         """(ε′ of each sparse-vector instance, each paid query's RDP budget at α)."""
+        from privlm.accounting.analysis import sparse_vector
+
         return sparse_vector.split_budget(
             rdp_budget_for(self.epsilon, self.delta, self.alpha), self.paid_tokens,
             self.alpha, self.svt_share,
@@ -154,12 +161,17 @@ class ScreenedPMixEDConfig:
 
     def screen(self, n_models: int) -> sparse_vector.AboveThreshold:
         """The test's noise scales for an ensemble of ``n_models`` (Δ = 1/N)."""
+        from privlm.accounting.analysis import sparse_vector
+
         return sparse_vector.AboveThreshold(
             self.split()[0], sparse_vector.score_sensitivity(n_models)
         )
 
     def query_cost(self, n_models: int) -> tuple[float, RdpCurve]:
         """The radius ρ* of a paid query, and its RDP curve (per unit)."""
+        from privlm.accounting import RdpCurve
+        from privlm.accounting.analysis import pmixed as analysis
+
         radius = analysis.solve_radius(self.split()[1], self.alpha, n_models, self.sample_rate)
         return radius, RdpCurve.from_mapping(
             analysis.query_rdp_curve(radius, self.alpha, n_models, self.sample_rate)
@@ -167,6 +179,9 @@ class ScreenedPMixEDConfig:
 
     def instance_curve(self) -> RdpCurve:
         """One sparse-vector instance's RDP curve, at PMixED's orders 2..α."""
+        from privlm.accounting import RdpCurve
+        from privlm.accounting.analysis import sparse_vector
+
         orders = [float(k) for k in range(2, self.alpha + 1)]
         return RdpCurve.from_arrays(orders, sparse_vector.instance_rdp(self.split()[0], orders))
 
@@ -198,6 +213,8 @@ class SubMixConfig:
     def lifetime_curve(self) -> RdpCurve:
         """The most a deployment can release about one unit: a unit lies in one part, whose
         ledger keeps its leakage within (α, ε)-RDP until STOP (Algorithm 2)."""
+        from privlm.accounting import RdpCurve
+
         return RdpCurve.from_mapping({self.alpha: self.epsilon})
 
 

@@ -25,10 +25,9 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from privlm.accounting import RdpCurve
-from privlm.accounting.analysis import pmixed as analysis
+from privlm.accounting.analysis import pmixed_bounds
 from privlm.accounting.relations import Relation
 from privlm.config import Setting, settings_of
 from privlm.errors import PrivlmError
@@ -39,7 +38,9 @@ from privlm.predict.config import (
     SubMixConfig,
     part_ledgers,
 )
-from privlm.predict.planning import plan_pmixed, plan_screened, plan_submix
+
+if TYPE_CHECKING:
+    from privlm.accounting import RdpCurve
 
 Builder = Callable[..., Any]  # (config, loaded, ledger, name, seed) -> Predictor
 
@@ -287,7 +288,19 @@ def _adapter_guarantee(cfg: PlainConfig, statement: Mapping[str, Any]) -> Guaran
 
 def _per_unit_only(cfg: PMixEDConfig) -> None:
     """A PMixED deployment is charged per unit: the paper's per-part bounds only plan."""
-    analysis.check_per_unit(cfg.bound)
+    pmixed_bounds.check_per_unit(cfg.bound)
+
+
+def _planner(name: str) -> Callable[[Any, int], dict[str, Any]]:
+    """``privlm.predict.planning.<name>``, imported when a plan is made (it loads the
+    analysis, and with it NumPy, which ``--help`` does not need)."""
+
+    def plan(config: Any, members: int) -> dict[str, Any]:
+        planner: Callable[[Any, int], dict[str, Any]]
+        planner = getattr(importlib.import_module("privlm.predict.planning"), name)
+        return planner(config, members)
+
+    return plan
 
 
 def _pmixed_ledgers(target: Any, name: str, cfg: Any, members: int) -> list[Any]:
@@ -312,7 +325,7 @@ register_mechanism(
         guarantee=_pmixed_guarantee,
         open_ledgers=_pmixed_ledgers,
         contextual=_pmixed_context,
-        plan=plan_pmixed,
+        plan=_planner("plan_pmixed"),
         servable=_per_unit_only,
     )
 )
@@ -332,7 +345,7 @@ register_mechanism(
             "fallback answers from the public model instead"
         },
         fixed={"when_spent": "refuse"},
-        plan=plan_screened,
+        plan=_planner("plan_screened"),
     )
 )
 register_mechanism(
@@ -351,7 +364,7 @@ register_mechanism(
             "beta": "SubMix's target leakage β per query; default ε/T of its own ε (T = "
             "PMixED's default query budget, 1024)"
         },
-        plan=plan_submix,
+        plan=_planner("plan_submix"),
     )
 )
 register_mechanism(

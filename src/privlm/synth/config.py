@@ -4,18 +4,38 @@ torch is imported, so ``privlm synth --help`` and ``privlm plan`` stay fast."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from privlm.accounting import RdpCurve
-from privlm.accounting.analysis import bounded_range
-from privlm.accounting.analysis import pmixed as analysis
-from privlm.accounting.orders import DEFAULT_ORDERS
+from privlm.accounting.analysis import pmixed_bounds
 from privlm.config import check_settings, setting
 from privlm.errors import PrivlmError
 from privlm.predict.config import PMixEDConfig, ScreenedPMixEDConfig, rdp_budget_for
+
+if TYPE_CHECKING:
+    from privlm.accounting import RdpCurve
+
+
+def _orders() -> Any:
+    """The RDP orders above 1 that DClip's and the count's curves are kept at. The analysis
+    loads NumPy, so it is imported where a cost is computed, not by ``--help``."""
+    import numpy as np
+
+    from privlm.accounting.orders import DEFAULT_ORDERS
+
+    return np.asarray([a for a in DEFAULT_ORDERS if a > 1.0])
+
+
+def _zcdp_curve(rho: float) -> RdpCurve:
+    """ρ-zCDP as an RDP curve at :func:`_orders` (Bun & Steinke 2016, Def. 1.1)."""
+    from privlm.accounting import RdpCurve
+    from privlm.accounting.analysis import bounded_range
+
+    orders = _orders()
+    return RdpCurve.from_arrays(orders, bounded_range.zcdp_rdp(rho, orders))
+
 
 DEFAULT_DESCRIPTION = "Write one more text like the examples."
 # the orders the plan may pick from (public, data-blind)
@@ -108,7 +128,7 @@ class SynthConfig:
                 f"texts_per_unit must be a whole number ≥ 1, got {self.texts_per_unit!r}"
             )
         if self.alpha is not None:
-            analysis.check_alpha(self.alpha)
+            pmixed_bounds.check_alpha(self.alpha)
             if rdp_budget_for(self.epsilon, self.delta, self.alpha) <= 0:
                 raise PrivlmError(
                     f"ε={self.epsilon} at δ={self.delta} leaves no RDP budget at order "
@@ -189,8 +209,9 @@ class SynthConfig:
     def clip(self) -> float:
         """DClip's C: the largest whose ``max_tokens`` tokens of each of the
         ``texts_per_unit`` texts fit (ε, δ) together."""
-        orders = np.asarray([a for a in DEFAULT_ORDERS if a > 1.0])
-        rho = bounded_range.calibrate_rho(self.epsilon, self.delta, orders)
+        from privlm.accounting.analysis import bounded_range
+
+        rho = bounded_range.calibrate_rho(self.epsilon, self.delta, _orders())
         return bounded_range.dclip_clip_for(
             rho / (self.max_tokens * self.texts_per_unit), self.members
         )
@@ -199,17 +220,18 @@ class SynthConfig:
     def dclip_text_epsilon(self) -> float:
         """dclip: the ε one text may spend, its share of the run's budget (the cap of the
         text's own ledger): ε itself when a unit reaches one text."""
-        orders = np.asarray([a for a in DEFAULT_ORDERS if a > 1.0])
-        return bounded_range.share_epsilon(self.epsilon, self.delta, self.texts_per_unit, orders)
+        from privlm.accounting.analysis import bounded_range
+
+        return bounded_range.share_epsilon(self.epsilon, self.delta, self.texts_per_unit, _orders())
 
     @cached_property
     def token_curve(self) -> RdpCurve:
         """One token's RDP curve per unit (one member of ``members`` replaced): PMixED's
         replacement bound at q = 1, or DClip's ρ-zCDP."""
         if self.mechanism == "dclip":
-            orders = np.asarray([a for a in DEFAULT_ORDERS if a > 1.0])
-            rho = bounded_range.dclip_token_rho(self.clip, self.members)
-            return RdpCurve.from_arrays(orders, bounded_range.zcdp_rdp(rho, orders))
+            from privlm.accounting.analysis import bounded_range
+
+            return _zcdp_curve(bounded_range.dclip_token_rho(self.clip, self.members))
         return self.pmixed_config().query_cost(self.members)[1]
 
     def parameters(self) -> dict[str, float | int]:
@@ -241,19 +263,19 @@ class CountPlan:
     generation: SynthConfig
 
     def curve(self) -> RdpCurve:
-        orders = np.asarray([a for a in DEFAULT_ORDERS if a > 1.0])
-        return RdpCurve.from_arrays(orders, bounded_range.zcdp_rdp(self.rho, orders))
+        return _zcdp_curve(self.rho)
 
 
 def plan_count(config: SynthConfig, labels: int, users: bool) -> CountPlan:
     """Split (ε, δ): ``count_share``·ε and δ/2 for the count (ρ-zCDP, calibrated as DClip's),
     the rest of ε and δ/2 for the texts. One unit changes one label's count by one (a user:
     each of the labels its records carry, so the L2 sensitivity is √labels)."""
-    orders = np.asarray([a for a in DEFAULT_ORDERS if a > 1.0])
+    from privlm.accounting.analysis import bounded_range
+
     half = config.delta / 2.0
-    rho = bounded_range.calibrate_rho(config.epsilon * config.count_share, half, orders)
-    sensitivity = float(np.sqrt(labels)) if users else 1.0
-    sigma = sensitivity / float(np.sqrt(2.0 * rho))
+    rho = bounded_range.calibrate_rho(config.epsilon * config.count_share, half, _orders())
+    sensitivity = math.sqrt(labels) if users else 1.0
+    sigma = sensitivity / math.sqrt(2.0 * rho)
     generation = replace(
         config, epsilon=config.epsilon * (1.0 - config.count_share), delta=half,
         auto_count=False,

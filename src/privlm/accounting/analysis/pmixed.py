@@ -60,15 +60,22 @@ import math
 
 import numpy as np
 
+from privlm.accounting.analysis import pmixed_bounds as _bounds
 from privlm.accounting.analysis.poisson_amplification import poisson_subsampled_rdp
 from privlm.errors import AccountingError
 
-
-def check_alpha(alpha: float) -> int:
-    """PMixED's order α must be an integer ≥ 2 (Eq. 12 needs integer orders)."""
-    if alpha != int(alpha) or alpha < 2:
-        raise AccountingError(f"PMixED's order α must be an integer ≥ 2, got {alpha!r}")
-    return int(alpha)
+# the bounds' names live in a module without NumPy (pmixed_bounds); here they are the same
+BOUNDS = _bounds.BOUNDS
+DEFAULT_BOUND = _bounds.DEFAULT_BOUND
+PER_PART_BOUNDS = _bounds.PER_PART_BOUNDS
+PER_UNIT_BOUNDS = _bounds.PER_UNIT_BOUNDS
+RELATIONS = _bounds.RELATIONS
+REPLACEMENT = _bounds.REPLACEMENT
+check_alpha = _bounds.check_alpha
+check_bound = _bounds.check_bound
+check_per_unit = _bounds.check_per_unit
+is_per_unit = _bounds.is_per_unit
+relation = _bounds.relation
 
 
 def ball_order(alpha: float) -> float:
@@ -80,46 +87,6 @@ def pairwise_bound(radius: float, order: int) -> float:
     """d(k): bound on D_k between one mollified model and an average of others."""
     k = float(order)
     return ((k - 0.5) / (k - 1.0) + 1.0) * radius
-
-
-REPLACEMENT = "replacement"
-PER_UNIT_BOUNDS = (REPLACEMENT,)
-PER_PART_BOUNDS = ("expansion", "jensen")
-BOUNDS = PER_UNIT_BOUNDS + PER_PART_BOUNDS
-DEFAULT_BOUND = REPLACEMENT
-RELATIONS = {
-    REPLACEMENT: "per unit: one member's model replaced (one unit changes one part's data)",
-    "expansion": "per part: one member added or removed (the paper's relation, not per unit)",
-    "jensen": "per part: one member added or removed (the paper's relation, not per unit)",
-}
-
-
-def check_bound(bound: str) -> str:
-    if bound not in BOUNDS:
-        raise AccountingError(f"unknown PMixED bound {bound!r}; choose from {BOUNDS}")
-    return bound
-
-
-def relation(bound: str) -> str:
-    """The neighbouring relation a bound's curve is proved for (docs/sharp_edges.md)."""
-    return RELATIONS[check_bound(bound)]
-
-
-def is_per_unit(bound: str) -> bool:
-    """Whether a bound may be charged to a per-unit ledger or printed as per unit."""
-    return check_bound(bound) in PER_UNIT_BOUNDS
-
-
-def check_per_unit(bound: str) -> str:
-    """Refuse a per-part bound where a per-unit guarantee is charged or stated."""
-    if not is_per_unit(bound):
-        raise AccountingError(
-            f"the {bound!r} bound is proved for one ensemble member added or removed (per "
-            "part), not for what one unit of the data changes in privlm's fixed-size "
-            f"ensemble (one member replaced); a per-unit ledger is charged with "
-            f"{REPLACEMENT!r} only (docs/sharp_edges.md)"
-        )
-    return bound
 
 
 # -- the replace-one-member bound (per unit) -------------------------------------------------
