@@ -589,3 +589,31 @@ def test_deploy_clicked_early_waits_for_the_job_just_started(working_server, tmp
     with srv.client(key) as c:
         deps = c.get("/v1/deployments").json()["data"]
     assert [d["job_id"] for d in deps] == [new_job]
+
+
+def test_the_owner_reads_a_synth_jobs_report_on_the_page(working_server, tmp_path):
+    """The jobs table's "Curator report" shows the overlap summary, labelled not DP (the
+    download's files are checked in tests/service/test_synth_job.py)."""
+    from playwright.sync_api import sync_playwright
+
+    srv = working_server
+    key = srv.tenant("synth-owner")
+    with srv.client(key) as c:
+        files = {"file": ("notes.txt", f"{NOTES}\n".encode(), "text/plain")}
+        r = c.post("/v1/datasets", files=files, data={"name": "notes", "budget_epsilon": "10"})
+        assert r.status_code == 201, r.text
+        job = c.post("/v1/jobs", json={"kind": "synth", "dataset_id": r.json()["id"],
+                                       "params": {"epsilon": 2, "count": 2, "max_tokens": 3,
+                                                  "members": 2, "prompt_tokens": 16}}).json()  # fmt: skip
+        wait_for_jobs(c, [job["id"]])
+    with sync_playwright() as p:
+        browser = launch(p)
+        page = browser.new_page()
+        page.goto(srv.url + "/")
+        page.fill("#api-key", key)
+        page.click("#save-key")
+        row = page.locator(f"#job-{job['id']}")
+        row.locator("button:has-text('Curator report')").click(timeout=30_000)
+        page.wait_for_selector("#job-status:has-text('Not DP, for you only')", timeout=30_000)
+        assert "words in a row with a record" in page.inner_text("#job-status")
+        browser.close()

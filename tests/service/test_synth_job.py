@@ -58,6 +58,21 @@ def test_a_synth_job_charges_the_budget_and_its_texts_become_a_public_dataset(se
     assert sorted(z.namelist()) == ["synth.jsonl", "synth.jsonl.privacy.json"]
     rows = [json.loads(x) for x in z.read("synth.jsonl").decode().splitlines()]
     assert [x["label"] for x in rows] == ["neg", "pos"]
+    # the overlap report is computed on the records: the owner reads it apart; it is in no
+    # file of the artefact, and no other tenant reads it
+    report = service.client.get(f"/v1/jobs/{j['id']}/curator-report", headers=service.auth("acme"))
+    assert report.status_code == 200, report.text
+    curator = report.json()["not_private_for_the_curator"]
+    assert "not private" in report.json()["note"] and curator["records"] == 24
+    overlap = curator["overlap"]
+    assert overlap["texts"] == 2 and "longest_run_words_max" in overlap["summary"]
+    assert "not DP" in overlap["note"] and len(overlap["per_text"]) == 2
+    for name in z.namelist():
+        blob = z.read(name).decode()
+        assert "longest_run" not in blob and "records_in_batches" not in blob, name
+    theirs = service.client.get(f"/v1/jobs/{j['id']}/curator-report",
+                                headers=service.auth("globex"))  # fmt: skip
+    assert theirs.status_code == 404
     saved = service.client.post(f"/v1/jobs/{j['id']}/dataset", json={"name": "synthetic reviews"},
                                 headers=service.auth("acme"))  # fmt: skip
     assert saved.status_code == 201, saved.text

@@ -68,6 +68,32 @@ def synth(
     resume: bool = typer.Option(
         False, "--resume", help="Resume an interrupted run into the same --out (no second charge)."
     ),
+    baseline: bool = typer.Option(
+        False,
+        "--baseline",
+        help="Write the no-reference baseline instead: the same contexts, settings and "
+        "mechanism with every member the public model. DATA is not read and nothing is "
+        "charged; a DP set that does not beat it has bought nothing with its ε.",
+    ),
+    report: bool = typer.Option(
+        True,
+        "--report/--no-report",
+        help="Write the curator's overlap report to <out>.curator.json: each text's longest "
+        "word run shared with a record, its word 5-gram overlap, near copies, PII also in "
+        "the records. Computed on the private records, so not DP: for the data's owner, "
+        "never to be shared with the texts.",
+    ),
+    report_detector: str = typer.Option(
+        "regex",
+        help="The report's PII detector (a detect spec: pii-fast adds names and "
+        "addresses through Presidio, slower; none: no PII check).",
+    ),
+    canary: list[str] | None = typer.Option(
+        None,
+        "--canary",
+        help="A string planted in the records: the report says how many "
+        "texts repeat it (repeatable).",
+    ),
     as_json: bool = JSON_OPTION,
     *,
     settings: dict[str, Any],
@@ -77,6 +103,13 @@ def synth(
     Every token is a PMixED release over the batch's in-context members; the file is
     (ε, δ)-DP per unit (docs/sharp_edges.md, "DP synthetic text"). Every SynthConfig
     setting is an option."""
+    if baseline:
+        _baseline(out, count, labels, user_column, model, device, dtype, as_json, settings)
+        return
+    if report and report_detector != "none":
+        from privlm.detect.registry import detector_parts
+
+        detector_parts(report_detector)  # an unknown spec is refused before any work
     from privlm.cli.ensemble import load_training_data
 
     ds = load_training_data(
@@ -103,8 +136,18 @@ def synth(
             lm, ds, out, cfg, labels=declared, ledger=led, resume=resume,
             progress=not as_json,
         )  # fmt: skip
+    overlap = None
+    if report:
+        from privlm.curator import record_statistics
+        from privlm.synth.report import report_of_output
+
+        detector = None if report_detector == "none" else report_detector
+        overlap = report_of_output(out, ds.records, detector, canary or ())
+        record_statistics(out, {**res.curator, "overlap": overlap})
     if as_json:
-        emit_json(res.to_dict())
+        emit_json(
+            {**res.to_dict(), **({"curator_report": str(_report_path(out))} if report else {})}
+        )
         return
     st = res.statement
     knob = (
@@ -124,6 +167,53 @@ def synth(
     typer.echo(
         f"  {CURATOR_HEADING}: {c['units']} units, {c['records_left_out']} records of no "
         f"declared label left out, {c['empty_members']} members without records"
+    )
+    if overlap is not None:
+        typer.echo(f"  {CURATOR_HEADING}: {overlap_line(overlap['summary'])}; report in "
+                   f"{_report_path(out)} (for the data's owner: never share it with the texts)")  # fmt: skip
+
+
+def _report_path(out: Path) -> Path:
+    from privlm.curator import curator_report_path
+
+    return curator_report_path(out)
+
+
+def overlap_line(summary: dict[str, Any]) -> str:
+    """The report's summary in one line."""
+    line = (
+        f"longest word run shared with a record {summary['longest_run_words_max']}, "
+        f"{summary['exact_copies']} exact and {summary['near_copies']} near copies"
+    )
+    if "texts_with_pii_also_in_records" in summary:
+        line += f", {summary['texts_with_pii_also_in_records']} texts with PII also in the records"
+    return line
+
+
+def _baseline(
+    out: Path, count: str, labels: str | None, user_column: str | None, model: str,
+    device: str, dtype: str, as_json: bool, settings: dict[str, Any],
+) -> None:  # fmt: skip
+    """``--baseline``: the no-reference texts (privlm.synth.synthesize_baseline)."""
+    from privlm.synth.config import refuse_a_baseline_count
+
+    cfg = SynthConfig(**settings, **count_settings(count))
+    refuse_a_baseline_count(cfg)  # before the model loads
+    declared = [x.strip() for x in labels.split(",") if x.strip()] if labels else None
+    from privlm.models import load_public_model
+    from privlm.synth import synthesize_baseline
+
+    lm = load_public_model(model, device=device, dtype=dtype)
+    res = synthesize_baseline(
+        lm, out, cfg, labels=declared, unit_kind="user" if user_column else "record",
+        progress=not as_json,
+    )  # fmt: skip
+    if as_json:
+        emit_json(res.to_dict())
+        return
+    typer.echo(
+        f"{res.written} baseline texts in {out} (no private record was read: the public "
+        f"model with the same contexts and settings); statement in {out}.privacy.json"
     )
 
 

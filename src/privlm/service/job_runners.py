@@ -187,16 +187,21 @@ def run_synth(ctx: JobContext) -> dict[str, Any]:
     """DP synthetic texts of the dataset; an interrupted job resumes from its written texts,
     without a second charge (privlm.synth)."""
     from privlm.synth import synthesize
+    from privlm.synth.report import report_of_output, shortened
 
     params = typed(ctx, SynthParams)
     ledger = job_ledger(ctx)
+    records = load_records(ctx.dataset)
     res = synthesize(
-        ctx.model, load_records(ctx.dataset), ctx.out_dir / SYNTH_FILE,
+        ctx.model, records, ctx.out_dir / SYNTH_FILE,
         params.config(ctx.dataset.budget_delta), labels=params.labels, ledger=ledger,
         resume=True, progress=False, state_dir=synth_state_dir(ctx.out_dir),
     )  # fmt: skip
+    # the overlap report is computed on the records: the tenant's eyes only, in the job's
+    # curator part, never in its folder (the zip and a saved dataset release the folder)
+    overlap = shortened(report_of_output(ctx.out_dir / SYNTH_FILE, records.records, "regex"))
     return {
         "statement": res.statement, "texts": res.written, "lost": res.lost,
-        "not_private_for_the_curator": res.curator,
+        "not_private_for_the_curator": {**res.curator, "overlap": overlap},
         "epsilon_spent": job_epsilon(ledger, ctx.job.id),
     }  # fmt: skip

@@ -242,6 +242,18 @@ class JobEvent(Answer):
     what: str
 
 
+class CuratorReport(Answer):
+    """A finished job's exact statistics of its dataset, for the tenant who owns it: no ε
+    covers them, so they are never in the artefact, a saved dataset or another tenant's view."""
+
+    job_id: str
+    note: str = Field(description="Not private: for the data's owner; never share it")
+    not_private_for_the_curator: dict[str, Any] = Field(
+        description="Exact counts of the data, and a synth job's overlap report (each text's "
+        "longest word run shared with a record, n-gram overlap, near copies, PII echoed)"
+    )
+
+
 class _JobViewBase(Answer):
     id: str
     dataset_id: str

@@ -260,11 +260,11 @@ class Worker:
             status, error, result = "failed", f"internal error ({type(exc).__name__})", {}
         finally:
             stop.set()
+        if status == "succeeded":  # kept before the end is recorded: a succeeded job has it
+            (out.parent / "result.json").write_text(json.dumps(result, indent=2, default=str))
         waited: list[float] = []
         retrying_busy(lambda: self._finish(job_id, ds, out, status, error, result, waited),
                       f"recording job {job_id}'s end", waited)  # fmt: skip
-        if status == "succeeded":
-            (out.parent / "result.json").write_text(json.dumps(result, indent=2, default=str))
 
     def _finish(
         self, job_id: str, ds: Dataset | None, out: Path, status: str, error: str | None,

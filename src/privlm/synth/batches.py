@@ -92,6 +92,15 @@ def plan_batches(
     return out
 
 
+def public_batches(count: int, members: int, labels: list[str] | None = None) -> list[Batch]:
+    """The batches of a run that reads no record (the no-reference baseline): the same
+    texts per class as :func:`plan_batches`, every member without records."""
+    empty: tuple[tuple[Record, ...], ...] = tuple(() for _ in range(members))
+    shares = class_counts(count, labels)
+    names = [label for label, n in shares for _ in range(n)]
+    return [Batch(i, label, empty) for i, label in enumerate(names)]
+
+
 def batches_per_unit(labels: list[str] | None, unit_kind: str) -> int:
     """How many batches one unit can be in: one, unless a user's records may carry several
     of the declared labels (a record has one label, so a record is always in one)."""

@@ -281,3 +281,12 @@ def plan_count(config: SynthConfig, labels: int, users: bool) -> CountPlan:
         auto_count=False,
     )  # fmt: skip
     return CountPlan(rho, sigma, sensitivity, generation)
+
+
+def refuse_a_baseline_count(config: SynthConfig) -> None:
+    """The no-reference baseline reads no record, so it cannot count them."""
+    if config.auto_count:
+        raise PrivlmError(
+            "the baseline reads no record, so it cannot count them: give --count N (the "
+            "number of texts the DP run wrote)"
+        )

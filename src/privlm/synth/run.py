@@ -36,6 +36,7 @@ import hashlib
 import json
 import os
 import secrets
+import tempfile
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -50,8 +51,14 @@ from privlm.fsutil import write_json_atomically
 from privlm.models import LoadedModel, ModelSource, load_public_model
 from privlm.progress import progress_bar
 from privlm.randomness import PrivacyRandomness
-from privlm.synth.batches import Batch, batches_per_unit, plan_batches, unit_counts
-from privlm.synth.config import CountPlan, SynthConfig, plan_count
+from privlm.synth.batches import (
+    Batch,
+    batches_per_unit,
+    plan_batches,
+    public_batches,
+    unit_counts,
+)
+from privlm.synth.config import CountPlan, SynthConfig, plan_count, refuse_a_baseline_count
 from privlm.synth.labels import declared_labels as declared_labels
 from privlm.synth.run_folder import refuse_a_started_run, run_folder
 
@@ -60,6 +67,7 @@ COUNT_MECHANISM = "synth-count"
 RUN_MECHANISMS = (MECHANISM, COUNT_MECHANISM)
 STATE_FORMAT = "privlm-synth-state/1"
 STATEMENT_FORMAT = "privlm-synth/1"
+BASELINE_FORMAT = "privlm-synth-baseline/1"
 EXAMPLE = "Text: {text}\n"  # one record in a member's prompt
 STATEMENT_SUFFIX = ".privacy.json"
 MECHANISM_TEXT = {
@@ -337,8 +345,7 @@ def synthesize(
             continue
         text = generator.text(batch)
         with out.open("a") as f:
-            row = {"text": text} if batch.label is None else {"text": text, "label": batch.label}
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            f.write(_line(text, batch.label))
             f.flush()
             os.fsync(f.fileno())
         state.data["written"].append(batch.index)
@@ -347,6 +354,54 @@ def synthesize(
         out, released, len(state.data["written"]),
         len(state.data["lost"]), _curator(data, batches),
     )  # fmt: skip
+
+
+def _line(text: str, label: str | None) -> str:
+    """One output row: ``text``, and ``label`` when labels are declared."""
+    row = {"text": text} if label is None else {"text": text, "label": label}
+    return json.dumps(row, ensure_ascii=False) + "\n"
+
+
+def synthesize_baseline(
+    model: ModelSource,
+    out: str | Path,
+    config: SynthConfig | None = None,
+    *,
+    labels: list[str] | None = None,
+    unit_kind: str = "record",
+    progress: bool = True,
+) -> SynthResult:
+    """The no-reference row: ``config.count`` texts from the same public contexts, settings
+    and mechanism as :func:`synthesize`, with every member the public model (no record
+    read, nothing charged). A DP synthetic set that does not beat it on the measure its
+    user cares about has bought nothing with its ε. ``unit_kind``: the unit the DP run
+    declares (``"user"`` with a user column), which sets its calibration."""
+    cfg = config or SynthConfig()
+    refuse_a_baseline_count(cfg)
+    out = Path(out)
+    lm = model if isinstance(model, LoadedModel) else load_public_model(model)
+    gen = plan_config(cfg, labels, unit_kind)
+    batches = public_batches(gen.count, gen.members, labels)
+    released = {
+        "format": BASELINE_FORMAT,
+        "guarantee": "no private record was read: every text is the public model's, from "
+        "the same contexts, settings and mechanism as the DP run (the no-reference baseline)",
+        "texts": gen.count, "labels": labels, "mechanism": MECHANISM_TEXT[cfg.mechanism],
+        "max_tokens": gen.max_tokens, "members": gen.members, "description": gen.description,
+        "model": lm.loaded_as or lm.name, **PrivacyRandomness(cfg.seed).statement(),
+    }  # fmt: skip
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as scratch:  # its predictors' ledgers charge nothing
+        generator = TextGenerator(lm, gen, Path(scratch) / "texts.db")
+        rows = [
+            _line(generator.text(b), b.label)
+            for b in progress_bar(batches, desc="baseline texts", disable=not progress)
+        ]  # fmt: skip
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text("".join(rows))
+    os.replace(tmp, out)
+    write_json_atomically(statement_path(out), released)
+    return SynthResult(out, released, len(rows), 0)
 
 
 def _curator(data: Dataset, batches: list[Batch]) -> dict[str, Any]:

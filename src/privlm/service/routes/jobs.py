@@ -35,6 +35,7 @@ from privlm.service.job_runners import add_event
 from privlm.service.job_views import describe, zip_artifact
 from privlm.service.protocol import (
     ERRORS,
+    CuratorReport,
     DatasetView,
     ErrorAnswer,
     SaveAsDataset,
@@ -76,6 +77,11 @@ def assembled() -> APIRouter:
                    403: {"model": ErrorAnswer, "description": "This kind releases nothing"},
                    410: {"model": ErrorAnswer, "description": "Deleted with its dataset"},
                    **ERRORS},
+    )  # fmt: skip
+    r.add_api_route(
+        "/{job_id}/curator-report", curator_report, methods=["GET"],
+        response_model=CuratorReport, responses=ERRORS,
+        summary="A finished job's statistics of its data, for the data's owner (not DP)",
     )  # fmt: skip
     r.add_api_route(
         "/{job_id}/dataset", save_as_dataset, methods=["POST"], status_code=201,
@@ -201,6 +207,21 @@ def artifact(job_id: str, s: Db, me: Me, state: State) -> Response:
         blob, media_type="application/zip",
         headers={"Content-Disposition": f'attachment; filename="{job.id}.zip"'},
     )  # fmt: skip
+
+
+def curator_report(job_id: str, s: Db, me: Me) -> dict[str, Any]:
+    """What the worker kept beside a finished job's folder for its tenant (exact counts,
+    and a synth job's overlap report): never inside the folder the artefact zips."""
+    from privlm.curator import CURATOR_NOTE
+
+    job = own(s, Job, job_id, me, "job")
+    if job.status != "succeeded":
+        raise ApiError(409, "conflict", f"job {job.id} has not succeeded (status {job.status})")
+    kept = Path(job.output_dir).parent / "result.json" if job.output_dir else None
+    if kept is None or not kept.is_file():
+        raise ApiError(410, "gone", f"job {job.id}'s report was deleted with its dataset")
+    curator = json.loads(kept.read_text()).get("not_private_for_the_curator", {})
+    return {"job_id": job.id, "note": CURATOR_NOTE, "not_private_for_the_curator": curator}
 
 
 def save_as_dataset(

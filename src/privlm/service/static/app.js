@@ -489,6 +489,7 @@
       }
       if (j.status === "succeeded" && j.kind === "synth") {
         actions.appendChild(button("Save as public dataset", function () { if (confirmOlderJob(j.id)) saveAsDataset(j.id); }));
+        actions.appendChild(button("Curator report", function () { curatorReport(j.id); }));
       }
       var live = j.status === "queued" || j.status === "running" || j.status === "succeeded";
       if (live && j.kind !== "pate" && j.kind !== "prompt-dpsgd" && j.kind !== "synth") {
@@ -555,6 +556,18 @@
       method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({}),
     }).then(function (d) { status("job-status", "saved " + id + "'s texts as public dataset " + d.id); refresh(); })
       .catch(function (e) { status("job-status", e.message, true); });
+  }
+
+  /* A synth job's overlap report: computed on the records, so for the owner's eyes only
+   * (not DP); shown here, never part of the download. */
+  function curatorReport(id) {
+    api("/v1/jobs/" + id + "/curator-report").then(function (r) {
+      var o = r.not_private_for_the_curator.overlap, s = o ? o.summary : null;
+      status("job-status", !s ? r.note : "Not DP, for you only: " + id + "'s texts share at most " +
+        s.longest_run_words_max + " words in a row with a record; " + s.exact_copies + " exact and " +
+        s.near_copies + " near copies" + (s.texts_with_pii_also_in_records === undefined ? "" :
+        "; " + s.texts_with_pii_also_in_records + " texts with PII also in the records") + ".");
+    }).catch(function (e) { status("job-status", e.message, true); });
   }
 
   function download(id) {
