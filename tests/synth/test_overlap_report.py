@@ -44,7 +44,9 @@ def test_the_longest_run_is_the_brute_force_one_and_stays_inside_one_record(seed
         held = {tuple(words(r)[j : j + NGRAM]) for r in records
                 for j in range(len(words(r)) - NGRAM + 1)}  # fmt: skip
         want_share = sum(g in held for g in grams) / len(grams) if grams else None
-        assert got.ngram_overlap == pytest.approx(want_share) if grams else got.ngram_overlap is None
+        assert (
+            got.ngram_overlap == pytest.approx(want_share) if grams else got.ngram_overlap is None
+        )
 
 
 def test_a_run_across_two_records_is_not_a_run():
@@ -66,9 +68,13 @@ def test_copies_are_found_through_case_spacing_and_one_changed_letter():
         "The delivery arrived broken and nobody answers the phone at the depot.",
     ]
     index = RecordOverlap(records)
-    exact = index.of("  MY CARD ending 4242 was charged twice for the march invoice, please refund it")
+    exact = index.of(
+        "  MY CARD ending 4242 was charged twice for the march invoice, please refund it"
+    )
     assert exact.exact_copy_of == 0 and exact.near_copies_of == (0,)
-    near = index.of("My card ending 4242 was charged twice for the March invoice, please refund me.")
+    near = index.of(
+        "My card ending 4242 was charged twice for the March invoice, please refund me."
+    )
     assert near.exact_copy_of is None and near.near_copies_of == (0,)
     far = index.of("I would like to change the colour of my order before it ships.")
     assert far.exact_copy_of is None and far.near_copies_of == () and far.longest_run <= 2
