@@ -60,6 +60,7 @@ def called(service, ensemble_job):
     assert job(service, "acme", synth["id"])["status"] == "succeeded"
     call("post", "/v1/jobs/{job_id}/dataset", f"/v1/jobs/{synth['id']}/dataset", json={})
     call("post", "/v1/jobs/{job_id}/dataset", f"/v1/jobs/{trained['id']}/dataset", json={})  # 403
+    call("get", "/v1/jobs/{job_id}/curator-report", f"/v1/jobs/{synth['id']}/curator-report")
     call("get", "/v1/jobs")
     call("get", "/v1/jobs/{job_id}", f"/v1/jobs/{ensemble_job['id']}")
     call("get", "/v1/jobs/{job_id}/artifact", f"/v1/jobs/{trained['id']}/artifact")
