@@ -27,9 +27,14 @@ def write_directory_atomically(target: Path, write: Callable[[Path], object]) ->
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def write_json_atomically(path: Path, data: Any) -> None:
-    """Write ``data`` as JSON to ``path`` through a temporary file beside it, so a reader
-    (or a crash) sees the old file or the new one, never half of one."""
+def write_text_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file beside it, so a reader (or a
+    crash) sees the old file or the new one, never half of one."""
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str))
+    tmp.write_text(text)
     os.replace(tmp, path)
+
+
+def write_json_atomically(path: Path, data: Any) -> None:
+    """Write ``data`` as JSON to ``path`` atomically (:func:`write_text_atomically`)."""
+    write_text_atomically(path, json.dumps(data, indent=2, default=str))

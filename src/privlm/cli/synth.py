@@ -22,7 +22,7 @@ from privlm.cli.common import (
     warn_if_seeded,
 )
 from privlm.config import cli_settings, setting_of
-from privlm.curator import CURATOR_HEADING
+from privlm.curator import CURATOR_HEADING, curator_report_path, record_statistics
 from privlm.errors import PrivlmError
 from privlm.models import DEFAULT_MODEL
 from privlm.synth.config import SynthConfig
@@ -138,7 +138,6 @@ def synth(
         )  # fmt: skip
     overlap = None
     if report:
-        from privlm.curator import record_statistics
         from privlm.synth.report import report_of_output
 
         detector = None if report_detector == "none" else report_detector
@@ -146,7 +145,10 @@ def synth(
         record_statistics(out, {**res.curator, "overlap": overlap})
     if as_json:
         emit_json(
-            {**res.to_dict(), **({"curator_report": str(_report_path(out))} if report else {})}
+            {
+                **res.to_dict(),
+                **({"curator_report": str(curator_report_path(out))} if report else {}),
+            }
         )
         return
     st = res.statement
@@ -170,13 +172,7 @@ def synth(
     )
     if overlap is not None:
         typer.echo(f"  {CURATOR_HEADING}: {overlap_line(overlap['summary'])}; report in "
-                   f"{_report_path(out)} (for the data's owner: never share it with the texts)")  # fmt: skip
-
-
-def _report_path(out: Path) -> Path:
-    from privlm.curator import curator_report_path
-
-    return curator_report_path(out)
+                   f"{curator_report_path(out)} (for the data's owner: never share it with the texts)")  # fmt: skip
 
 
 def overlap_line(summary: dict[str, Any]) -> str:

@@ -36,7 +36,12 @@ WORD = re.compile(r"\w+")
 
 def words(text: str) -> list[str]:
     """The words of ``text``'s canonical form."""
-    return WORD.findall(canonical_text(text))
+    return _words_of_canonical(canonical_text(text))
+
+
+def _words_of_canonical(canonical: str) -> list[str]:
+    words_found: list[str] = WORD.findall(canonical)
+    return words_found
 
 
 class SuffixAutomaton:
@@ -115,8 +120,9 @@ class RecordOverlap:
         self.ends: list[int] = []  # the position of each record's separator
         self.ngrams: set[tuple[int, ...]] = set()
         position = 0
-        for i, text in enumerate(records):
-            ids = self._ids(words(text), grow=True)
+        self.canonical_texts = [canonical_text(t) for t in records]
+        for i, canon in enumerate(self.canonical_texts):
+            ids = self._ids(_words_of_canonical(canon), grow=True)
             for symbol in ids:
                 self.automaton.extend(symbol, position)
                 position += 1
@@ -124,9 +130,9 @@ class RecordOverlap:
             self.ends.append(position)
             position += 1
             self.ngrams.update(tuple(ids[j : j + NGRAM]) for j in range(len(ids) - NGRAM + 1))
-        self.canonical = {canonical_text(t): i for i, t in reversed(list(enumerate(records)))}
+        self.canonical = {c: i for i, c in reversed(list(enumerate(self.canonical_texts)))}
         self.sketcher = Sketcher(secrets.token_bytes(16))
-        self.sketches = [self.sketcher.sketch(c) for c in map(canonical_text, records)]
+        self.sketches = [self.sketcher.sketch(c) for c in self.canonical_texts]
         self.bands: dict[str, list[int]] = defaultdict(list)
         for i, sketch in enumerate(self.sketches):
             for key in self.sketcher.band_keys(sketch) if sketch is not None else ():
@@ -138,17 +144,19 @@ class RecordOverlap:
         return [self.vocabulary.get(w, -(10**12)) for w in tokens]  # unknown: matches nothing
 
     def of(self, text: str) -> TextOverlap:
-        ids = self._ids(words(text))
+        canon = canonical_text(text)
+        ids = self._ids(_words_of_canonical(canon))
         run, end = self.automaton.longest_match(ids)
         grams = [tuple(ids[j : j + NGRAM]) for j in range(len(ids) - NGRAM + 1)]
         shared = sum(g in self.ngrams for g in grams) / len(grams) if grams else None
         return TextOverlap(
             run, bisect.bisect_left(self.ends, end) if run else None, shared,
-            self.canonical.get(canonical_text(text)), self._near(text),
+            self.canonical.get(canon), self._near(canon),
         )  # fmt: skip
 
-    def _near(self, text: str) -> tuple[int, ...]:
-        sketch = self.sketcher.sketch(canonical_text(text))
+    def _near(self, canon: str) -> tuple[int, ...]:
+        """The records a text (its canonical form) nearly copies, or that nearly copy it."""
+        sketch = self.sketcher.sketch(canon)
         if sketch is None:
             return ()
         candidates = {i for key in self.sketcher.band_keys(sketch) for i in self.bands[key]}

@@ -45,7 +45,8 @@ def overlap_report(
     ``detector``: a :class:`privlm.detect.Detector`, or None for no PII check."""
     index = RecordOverlap([r.text for r in records])
     measured = [index.of(t) for t in texts]
-    pii = _pii_echoes(texts, records, detector) if detector is not None else None
+    canonical = index.canonical_texts
+    pii = _pii_echoes(texts, canonical, detector) if detector is not None else None
     rows = [_row(i, m, records, pii) for i, m in enumerate(measured)]
     report: dict[str, Any] = {
         "format": REPORT_FORMAT, "note": REPORT_NOTE, "texts": len(texts),
@@ -53,7 +54,7 @@ def overlap_report(
         "per_text": rows,
     }  # fmt: skip
     if canaries:
-        report["canaries"] = _canary_echoes(texts, records, canaries)
+        report["canaries"] = _canary_echoes(texts, canonical, canaries)
     return report
 
 
@@ -98,10 +99,10 @@ def _summary(
 
 
 def _pii_echoes(
-    texts: Sequence[str], records: Sequence[Record], detector: Any
+    texts: Sequence[str], canonical_records: Sequence[str], detector: Any
 ) -> list[list[dict[str, str]]]:
     """Per text, the spans ``detector`` flags whose canonical form occurs in a record."""
-    corpus = "\n".join(canonical_text(r.text) for r in records)
+    corpus = "\n".join(canonical_records)
     found: list[list[dict[str, str]]] = []
     for text, spans in zip(texts, detector.detect(list(texts)), strict=True):
         echoes, seen = [], set()
@@ -115,16 +116,17 @@ def _pii_echoes(
 
 
 def _canary_echoes(
-    texts: Sequence[str], records: Sequence[Record], canaries: Sequence[str]
+    texts: Sequence[str], canonical_records: Sequence[str], canaries: Sequence[str]
 ) -> list[dict[str, Any]]:
     """Per canary: how many records hold it (it was planted) and how many texts repeat it."""
+    canonical_texts = [canonical_text(t) for t in texts]
     rows = []
     for canary in canaries:
         c = canonical_text(canary)
         rows.append({
             "canary": canary,
-            "records_holding_it": sum(c in canonical_text(r.text) for r in records),
-            "texts_repeating_it": sum(c in canonical_text(t) for t in texts),
+            "records_holding_it": sum(c in r for r in canonical_records),
+            "texts_repeating_it": sum(c in t for t in canonical_texts),
         })  # fmt: skip
     return rows
 

@@ -47,7 +47,7 @@ from privlm.accounting.statements import Guarantee, guarantee_of, recorded_guara
 from privlm.data import Dataset
 from privlm.data.partition import KEY_BYTES
 from privlm.errors import PrivlmError
-from privlm.fsutil import write_json_atomically
+from privlm.fsutil import write_json_atomically, write_text_atomically
 from privlm.models import LoadedModel, ModelSource, load_public_model
 from privlm.progress import progress_bar
 from privlm.randomness import PrivacyRandomness
@@ -284,10 +284,7 @@ def _keep_lines(out: Path, n: int) -> None:
     if not out.exists():
         out.touch(mode=0o644)
         return
-    lines = out.read_text().splitlines(keepends=True)[:n]
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text("".join(lines))
-    os.replace(tmp, out)
+    write_text_atomically(out, "".join(out.read_text().splitlines(keepends=True)[:n]))
 
 
 def synthesize(
@@ -397,9 +394,7 @@ def synthesize_baseline(
             _line(generator.text(b), b.label)
             for b in progress_bar(batches, desc="baseline texts", disable=not progress)
         ]  # fmt: skip
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text("".join(rows))
-    os.replace(tmp, out)
+    write_text_atomically(out, "".join(rows))
     write_json_atomically(statement_path(out), released)
     return SynthResult(out, released, len(rows), 0)
 
