@@ -34,7 +34,7 @@ ALLOWED = {
     "training": BASE | {"accounting", "data", "detect", "models", "training"},
     "predict": BASE | {"accounting", "data", "models", "training", "predict"},
     "prompting": BASE | {"accounting", "data", "models", "training", "prompting"},
-    "synth": BASE | {"accounting", "data", "detect", "models", "predict", "synth"},
+    "synth": BASE | {"accounting", "data", "detect", "models", "predict", "training", "synth"},
     "audit": BASE
     | {"accounting", "data", "detect", "models", "training", "predict", "prompting", "audit"},
     "service": BASE

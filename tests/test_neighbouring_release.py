@@ -288,3 +288,34 @@ def test_synth_releases_nothing_of_one_unit_but_its_texts(tmp_path, unit):
     assert released["full"][statement] == released["less"][statement]
     assert len(released["full"]["synth.jsonl"].splitlines()) == 3
     assert len(released["less"]["synth.jsonl"].splitlines()) == 3
+
+
+@pytest.mark.parametrize("unit", ["record", "user"])
+def test_dp_lora_synth_releases_nothing_of_one_unit_but_its_texts(tmp_path, unit):
+    """dp-lora: the texts are the noisy output (samples of the DP adapter); its statement
+    is identical up to the fields computed from the number of units, and the adapter stays
+    in the run's private folder."""
+    from privlm.synth import SynthConfig, synthesize
+
+    records = NOTES if unit == "record" else [Record(r.text, f"user-{i % 6}") for i, r in
+                                               enumerate(NOTES)]  # fmt: skip
+    gone = records[17].unit
+    less = [r for r in records if r.unit != gone]
+    cfg = SynthConfig(generator="dp-lora", count=3, max_tokens=3, seed=3, train_batch_size=4,
+                      train_epochs=1)  # fmt: skip
+    for name, recs in (("full", records), ("less", less)):
+        (tmp_path / name).mkdir()
+        synthesize("tiny", Dataset(recs, "notes", unit), tmp_path / name / "synth.jsonl", cfg,
+                   progress=False)  # fmt: skip
+    released = {
+        name: {p.name: p.read_text() for p in (tmp_path / name).iterdir() if p.is_file()}
+        for name in ("full", "less")
+    }  # fmt: skip
+    for files in released.values():
+        assert sorted(files) == ["synth.jsonl", "synth.jsonl.privacy.json"]
+        assert str(tmp_path) not in files["synth.jsonl.privacy.json"]
+    statement = "synth.jsonl.privacy.json"
+    a, b = (json.loads(released[n][statement]) for n in ("full", "less"))
+    assert a["units"] == b["units"] + 1  # declared public: the only difference, with σ's
+    assert masked(a) == masked(b)
+    assert len(released["less"]["synth.jsonl"].splitlines()) == 3

@@ -617,3 +617,36 @@ def test_the_owner_reads_a_synth_jobs_report_on_the_page(working_server, tmp_pat
         page.wait_for_selector("#job-status:has-text('Not DP, for you only')", timeout=30_000)
         assert "words in a row with a record" in page.inner_text("#job-status")
         browser.close()
+
+
+def test_the_page_offers_the_synth_generator_and_sends_it(working_server):
+    """Choosing "DP synthetic texts" shows the generator; the job is submitted with it."""
+    from playwright.sync_api import sync_playwright
+
+    srv = working_server
+    key = srv.tenant("synth-generator")
+    with srv.client(key) as c:
+        files = {"file": ("notes.txt", f"{NOTES}\n".encode(), "text/plain")}
+        r = c.post("/v1/datasets", files=files, data={"name": "notes", "budget_epsilon": "10"})
+        assert r.status_code == 201, r.text
+    with sync_playwright() as p:
+        browser = launch(p)
+        page = browser.new_page()
+        page.goto(srv.url + "/")
+        page.fill("#api-key", key)
+        page.click("#save-key")
+        page.wait_for_selector("#job-dataset option", state="attached")
+        assert page.is_hidden("#job-generator-label")
+        page.select_option("#job-kind", "synth")
+        assert page.is_visible("#job-generator-label")
+        page.select_option("#job-generator", "dp-lora")
+        page.fill("#job-epsilon", "2")
+        page.fill("#job-count", "2")
+        with page.expect_request(
+            lambda q: q.url.endswith("/v1/jobs") and q.method == "POST"
+        ) as sent:
+            page.click("#submit-job")
+        body = json.loads(sent.value.post_data or "{}")
+        assert body["kind"] == "synth" and body["params"]["generator"] == "dp-lora"
+        page.wait_for_selector("#job-status:has-text('queued')")
+        browser.close()

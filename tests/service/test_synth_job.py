@@ -86,3 +86,25 @@ def test_a_synth_job_charges_the_budget_and_its_texts_become_a_public_dataset(se
     ens = submit(service, "acme", "ensemble", private, parts=2)
     no = service.client.post(f"/v1/jobs/{ens['id']}/dataset", json={}, headers=service.auth("acme"))
     assert no.status_code in (403, 409)
+
+
+def test_a_dp_lora_synth_job_charges_dp_sgds_cost_and_releases_no_adapter(service):
+    r = service.upload("acme", reviews(), filename="r.jsonl", budget_epsilon=10)
+    private = r.json()["id"]
+    j = submit(service, "acme", "synth", private, epsilon=3, count=3, max_tokens=3,
+               generator="dp-lora", train_epochs=1, train_batch_size=6, labels=["neg", "pos"])  # fmt: skip
+    run_queue(service)
+    done = job(service, "acme", j["id"])
+    assert done["status"] == "succeeded", done["error"]
+    ledger = PrivacyLedger(service.ledgers, f"dataset-{private}")
+    (charge,) = ledger.charges()
+    assert charge.params["generator"] == "dp-lora" and ledger.spent().epsilon <= 3 + 1e-6
+    art = service.client.get(f"/v1/jobs/{j['id']}/artifact", headers=service.auth("acme"))
+    assert_names_no_server_path(service, art.content)
+    z = zipfile.ZipFile(io.BytesIO(art.content))
+    assert sorted(z.namelist()) == ["synth.jsonl", "synth.jsonl.privacy.json"]
+    statement = json.loads(z.read("synth.jsonl.privacy.json"))
+    assert statement["generator"] == "dp-lora"
+    assert statement["epsilon"] == ledger.spent().epsilon
+    rows = [json.loads(x) for x in z.read("synth.jsonl").decode().splitlines()]
+    assert [x["label"] for x in rows] == ["neg", "neg", "pos"]

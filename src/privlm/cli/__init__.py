@@ -55,7 +55,7 @@ COMMANDS: dict[str, Entry] = {
     "synth": Entry(
         "synth",
         "synth",
-        "Write a DP synthetic dataset: each text from a disjoint batch of private units.",
+        "Write a DP synthetic dataset: in-context private prediction, or a DP-SGD LoRA.",
     ),
     "perturb": Entry(
         "perturb",

@@ -98,11 +98,12 @@ def synth(
     *,
     settings: dict[str, Any],
 ) -> None:
-    """Write a DP synthetic dataset: each text from a disjoint batch of private units.
+    """Write a DP synthetic dataset: in-context private prediction, or a DP-SGD LoRA.
 
-    Every token is a PMixED release over the batch's in-context members; the file is
-    (ε, δ)-DP per unit (docs/sharp_edges.md, "DP synthetic text"). Every SynthConfig
-    setting is an option."""
+    --generator in-context: every token is a PMixED (or DClip, screened) release over the
+    batch's in-context members. --generator dp-lora: a LoRA adapter fine-tuned with DP-SGD
+    at the whole ε, then sampled. The file is (ε, δ)-DP per unit either way
+    (docs/sharp_edges.md, "DP synthetic text"). Every SynthConfig setting is an option."""
     if baseline:
         _baseline(out, count, labels, user_column, model, device, dtype, as_json, settings)
         return
@@ -151,28 +152,38 @@ def synth(
             }
         )
         return
-    st = res.statement
-    knob = (
-        f"clip C {st['clip']:.3g}, top-k {st['top_k']}" if st.get("clip") is not None
-        else f"radius {st['radius']:.3g} at α = {st['alpha']}"
-    )  # fmt: skip
-    typer.echo(
-        f"{res.written} synthetic texts in {out} ({st['guarantee']}; {cfg.mechanism} over "
-        f"{st['members']} in-context members per text, {knob}); statement in "
-        f"{out}.privacy.json"
-    )
+    typer.echo(f"{res.written} synthetic texts in {out} ({how_line(res.statement, cfg)}); "
+               f"statement in {out}.privacy.json")  # fmt: skip
     if res.lost:
         typer.echo(
             f"  {res.lost} texts interrupted half-way were not redrawn (their tokens were charged)"
         )
     c = res.curator
+    empty = f", {c['empty_members']} members without records" if "empty_members" in c else ""
     typer.echo(
         f"  {CURATOR_HEADING}: {c['units']} units, {c['records_left_out']} records of no "
-        f"declared label left out, {c['empty_members']} members without records"
+        f"declared label left out{empty}"
     )
     if overlap is not None:
         typer.echo(f"  {CURATOR_HEADING}: {overlap_line(overlap['summary'])}; report in "
                    f"{curator_report_path(out)} (for the data's owner: never share it with the texts)")  # fmt: skip
+
+
+def how_line(st: dict[str, Any], cfg: SynthConfig) -> str:
+    """The guarantee and the generator's derived knobs, in one line."""
+    if st.get("generator") == "dp-lora":
+        return (
+            f"{st['guarantee']}; dp-lora: DP-SGD σ {st['noise_multiplier']:.3g}, q "
+            f"{st['sample_rate']:.3g}, {st['steps']} steps, then sampled"
+        )
+    knob = (
+        f"clip C {st['clip']:.3g}, top-k {st['top_k']}" if st.get("clip") is not None
+        else f"radius {st['radius']:.3g} at α = {st['alpha']}"
+    )  # fmt: skip
+    return (
+        f"{st['guarantee']}; {cfg.mechanism} over {st['members']} in-context members per "
+        f"text, {knob}"
+    )
 
 
 def overlap_line(summary: dict[str, Any]) -> str:

@@ -176,6 +176,11 @@ def reference_of(source: ModelSource) -> str:
     return str(path.resolve()) if source not in KNOWN_MODELS and path.exists() else source
 
 
+# the attribute where private prediction's engines keep the router of the projections they
+# wrapped (privlm.predict.engine): a model that carries one is shared with deployments
+ROUTER_ATTRIBUTE = "_privlm_router"
+
+
 def working_copy(source: ModelSource, device: DeviceSpec, dtype: DtypeSpec) -> LoadedModel:
     """A model a training job may change, placed as the job's config says: loaded from a
     name, or a copy of a loaded model. PEFT wraps its model in place (it inserts the LoRA
@@ -194,6 +199,12 @@ def working_copy(source: ModelSource, device: DeviceSpec, dtype: DtypeSpec) -> L
             f"expected a model name or a LoadedModel, got {type(source).__name__}: load one "
             "with privlm.models.load_public_model, or wrap a transformers model and its "
             "tokenizer as LoadedModel(model, tokenizer, name, source)"
+        )
+    if getattr(source.model, ROUTER_ATTRIBUTE, None) is not None:
+        # engines wrapped its projections with their adapter stacks (and a lock): the
+        # public weights are loaded again rather than copied with the wrappers
+        return replace(
+            load_public_model(source.reference, device, dtype), loaded_as=source.reference
         )
     place = resolve_placement(device, dtype)
     _check_model_fits(source.model.config, place, f"{source.reference} (a working copy)")

@@ -26,9 +26,8 @@ from torch import nn
 from transformers import DynamicCache, PreTrainedModel
 
 from privlm.errors import ModelLoadError
+from privlm.models.loading import ROUTER_ATTRIBUTE as ROUTER_ATTRIBUTE
 from privlm.models.memory import kv_cache_bytes, require_fits
-
-ROUTER_ATTRIBUTE = "_privlm_router"
 
 
 def upcast_log_softmax(logits: torch.Tensor) -> torch.Tensor:

@@ -238,7 +238,12 @@ class SynthParams(JobParams):
         "seed": "the service never seeds noise: a seed voids the guarantee",
     }
     epsilon: float = request_field(SynthConfig, "epsilon", le=100)
+    generator: Literal["in-context", "dp-lora"] = request_field(SynthConfig, "generator")
     mechanism: Literal["pmixed", "dclip", "screened"] = request_field(SynthConfig, "mechanism")
+    train_epochs: int = request_field(SynthConfig, "train_epochs", le=20)
+    train_batch_size: int = request_field(SynthConfig, "train_batch_size", le=4096)
+    learning_rate: float = request_field(SynthConfig, "learning_rate")
+    lora_rank: int = request_field(SynthConfig, "lora_rank", le=64)
     paid_tokens: int | None = request_field(SynthConfig, "paid_tokens", le=1024)
     threshold: float = request_field(SynthConfig, "threshold")
     top_k: int = request_field(SynthConfig, "top_k", le=100_000)

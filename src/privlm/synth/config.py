@@ -41,6 +41,7 @@ DEFAULT_DESCRIPTION = "Write one more text like the examples."
 # the orders the plan may pick from (public, data-blind)
 ALPHA_GRID = (2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 20, 24, 32)
 MECHANISMS = ("pmixed", "dclip", "screened")
+GENERATORS = ("in-context", "dp-lora")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,6 +70,21 @@ class SynthConfig:
         "paid_tokens per text are PMixED's)",
         choices=MECHANISMS,
     )  # fmt: skip
+    generator: str = setting(
+        "in-context", "How the texts are made: in-context (each text from a disjoint batch of "
+        "units, every token a private-prediction release over in-context members; no "
+        "training, for hundreds of records) or dp-lora (a LoRA adapter of the public model "
+        "fine-tuned with DP-SGD on the records at the whole ε, conditioned on the declared "
+        "labels; the texts are sampled from it, post-processing, any number of them)",
+        choices=GENERATORS,
+    )  # fmt: skip
+    train_epochs: int = setting(3, "dp-lora: DP-SGD epochs over the units", ge=1, le=100)
+    train_batch_size: int = setting(
+        64, "dp-lora: expected (Poisson) batch of units per DP-SGD step (q = batch / units)",
+        ge=1, le=65536,
+    )  # fmt: skip
+    learning_rate: float = setting(2e-3, "dp-lora: AdamW learning rate", gt=0, le=1)
+    lora_rank: int = setting(8, "dp-lora: LoRA rank r", ge=1, le=256)
     count: int = setting(
         100, "Synthetic texts to write (public: it fixes the batches; the data's size does not)",
         ge=1, le=10**7,
@@ -126,6 +142,11 @@ class SynthConfig:
         if not (isinstance(self.texts_per_unit, int) and self.texts_per_unit >= 1):
             raise PrivlmError(
                 f"texts_per_unit must be a whole number ≥ 1, got {self.texts_per_unit!r}"
+            )
+        if self.generator == "dp-lora" and self.auto_count:
+            raise PrivlmError(
+                "dp-lora samples any number of texts from its DP adapter, so it needs no count "
+                "of the data: give --count N"
             )
         if self.alpha is not None:
             pmixed_bounds.check_alpha(self.alpha)

@@ -310,6 +310,8 @@ def synthesize(
     name = lm.loaded_as or lm.name
     folder = Path(state_dir) if state_dir is not None else run_folder(out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    if cfg.generator == "dp-lora":
+        return synthesize_dp_lora(lm, data, out, cfg, labels, ledger, resume, progress, folder)
     shared = plan_config(cfg, labels, data.unit_kind)
     plan = (
         plan_count(shared, len(labels or [None]), data.unit_kind != "record")
@@ -353,6 +355,65 @@ def synthesize(
     )  # fmt: skip
 
 
+def synthesize_dp_lora(
+    lm: LoadedModel,
+    data: Dataset,
+    out: Path,
+    cfg: SynthConfig,
+    labels: list[str] | None,
+    ledger: PrivacyLedger | None,
+    resume: bool,
+    progress: bool,
+    folder: Path,
+) -> SynthResult:
+    """``generator="dp-lora"`` (:mod:`privlm.synth.dp_lora`): plan and check DP-SGD's
+    charge, fit and charge once, then sample; a resumed run neither trains nor pays again."""
+    from privlm.synth import dp_lora
+
+    name = lm.loaded_as or lm.name
+    train, dcfg, run, charge = dp_lora.plan(lm, data, labels, cfg, MECHANISM)
+    if ledger is not None and not (folder / "state.json").is_file():
+        BudgetedRun.start(ledger, "this synth run", charge)  # refused: nothing written
+    state = RunState.open(folder, _settings_digest(cfg, labels, name), cfg.seed, resume)
+    tagged = _tagged([charge], state.run_id)[0]
+    if not (folder / dp_lora.ADAPTER).is_dir():
+        charged = ledger is not None and any(
+            r.mechanism == MECHANISM and r.params.get("run") == state.run_id
+            for r in ledger.charges()
+        )  # fmt: skip
+        # charged, then stopped before the adapter was saved: that one never left, so the
+        # new fit is the run's one release and is not charged again
+        due = None if charged else tagged
+        dp_lora.fit_and_save(lm, train, dcfg, run, ledger, due, folder, progress)
+    guarantee = run_guarantee(ledger, [tagged], state.run_id, cfg.delta)
+    released = {
+        "format": STATEMENT_FORMAT, "generator": "dp-lora", "guarantee": guarantee.text,
+        **dp_lora.statement_fields(run, dcfg, data.unit_kind),
+        "epsilon": guarantee.epsilon, "delta": guarantee.delta,
+        "epsilon_requested": cfg.epsilon, "label_counts": "declared: the texts split evenly "
+        "over the labels", "texts": cfg.count, "max_tokens": cfg.max_tokens,
+        "labels": labels, "description": cfg.description, "model": name,
+        "public": "the description, the labels and the settings are declared public",
+        **PrivacyRandomness(cfg.seed).statement(),
+    }  # fmt: skip
+    write_json_atomically(statement_path(out), released)
+    done = int(state.data.get("sampled", 0))
+    _keep_lines(out, done)
+
+    def mark(n: int) -> None:
+        state.data["sampled"] = n
+        state.save()
+
+    sampler = dp_lora.AdapterSampler(dp_lora.load_adapter(lm, folder), lm.tokenizer, cfg)
+    written = dp_lora.sample_into(out, sampler, labels, cfg, done, mark, progress)
+    kept = len(train.records)
+    curator = {
+        "units": len(data.units()), "records": len(data.records),
+        "records_trained_on": kept, "records_left_out": len(data.records) - kept,
+    }  # fmt: skip
+    return SynthResult(out, released, written, 0, curator)
+
+
 def _line(text: str, label: str | None) -> str:
     """One output row: ``text``, and ``label`` when labels are declared."""
     row = {"text": text} if label is None else {"text": text, "label": label}
@@ -377,6 +438,8 @@ def synthesize_baseline(
     refuse_a_baseline_count(cfg)
     out = Path(out)
     lm = model if isinstance(model, LoadedModel) else load_public_model(model)
+    if cfg.generator == "dp-lora":
+        return _dp_lora_baseline(lm, out, cfg, labels, progress)
     gen = plan_config(cfg, labels, unit_kind)
     batches = public_batches(gen.count, gen.members, labels)
     released = {
@@ -397,6 +460,32 @@ def synthesize_baseline(
     write_text_atomically(out, "".join(rows))
     write_json_atomically(statement_path(out), released)
     return SynthResult(out, released, len(rows), 0)
+
+
+def _dp_lora_baseline(
+    lm: LoadedModel, out: Path, cfg: SynthConfig, labels: list[str] | None, progress: bool
+) -> SynthResult:
+    """dp-lora's no-reference row: the same contexts sampled the same way from the public
+    model with no adapter (what the DP fine-tune must beat)."""
+    from privlm.synth import dp_lora
+
+    released = {
+        "format": BASELINE_FORMAT, "generator": "dp-lora",
+        "guarantee": "no private record was read: every text is sampled from the public model "
+        "with no adapter, from the same contexts and settings as the DP run (the "
+        "no-reference baseline)",
+        "texts": cfg.count, "labels": labels, "mechanism": dp_lora.MECHANISM_TEXT,
+        "max_tokens": cfg.max_tokens, "description": cfg.description,
+        "model": lm.loaded_as or lm.name, **PrivacyRandomness(cfg.seed).statement(),
+    }  # fmt: skip
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("")
+    sampler = dp_lora.AdapterSampler(lm.model, lm.tokenizer, cfg)
+    written = dp_lora.sample_into(
+        out, sampler, labels, cfg, 0, lambda n: None, progress, "baseline texts"
+    )
+    write_json_atomically(statement_path(out), released)
+    return SynthResult(out, released, written, 0)
 
 
 def _curator(data: Dataset, batches: list[Batch]) -> dict[str, Any]:
@@ -446,10 +535,10 @@ class TextGenerator:
 
     def context(self, label: str | None) -> list[int]:
         """The public context every row continues: the description, the label, ``Text:``."""
-        head = f"{self.config.description}\n" if self.config.description else ""
-        if label is not None:
-            head += f"Label: {label}\n"
-        ids: list[int] = self.lm.tokenizer(head + "Text:", add_special_tokens=False)["input_ids"]
+        from privlm.synth.dp_lora import context_text
+
+        head = context_text(self.config.description, label)
+        ids: list[int] = self.lm.tokenizer(head, add_special_tokens=False)["input_ids"]
         return ids
 
     def text(self, batch: Batch) -> str:
