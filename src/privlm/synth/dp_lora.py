@@ -28,10 +28,9 @@ declaration: the sampling rate and the steps are computed from it.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +39,6 @@ from privlm.accounting.budgeted import BudgetedRun
 from privlm.curator import PUBLIC_SIZE
 from privlm.data import Dataset, Record
 from privlm.errors import PrivlmError
-from privlm.fsutil import write_json_atomically
 from privlm.models import LoadedModel
 from privlm.progress import progress_bar
 from privlm.randomness import PrivacyRandomness
@@ -175,11 +173,6 @@ def statement_fields(run: Any, dcfg: DpSgdConfig, unit_kind: str) -> dict[str, A
     }  # fmt: skip
 
 
-def settings_digest(cfg: SynthConfig, labels: list[str] | None, model: str) -> str:
-    raw = json.dumps([asdict(cfg), labels, model], sort_keys=True, default=str)
-    return hashlib.sha256(raw.encode()).hexdigest()
-
-
 class AdapterSampler:
     """Texts sampled from a model (the DP adapter, or the public model alone for the
     no-reference baseline), a chunk of rows at a time, ancestral sampling with a KV cache."""
@@ -278,9 +271,3 @@ def load_adapter(lm: LoadedModel, folder: Path) -> Any:
     place = lm.placement.describe()
     base = working_copy(lm, place["device"], place["dtype"])
     return PeftModel.from_pretrained(base.model, str(folder / ADAPTER)).eval()
-
-
-def write_state(folder: Path, data: dict[str, Any]) -> None:
-    path = folder / "state.json"
-    write_json_atomically(path, data)
-    os.chmod(path, 0o600)

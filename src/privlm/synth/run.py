@@ -237,13 +237,18 @@ class RunState:
 def _charge_run(ledger: PrivacyLedger | None, charges: list[Charge], run_id: str) -> None:
     """Check and charge the run's per-unit costs once, together (a resumed run finds them
     charged)."""
-    if ledger is not None and any(
-        r.mechanism == MECHANISM and r.params.get("run") == run_id for r in ledger.charges()
-    ):
+    if _run_charged(ledger, run_id):
         return
     run = BudgetedRun.start(ledger, "this synth run", *_tagged(charges, run_id))
     for charge in run.planned:  # the texts' charge first: a resume looks for it
         run.release(charge, lambda: None)
+
+
+def _run_charged(ledger: PrivacyLedger | None, run_id: str) -> bool:
+    """Whether ``ledger`` records this run's charge already (a resumed run)."""
+    return ledger is not None and any(
+        r.mechanism == MECHANISM and r.params.get("run") == run_id for r in ledger.charges()
+    )
 
 
 def _tagged(charges: list[Charge], run_id: str) -> list[Charge]:
@@ -377,13 +382,9 @@ def synthesize_dp_lora(
     state = RunState.open(folder, _settings_digest(cfg, labels, name), cfg.seed, resume)
     tagged = _tagged([charge], state.run_id)[0]
     if not (folder / dp_lora.ADAPTER).is_dir():
-        charged = ledger is not None and any(
-            r.mechanism == MECHANISM and r.params.get("run") == state.run_id
-            for r in ledger.charges()
-        )  # fmt: skip
         # charged, then stopped before the adapter was saved: that one never left, so the
         # new fit is the run's one release and is not charged again
-        due = None if charged else tagged
+        due = None if _run_charged(ledger, state.run_id) else tagged
         dp_lora.fit_and_save(lm, train, dcfg, run, ledger, due, folder, progress)
     guarantee = run_guarantee(ledger, [tagged], state.run_id, cfg.delta)
     released = {
