@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 
 PLAIN_INTERVAL_S = 30.0
 _CONTROL = re.compile(r"\x1b\[[0-9;]*[A-Za-z]|\r")
+_BAR_BODY = re.compile(r"\|[^|]*\|")
 
 
 class PlainLines:
@@ -33,9 +34,10 @@ class PlainLines:
 
     def write(self, text: str) -> int:
         line = _CONTROL.sub("", text).strip()
-        # a bar's progress is what comes before its timings ("[00:01<00:00, …]"): the
-        # refresh tqdm makes on closing a finished bar repeats it, and is left out
-        progress = line.split("[", 1)[0].strip()
+        # a bar's progress is what comes before its timings ("[00:01<00:00, …]"), less
+        # the bar's body, whose width follows the timings' length: the refresh tqdm makes
+        # on closing a finished bar repeats it, and is left out
+        progress = _BAR_BODY.sub("|", line.split("[", 1)[0]).strip()
         if line and progress != self._last:
             self.stream.write(line + "\n")
             self._last = progress

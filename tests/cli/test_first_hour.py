@@ -140,6 +140,20 @@ def test_a_finished_plain_bar_prints_its_last_line_once(monkeypatch):
     assert sum("/4" in line for line in lines) == 5, lines  # 0/4 … 4/4, each once
 
 
+def test_a_plain_bar_repeats_no_count_whose_bar_width_changed():
+    """tqdm sizes a bar's body to fill its width, so a closing refresh whose rate has more
+    digits draws a shorter body for the same count: it is still the same line."""
+    import io
+
+    from privlm.progress import PlainLines
+
+    log = io.StringIO()
+    plain = PlainLines(log)
+    plain.write("\rsteps: 100%|##########| 4/4 [00:00<00:00, 9.1it/s]")
+    plain.write("\rsteps: 100%|########| 4/4 [00:00<00:00, 12345.67it/s]")
+    assert log.getvalue().splitlines() == ["steps: 100%|##########| 4/4 [00:00<00:00, 9.1it/s]"]
+
+
 def write_tickets(path, transform=lambda t: t):
     with path.open("w", newline="") as f:
         w = csv.writer(f)
