@@ -108,3 +108,17 @@ def test_a_dp_lora_synth_job_charges_dp_sgds_cost_and_releases_no_adapter(servic
     assert statement["epsilon"] == ledger.spent().epsilon
     rows = [json.loads(x) for x in z.read("synth.jsonl").decode().splitlines()]
     assert [x["label"] for x in rows] == ["neg", "neg", "pos"]
+
+
+def test_a_synth_jobs_scrub_must_name_a_detector_and_is_checked_at_submission(service):
+    d = service.upload("acme", reviews(), budget_epsilon=10).json()["id"]
+    params = {"epsilon": 1, "labels": ["neg", "pos"], "scrub": "nope"}
+    r = service.client.post(
+        "/v1/jobs", headers=service.auth("acme"),
+        json={"kind": "synth", "dataset_id": d, "params": params},
+    )  # fmt: skip
+    assert r.status_code in (400, 422) and "unknown detector 'nope'" in r.text, r.text
+    assert PrivacyLedger(service.ledgers, f"dataset-{d}").count() == 0
+    from privlm.service.job_params import SynthParams
+
+    assert SynthParams(labels=["neg", "pos"], scrub="regex").config(1e-5).scrub == "regex"

@@ -256,11 +256,22 @@ class SynthParams(JobParams):
     alpha: int | None = request_field(SynthConfig, "alpha", le=64)
     description: str = request_field(SynthConfig, "description", max_length=2000)
     stop_at_newline: bool = request_field(SynthConfig, "stop_at_newline")
+    scrub: str = request_field(SynthConfig, "scrub", max_length=100)
     labels: list[str] | None = Field(
         None, max_length=1000,
         description="The label set, declared public: texts are generated per label (the "
         "count split evenly); required when the dataset has labels",
     )  # fmt: skip
+
+    @field_validator("scrub")
+    @classmethod
+    def _known_scrub(cls, spec: str) -> str:
+        from privlm.synth.scrub import check_scrub
+
+        try:
+            return check_scrub(spec)
+        except PrivlmError as exc:
+            raise ValueError(str(exc)) from None
 
     def config(self, delta: float) -> SynthConfig:
         return SynthConfig(**self.settings(SynthConfig), delta=delta)

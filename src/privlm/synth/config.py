@@ -13,6 +13,7 @@ from privlm.accounting.analysis import pmixed_bounds
 from privlm.config import check_settings, setting
 from privlm.errors import PrivlmError
 from privlm.predict.config import PMixEDConfig, ScreenedPMixEDConfig, rdp_budget_for
+from privlm.synth.scrub import check_scrub
 
 if TYPE_CHECKING:
     from privlm.accounting import RdpCurve
@@ -127,6 +128,11 @@ class SynthConfig:
         DEFAULT_DESCRIPTION, "The public instruction before each text (declared public: it "
         "is released in the privacy statement)",
     )  # fmt: skip
+    scrub: str = setting(
+        "none", "Scrub PII from the records before any generator sees them: none, or a "
+        "secret detector (pii, pii-fast, regex, …) whose spans become their type in "
+        "brackets; a heuristic pre-step on each record that leaves ε unchanged",
+    )  # fmt: skip
     stop_at_newline: bool = setting(
         True, "End a text at its first newline (a function of the released tokens only)"
     )
@@ -139,6 +145,7 @@ class SynthConfig:
 
     def __post_init__(self) -> None:
         check_settings(self)
+        check_scrub(self.scrub)
         if not (isinstance(self.texts_per_unit, int) and self.texts_per_unit >= 1):
             raise PrivlmError(
                 f"texts_per_unit must be a whole number ≥ 1, got {self.texts_per_unit!r}"

@@ -61,6 +61,7 @@ from privlm.synth.batches import (
 from privlm.synth.config import CountPlan, SynthConfig, plan_count, refuse_a_baseline_count
 from privlm.synth.labels import declared_labels as declared_labels
 from privlm.synth.run_folder import refuse_a_started_run, run_folder
+from privlm.synth.scrub import NO_SCRUB, scrubbed, statement_field
 
 MECHANISM = "synth"
 COUNT_MECHANISM = "synth-count"
@@ -178,6 +179,7 @@ def statement(
         "prompt_tokens": config.prompt_tokens, **config.parameters(),
         "labels": labels,
         "description": config.description, "model": model,
+        **statement_field(total.scrub),
         "public": "the description, the labels and the settings are declared public",
         **PrivacyRandomness(seed).statement(),
     }  # fmt: skip
@@ -336,6 +338,7 @@ def synthesize(
     guarantee = run_guarantee(ledger, charges, state.run_id, cfg.delta)
     released = statement(cfg, labels, data.unit_kind, name, cfg.seed, guarantee, counted)
     write_json_atomically(statement_path(out), released)
+    data = scrubbed(data, cfg.scrub)  # after the check: a refused run does no work
     batches = plan_batches(data, gen.count, gen.members, state.data["key"], labels, counts)
     written, lost = state.written(), state.lost()
     _keep_lines(out, len(written))
@@ -385,6 +388,8 @@ def synthesize_dp_lora(
         # charged, then stopped before the adapter was saved: that one never left, so the
         # new fit is the run's one release and is not charged again
         due = None if _run_charged(ledger, state.run_id) else tagged
+        if cfg.scrub != NO_SCRUB:  # the same records and units, so the same plan and charge
+            train = dp_lora.training_data(scrubbed(data, cfg.scrub), labels, cfg)
         dp_lora.fit_and_save(lm, train, dcfg, run, ledger, due, folder, progress)
     guarantee = run_guarantee(ledger, [tagged], state.run_id, cfg.delta)
     released = {
@@ -394,6 +399,7 @@ def synthesize_dp_lora(
         "epsilon_requested": cfg.epsilon, "label_counts": "declared: the texts split evenly "
         "over the labels", "texts": cfg.count, "max_tokens": cfg.max_tokens,
         "labels": labels, "description": cfg.description, "model": name,
+        **statement_field(cfg.scrub),
         "public": "the description, the labels and the settings are declared public",
         **PrivacyRandomness(cfg.seed).statement(),
     }  # fmt: skip
