@@ -640,6 +640,8 @@ def test_the_page_offers_the_synth_generator_and_sends_it(working_server):
         page.select_option("#job-kind", "synth")
         assert page.is_visible("#job-generator-label")
         page.select_option("#job-generator", "dp-lora")
+        assert page.is_visible("#job-scrub-label")
+        page.select_option("#job-scrub", "regex")
         page.fill("#job-epsilon", "2")
         page.fill("#job-count", "2")
         with page.expect_request(
@@ -648,5 +650,6 @@ def test_the_page_offers_the_synth_generator_and_sends_it(working_server):
             page.click("#submit-job")
         body = json.loads(sent.value.post_data or "{}")
         assert body["kind"] == "synth" and body["params"]["generator"] == "dp-lora"
+        assert body["params"]["scrub"] == "regex"
         page.wait_for_selector("#job-status:has-text('queued')")
         browser.close()

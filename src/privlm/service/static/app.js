@@ -594,6 +594,7 @@
     if (kind === "synth") {
       params.count = parseInt($("job-count").value, 10);
       params.generator = $("job-generator").value;
+      params.scrub = $("job-scrub").value;
       var labels = $("job-labels").value.split(",").map(function (x) { return x.trim(); })
         .filter(function (x) { return x; });
       if (labels.length) params.labels = labels;
@@ -751,7 +752,7 @@
     var synth = $("job-kind").value === "synth";
     $("job-epsilon-label").hidden = ensemble; $("job-parts-label").hidden = !ensemble;
     $("job-count-label").hidden = !synth; $("job-labels-label").hidden = !synth;
-    $("job-generator-label").hidden = !synth;
+    $("job-generator-label").hidden = !synth; $("job-scrub-label").hidden = !synth;
   });
   $("deploy").addEventListener("click", onDeploy);
   ["job-dataset", "job-kind", "job-epsilon", "play-deployment"]
