@@ -186,7 +186,10 @@ def statement(
 
 
 def _settings_digest(config: SynthConfig, labels: list[str] | None, model: str) -> str:
-    raw = json.dumps([asdict(config), labels, model], sort_keys=True, default=str)
+    settings = asdict(config)
+    if settings["scrub"] == NO_SCRUB:  # as runs from before the setting existed recorded it
+        del settings["scrub"]
+    raw = json.dumps([settings, labels, model], sort_keys=True, default=str)
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
