@@ -19,6 +19,7 @@ from privlm.prompting.config import PromptDpSgdConfig, PromptPateConfig
 from privlm.service.db import Dataset
 from privlm.service.strict import STRICT_BODY
 from privlm.synth.config import SynthConfig
+from privlm.synth.scrub import NO_SCRUB
 from privlm.training.config import DpSgdConfig, EnsembleConfig, JftConfig, LoraTrainingConfig
 
 if TYPE_CHECKING:
@@ -100,6 +101,18 @@ class DpSgdParams(JobParams):
         return self.epsilon
 
 
+def known_detector(spec: str) -> str:
+    """``spec`` if it names known detectors, else a validation error naming the first
+    unknown one (checked at submission; builds nothing)."""
+    from privlm.detect.registry import detector_parts
+
+    try:
+        detector_parts(spec)
+    except PrivlmError as exc:
+        raise ValueError(str(exc)) from None
+    return spec
+
+
 class JftParams(DpSgdParams):
     """Phase 2 is :class:`DpSgdParams`; phase 1 and the detector: :class:`JftConfig`."""
 
@@ -115,13 +128,7 @@ class JftParams(DpSgdParams):
     @field_validator("detector")
     @classmethod
     def _known_detector(cls, spec: str) -> str:
-        from privlm.detect.registry import detector_parts
-
-        try:
-            detector_parts(spec)
-        except PrivlmError as exc:
-            raise ValueError(str(exc)) from None
-        return spec
+        return known_detector(spec)
 
     def config(self, delta: float) -> JftConfig:  # type: ignore[override]  # JFT's own
         """JFT direct mode; phase 1's settings come from ``JftConfig.phase1_lora``."""
@@ -266,12 +273,7 @@ class SynthParams(JobParams):
     @field_validator("scrub")
     @classmethod
     def _known_scrub(cls, spec: str) -> str:
-        from privlm.synth.scrub import check_scrub
-
-        try:
-            return check_scrub(spec)
-        except PrivlmError as exc:
-            raise ValueError(str(exc)) from None
+        return spec if spec == NO_SCRUB else known_detector(spec)
 
     def config(self, delta: float) -> SynthConfig:
         return SynthConfig(**self.settings(SynthConfig), delta=delta)
